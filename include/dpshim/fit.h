@@ -1,0 +1,70 @@
+/* The warm-up fit: cost-model coefficients from measured timings.
+ *
+ * Each warm-up iteration gives, for every rank, the features of the samples
+ * it computed (sum len^2, sum len, count) and its measured compute time, plus
+ * the iteration's time. Two fitters, both with a, b, c >= 0:
+ *   DPSHIM_FIT_RANKS  non-negative least squares of every rank's compute time
+ *                     on its features (uses every rank's point);
+ *   DPSHIM_FIT_SEED   the original's: per iteration, the softmax-max over ranks
+ *                     of the predicted load (alpha = 20, times in seconds)
+ *                     against the iteration time.
+ * Features are scaled before solving, so len^2 and len may differ by many
+ * orders of magnitude.
+ */
+#ifndef DPSHIM_FIT_H
+#define DPSHIM_FIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim.h"
+#include "solver.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dpshim_fit_method {
+  DPSHIM_FIT_RANKS = 0,
+  DPSHIM_FIT_SEED
+} dpshim_fit_method_t;
+
+/* One rank in one warm-up iteration. */
+typedef struct dpshim_fit_point {
+  double sum_len2;
+  double sum_len;
+  double count;
+  double time; /* the rank's compute time, seconds (DPSHIM_FIT_RANKS) */
+} dpshim_fit_point_t;
+
+typedef struct dpshim_fit_input {
+  int64_t iters;
+  int32_t ranks;
+  const dpshim_fit_point_t *points; /* [iters * ranks], iteration-major */
+  const double *iter_time;          /* [iters], seconds (DPSHIM_FIT_SEED) */
+  dpshim_fit_method_t method;
+} dpshim_fit_input_t;
+
+typedef struct dpshim_fit_result {
+  dpshim_cost_model_t model;
+  /* |predicted - measured| / measured over the fitted targets: per point for
+   * RANKS, per iteration (predicted = max over ranks) for SEED. */
+  double mean_rel_error;
+  double max_rel_error;
+  char message[192]; /* why it failed */
+} dpshim_fit_result_t;
+
+/* Returns 0, DPSHIM_EINVAL (bad field, named in out->message),
+ * DPSHIM_ENOMEM or DPSHIM_ENOCONV. */
+DPSHIM_EXTERN int dpshim_fit(const dpshim_fit_input_t *in,
+                             dpshim_fit_result_t *out);
+
+/* "ranks", "seed" <-> enum. */
+DPSHIM_EXTERN int dpshim_fit_method_from_name(const char *name,
+                                              dpshim_fit_method_t *method);
+DPSHIM_EXTERN const char *dpshim_fit_method_name(dpshim_fit_method_t method);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,116 @@
+/* The plan solver: which data-parallel rank should hold each sample.
+ *
+ * Pure computation: no MPI, no I/O, no global state. The same input gives the
+ * same plan bit for bit on every rank, so each rank can solve on its own
+ * instead of waiting for a broadcast.
+ *
+ *   dpshim_plan_t plan;
+ *   dpshim_plan_init(&plan);
+ *   if (dpshim_plan_solve(&in, &plan) < 0) fprintf(stderr, "%s\n", plan.message);
+ *   ... plan.dest[i] is the rank sample i goes to ...
+ *   dpshim_plan_free(&plan);
+ *
+ * A plan object is reused across calls: its arrays and scratch memory grow to
+ * the largest instance seen, so steady-state solving does not allocate.
+ */
+#ifndef DPSHIM_SOLVER_H
+#define DPSHIM_SOLVER_H
+
+#include <stdint.h>
+
+#include "dpshim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One sample as the solver sees it. */
+typedef struct dpshim_sample {
+  int64_t len;    /* tokens, >= 0 */
+  int64_t bytes;  /* payload bytes that move with the sample, >= 0 */
+  int32_t origin; /* rank that holds it now, in [0, ranks) */
+} dpshim_sample_t;
+
+/* cost(len) = a*len^2 + b*len + c, with a, b, c finite and >= 0. */
+typedef struct dpshim_cost_model {
+  double a, b, c;
+} dpshim_cost_model_t;
+
+typedef enum dpshim_algo {
+  DPSHIM_ALGO_DEFAULT = 0, /* move only what must move; reaches the bound */
+  DPSHIM_ALGO_SEED,        /* the original LoongForge solver, as published */
+  DPSHIM_ALGO_KK,          /* Karmarkar-Karp largest differencing (verl) */
+  DPSHIM_ALGO_NONE         /* keep every sample where it is */
+} dpshim_algo_t;
+
+typedef enum dpshim_decision {
+  DPSHIM_DECISION_SKIP = 0, /* dest[i] == origin for every sample */
+  DPSHIM_DECISION_APPLY
+} dpshim_decision_t;
+
+typedef enum dpshim_skip_reason {
+  DPSHIM_SKIP_NONE = 0,      /* the plan is applied */
+  DPSHIM_SKIP_BALANCED,      /* imbalance below the trigger threshold */
+  DPSHIM_SKIP_DOMINANT,      /* seed only: one sample costs more than the mean load */
+  DPSHIM_SKIP_NO_GAIN,       /* the plan would not lower the makespan */
+  DPSHIM_SKIP_ALGO_NONE      /* the algorithm is "none" */
+} dpshim_skip_reason_t;
+
+typedef struct dpshim_plan_input {
+  int32_t ranks;                  /* P >= 1 */
+  int64_t nsamples;               /* N >= P: every rank holds >= 1 sample */
+  const dpshim_sample_t *samples; /* [nsamples] */
+  /* Cost already spent by each rank in earlier micro-batches of this
+   * iteration; NULL means zero. history_len must equal ranks. */
+  const double *history;
+  int32_t history_len;
+  dpshim_cost_model_t model;
+  /* Per-rank token cap = cap_ratio * (total tokens / ranks); 0 = no cap. */
+  double cap_ratio;
+  /* Skip when max/mean - 1 of the loads before is below this; 0 = never. */
+  double threshold;
+  dpshim_algo_t algo;
+} dpshim_plan_input_t;
+
+typedef struct dpshim_plan {
+  /* Outputs, valid after a successful dpshim_plan_solve(). */
+  int32_t *dest;        /* [nsamples] destination rank of each sample */
+  double *load_before;  /* [ranks] history + cost of the samples held now */
+  double *load_after;   /* [ranks] history + cost under dest */
+  double imbalance_before; /* max/mean - 1 */
+  double imbalance_after;
+  double lower_bound;   /* no assignment can have a smaller maximum load */
+  int64_t cap_tokens;   /* the per-rank token cap, or -1 for none */
+  int64_t bytes_moved;  /* bytes of the samples whose dest != origin */
+  int64_t bytes_total;
+  dpshim_decision_t decision;
+  dpshim_skip_reason_t reason;
+  char message[192];    /* why it failed, or why it skipped */
+  /* Private: capacities and scratch memory. */
+  int32_t ranks_cap_;
+  int64_t samples_cap_;
+  void *scratch_;
+  uint64_t scratch_size_;
+} dpshim_plan_t;
+
+DPSHIM_EXTERN void dpshim_plan_init(dpshim_plan_t *plan);
+DPSHIM_EXTERN void dpshim_plan_free(dpshim_plan_t *plan);
+
+/* Solves `in` into `plan`. Returns 0, or DPSHIM_EINVAL with plan->message
+ * naming the offending field, or DPSHIM_ENOMEM. On error no output is valid. */
+DPSHIM_EXTERN int dpshim_plan_solve(const dpshim_plan_input_t *in,
+                                    dpshim_plan_t *plan);
+
+/* cost(len) under the model. */
+DPSHIM_EXTERN double dpshim_cost(dpshim_cost_model_t model, int64_t len);
+
+/* "default", "seed", "kk", "none" <-> enum. from_name returns DPSHIM_EINVAL
+ * for any other name. */
+DPSHIM_EXTERN int dpshim_algo_from_name(const char *name, dpshim_algo_t *algo);
+DPSHIM_EXTERN const char *dpshim_algo_name(dpshim_algo_t algo);
+DPSHIM_EXTERN const char *dpshim_skip_reason_name(dpshim_skip_reason_t reason);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

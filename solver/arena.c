@@ -1,0 +1,58 @@
+/* A bump allocator that learns its size: allocations past the block go to
+ * overflow chunks, and the next reset grows the block to cover them all, so
+ * repeated solves of similar instances stop calling malloc. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+struct dpshim__chunk {
+  struct dpshim__chunk *next;
+  max_align_t data[];
+};
+
+#define DPSHIM__ALIGN ((size_t)_Alignof(max_align_t))
+
+static size_t round_up(size_t bytes) {
+  return (bytes + DPSHIM__ALIGN - 1) / DPSHIM__ALIGN * DPSHIM__ALIGN;
+}
+
+void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes) {
+  bytes = round_up(bytes ? bytes : 1);
+  if (a->size - a->used >= bytes) {
+    void *p = a->base + a->used;
+    a->used += bytes;
+    return p;
+  }
+  struct dpshim__chunk *c = malloc(sizeof *c + bytes);
+  if (!c) return NULL;
+  c->next = a->overflow;
+  a->overflow = c;
+  a->overflow_bytes += bytes;
+  return c->data;
+}
+
+static void free_overflow(dpshim__arena_t *a) {
+  while (a->overflow) {
+    struct dpshim__chunk *next = a->overflow->next;
+    free(a->overflow);
+    a->overflow = next;
+  }
+  a->overflow_bytes = 0;
+}
+
+int dpshim__arena_reset(dpshim__arena_t *a) {
+  size_t want = a->used + a->overflow_bytes;
+  free_overflow(a);
+  a->used = 0;
+  if (want <= a->size) return 0;
+  free(a->base);
+  a->base = malloc(want);
+  a->size = a->base ? want : 0;
+  return a->base ? 0 : DPSHIM_ENOMEM;
+}
+
+void dpshim__arena_free(dpshim__arena_t *a) {
+  free_overflow(a);
+  free(a->base);
+  *a = (dpshim__arena_t){0};
+}

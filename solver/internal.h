@@ -1,0 +1,65 @@
+/* Solver internals shared by plan.c and the algorithm files: the solve
+ * context, the scratch arena, sorting and the load metrics. Not installed. */
+#ifndef DPSHIM_SOLVER_INTERNAL_H
+#define DPSHIM_SOLVER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim/solver.h"
+
+#define DPSHIM__HIDDEN __attribute__((visibility("hidden")))
+#define DPSHIM__NO_CAP INT64_MAX
+
+/* Bump allocator over one block that grows to the largest solve seen. */
+typedef struct dpshim__arena {
+  char *base;
+  size_t size, used;
+  struct dpshim__chunk *overflow; /* this solve's allocations past `size` */
+  size_t overflow_bytes;
+} dpshim__arena_t;
+
+/* Everything an algorithm reads, and the plan it writes. */
+typedef struct dpshim__ctx {
+  int32_t ranks;
+  int64_t nsamples;
+  const dpshim_sample_t *samples;
+  const double *cost;    /* [nsamples] */
+  const double *history; /* [ranks], zeros when the caller gave none */
+  const double *load0;   /* [ranks] loads before */
+  int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
+  double threshold;
+  double lower_bound;
+  int32_t *dest;         /* [nsamples], holds origin on entry */
+  dpshim__arena_t *arena;
+} dpshim__ctx_t;
+
+/* An algorithm fills ctx->dest (or leaves it) and returns the decision:
+ * DPSHIM_SKIP_NONE to apply, another reason to skip; negative on ENOMEM. */
+typedef int (*dpshim__algo_fn)(const dpshim__ctx_t *ctx);
+
+DPSHIM__HIDDEN int dpshim__algo_default(const dpshim__ctx_t *ctx);
+DPSHIM__HIDDEN int dpshim__algo_seed(const dpshim__ctx_t *ctx);
+DPSHIM__HIDDEN int dpshim__algo_kk(const dpshim__ctx_t *ctx);
+
+DPSHIM__HIDDEN void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
+DPSHIM__HIDDEN int dpshim__arena_reset(dpshim__arena_t *a);
+DPSHIM__HIDDEN void dpshim__arena_free(dpshim__arena_t *a);
+#define DPSHIM__ALLOC(ctx, type, n) \
+  ((type *)dpshim__arena_alloc((ctx)->arena, sizeof(type) * (size_t)(n)))
+
+/* Sample indices ordered by length descending, ties by index ascending. As
+ * cost is non-decreasing in length, this is also cost descending. */
+DPSHIM__HIDDEN int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx,
+                                             int64_t *order);
+
+/* max/mean - 1 of loads; 0 when the mean is 0. */
+DPSHIM__HIDDEN double dpshim__imbalance(const double *load, int32_t ranks);
+DPSHIM__HIDDEN double dpshim__max_load(const double *load, int32_t ranks);
+DPSHIM__HIDDEN double dpshim__lower_bound(const dpshim__ctx_t *ctx);
+
+/* Gives every rank without a sample the cheapest sample of the rank that
+ * holds the most (ties: lowest rank). Used by the baselines. */
+DPSHIM__HIDDEN int dpshim__fill_empty_ranks(const dpshim__ctx_t *ctx);
+
+#endif

@@ -1,0 +1,234 @@
+/* dpshim_plan_solve(): validate, compute costs and metrics, run the chosen
+ * algorithm, then derive every output from the destinations it chose. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const algo_names[] = {
+    [DPSHIM_ALGO_DEFAULT] = "default",
+    [DPSHIM_ALGO_SEED] = "seed",
+    [DPSHIM_ALGO_KK] = "kk",
+    [DPSHIM_ALGO_NONE] = "none",
+};
+#define ALGO_COUNT ((int)(sizeof algo_names / sizeof algo_names[0]))
+
+static const dpshim__algo_fn algo_fns[] = {
+    [DPSHIM_ALGO_DEFAULT] = dpshim__algo_default,
+    [DPSHIM_ALGO_SEED] = dpshim__algo_seed,
+    [DPSHIM_ALGO_KK] = dpshim__algo_kk,
+    [DPSHIM_ALGO_NONE] = NULL,
+};
+
+int dpshim_algo_from_name(const char *name, dpshim_algo_t *algo) {
+  for (int a = 0; name && a < ALGO_COUNT; a++)
+    if (strcmp(name, algo_names[a]) == 0) {
+      *algo = (dpshim_algo_t)a;
+      return 0;
+    }
+  return DPSHIM_EINVAL;
+}
+
+const char *dpshim_algo_name(dpshim_algo_t algo) {
+  return (int)algo >= 0 && (int)algo < ALGO_COUNT ? algo_names[algo] : "?";
+}
+
+const char *dpshim_skip_reason_name(dpshim_skip_reason_t reason) {
+  switch (reason) {
+  case DPSHIM_SKIP_NONE: return "none";
+  case DPSHIM_SKIP_BALANCED: return "balanced";
+  case DPSHIM_SKIP_DOMINANT: return "dominant-sample";
+  case DPSHIM_SKIP_NO_GAIN: return "no-gain";
+  case DPSHIM_SKIP_ALGO_NONE: return "algo-none";
+  }
+  return "?";
+}
+
+void dpshim_plan_init(dpshim_plan_t *plan) { memset(plan, 0, sizeof *plan); }
+
+void dpshim_plan_free(dpshim_plan_t *plan) {
+  free(plan->dest);
+  free(plan->load_before);
+  free(plan->load_after);
+  if (plan->scratch_) {
+    dpshim__arena_free(plan->scratch_);
+    free(plan->scratch_);
+  }
+  dpshim_plan_init(plan);
+}
+
+/* ---- validation: the first bad field is named in plan->message ---------- */
+
+#define FAIL(plan, ...)                                                 \
+  (snprintf((plan)->message, sizeof (plan)->message, __VA_ARGS__),      \
+   DPSHIM_EINVAL)
+
+static int finite_nonneg(double v) { return isfinite(v) && v >= 0; }
+
+static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
+  if (in->ranks < 1) return FAIL(p, "ranks = %d: expected >= 1", in->ranks);
+  if (in->nsamples < in->ranks || in->nsamples > INT32_MAX)
+    return FAIL(p, "nsamples = %lld: expected %d..%d (every rank needs a sample)",
+                (long long)in->nsamples, in->ranks, INT32_MAX);
+  if (!in->samples) return FAIL(p, "samples = NULL: expected an array");
+  if (in->history && in->history_len != in->ranks)
+    return FAIL(p, "history_len = %d: expected ranks (%d)", in->history_len,
+                in->ranks);
+  const double *coef[] = {&in->model.a, &in->model.b, &in->model.c};
+  for (int k = 0; k < 3; k++)
+    if (!finite_nonneg(*coef[k]))
+      return FAIL(p, "model.%c = %g: expected a finite number >= 0", 'a' + k,
+                  *coef[k]);
+  if (!finite_nonneg(in->cap_ratio))
+    return FAIL(p, "cap_ratio = %g: expected 0 (no cap) or a finite number > 0",
+                in->cap_ratio);
+  if (!finite_nonneg(in->threshold))
+    return FAIL(p, "threshold = %g: expected a finite number >= 0",
+                in->threshold);
+  if ((int)in->algo < 0 || (int)in->algo >= ALGO_COUNT)
+    return FAIL(p, "algo = %d: expected default, seed, kk or none",
+                (int)in->algo);
+  return 0;
+}
+
+static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
+                           int64_t *per_rank) {
+  for (int32_t r = 0; in->history && r < in->ranks; r++)
+    if (!finite_nonneg(in->history[r]))
+      return FAIL(p, "history[%d] = %g: expected a finite number >= 0", r,
+                  in->history[r]);
+  for (int32_t r = 0; r < in->ranks; r++) per_rank[r] = 0;
+  for (int64_t i = 0; i < in->nsamples; i++) {
+    const dpshim_sample_t *s = &in->samples[i];
+    if (s->len < 0 || s->len > INT32_MAX)
+      return FAIL(p, "samples[%lld].len = %lld: expected 0..%d", (long long)i,
+                  (long long)s->len, INT32_MAX);
+    if (s->bytes < 0)
+      return FAIL(p, "samples[%lld].bytes = %lld: expected >= 0", (long long)i,
+                  (long long)s->bytes);
+    if (s->origin < 0 || s->origin >= in->ranks)
+      return FAIL(p, "samples[%lld].origin = %d: expected 0..%d", (long long)i,
+                  s->origin, in->ranks - 1);
+    per_rank[s->origin]++;
+  }
+  for (int32_t r = 0; r < in->ranks; r++)
+    if (per_rank[r] == 0)
+      return FAIL(p, "rank %d holds no sample: every rank needs one", r);
+  return 0;
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
+  if (!p->scratch_ && !(p->scratch_ = calloc(1, sizeof(dpshim__arena_t))))
+    return DPSHIM_ENOMEM;
+  if (dpshim__arena_reset(p->scratch_) < 0) return DPSHIM_ENOMEM;
+  if (n > p->samples_cap_) {
+    int32_t *d = realloc(p->dest, sizeof *d * (size_t)n);
+    if (!d) return DPSHIM_ENOMEM;
+    p->dest = d;
+    p->samples_cap_ = n;
+  }
+  if (ranks > p->ranks_cap_) {
+    double *b = realloc(p->load_before, sizeof *b * (size_t)ranks);
+    if (b) p->load_before = b;
+    double *a = realloc(p->load_after, sizeof *a * (size_t)ranks);
+    if (a) p->load_after = a;
+    if (!a || !b) return DPSHIM_ENOMEM;
+    p->ranks_cap_ = ranks;
+  }
+  return 0;
+}
+
+static void compute_loads(const dpshim__ctx_t *ctx, const int32_t *where,
+                          double *load) {
+  for (int32_t r = 0; r < ctx->ranks; r++) load[r] = ctx->history[r];
+  for (int64_t i = 0; i < ctx->nsamples; i++) load[where[i]] += ctx->cost[i];
+}
+
+/* Costs, history and cap; a finite model can still overflow on a huge len. */
+static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
+                         dpshim__ctx_t *ctx) {
+  double *cost = DPSHIM__ALLOC(ctx, double, in->nsamples);
+  double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
+  if (!cost || !history) return DPSHIM_ENOMEM;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < in->nsamples; i++) {
+    cost[i] = dpshim_cost(in->model, in->samples[i].len);
+    if (!isfinite(cost[i]))
+      return FAIL(p, "cost of samples[%lld] (len %lld) = %g: the model "
+                  "overflows", (long long)i, (long long)in->samples[i].len,
+                  cost[i]);
+    tokens += in->samples[i].len;
+    p->dest[i] = in->samples[i].origin;
+  }
+  for (int32_t r = 0; r < in->ranks; r++)
+    history[r] = in->history ? in->history[r] : 0;
+  ctx->cost = cost;
+  ctx->history = history;
+  ctx->cap = in->cap_ratio > 0
+                 ? (int64_t)floor(in->cap_ratio * (double)tokens / in->ranks)
+                 : DPSHIM__NO_CAP;
+  compute_loads(ctx, p->dest, p->load_before);
+  return 0;
+}
+
+/* ---- solve -------------------------------------------------------------- */
+
+static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
+                         double imbalance) {
+  if (in->algo == DPSHIM_ALGO_NONE) return DPSHIM_SKIP_ALGO_NONE;
+  if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
+  return algo_fns[in->algo](ctx);
+}
+
+static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
+                         const dpshim__ctx_t *ctx, int reason) {
+  if (reason != DPSHIM_SKIP_NONE)
+    for (int64_t i = 0; i < in->nsamples; i++) p->dest[i] = in->samples[i].origin;
+  p->decision = reason == DPSHIM_SKIP_NONE ? DPSHIM_DECISION_APPLY
+                                           : DPSHIM_DECISION_SKIP;
+  p->reason = (dpshim_skip_reason_t)reason;
+  compute_loads(ctx, p->dest, p->load_after);
+  p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
+  p->bytes_moved = p->bytes_total = 0;
+  for (int64_t i = 0; i < in->nsamples; i++) {
+    p->bytes_total += in->samples[i].bytes;
+    if (p->dest[i] != in->samples[i].origin) p->bytes_moved += in->samples[i].bytes;
+  }
+  p->cap_tokens = ctx->cap == DPSHIM__NO_CAP ? -1 : ctx->cap;
+  p->message[0] = '\0';
+  if (reason != DPSHIM_SKIP_NONE)
+    snprintf(p->message, sizeof p->message, "skip: %s",
+             dpshim_skip_reason_name(p->reason));
+}
+
+int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
+  if (!p) return DPSHIM_EINVAL;
+  p->message[0] = '\0';
+  if (!in) return FAIL(p, "input = NULL: expected a dpshim_plan_input_t");
+  int rc = validate_scalars(in, p);
+  if (rc < 0) return rc;
+  if ((rc = reserve_outputs(p, in->ranks, in->nsamples)) < 0) return rc;
+  dpshim__ctx_t ctx = {
+      .ranks = in->ranks,
+      .nsamples = in->nsamples,
+      .samples = in->samples,
+      .threshold = in->threshold,
+      .dest = p->dest,
+      .arena = p->scratch_,
+  };
+  int64_t *per_rank = DPSHIM__ALLOC(&ctx, int64_t, in->ranks);
+  if (!per_rank) return DPSHIM_ENOMEM;
+  if ((rc = validate_arrays(in, p, per_rank)) < 0) return rc;
+  if ((rc = build_context(in, p, &ctx)) < 0) return rc;
+  ctx.load0 = p->load_before;
+  p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
+  p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
+  int reason = run_algorithm(in, &ctx, p->imbalance_before);
+  if (reason < 0) return reason;
+  fill_outputs(in, p, &ctx, reason);
+  return 0;
+}

@@ -1,0 +1,2 @@
+#include <criterion/criterion.h>
+Test(placeholder, errors) { cr_assert(1); }

@@ -1,0 +1,2 @@
+#include <criterion/criterion.h>
+Test(placeholder, properties) { cr_assert(1); }

@@ -1,0 +1,560 @@
+/* dpshim-solve-bench: plan quality and solve time of each algorithm over a
+ * grid of synthetic packed batches (profile x ranks x seed).
+ *
+ * Every algorithm solves the same instance, so their lines compare like for
+ * like; one JSON object per (profile, ranks, algorithm), aggregated over the
+ * seeds, then a default-vs-seed summary when both ran. Output is a pure
+ * function of the options, except the solve times. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dpshim/solver.h"
+#include "lengthgen.h"
+
+#define PROG "dpshim-solve-bench"
+#define MAX_LIST 64
+#define MAX_RANKS 65536
+#define FILE_PACK_DEFAULT 32768
+/* Tokens, labels and loss weights travel with a sample, 4 bytes each. */
+#define BYTES_PER_TOKEN 12
+
+typedef struct options {
+  const lengthgen_profile_t *profile[MAX_LIST];
+  int nprofiles, profile_given;
+  int32_t ranks[MAX_LIST];
+  int nranks;
+  dpshim_algo_t algo[MAX_LIST];
+  int nalgos;
+  long seeds, reps;
+  const char *lengths; /* NULL: the profiles' distributions */
+  int64_t pack;        /* 0: each profile's own pack size */
+  dpshim_cost_model_t model;
+  double cap_ratio; /* 0: no cap */
+  double threshold;
+} options_t;
+
+/* ---- option parsing ------------------------------------------------------ */
+
+static _Noreturn void bad_value(const char *opt, const char *value,
+                                const char *accepted) {
+  fprintf(stderr, PROG ": --%s: bad value '%s': expected %s\n", opt, value,
+          accepted);
+  exit(2);
+}
+
+/* Copies the next comma-separated item of *cursor into buf; 0 at the end. An
+ * item too long for buf is cut, and then fails validation like any typo. */
+static int next_item(const char **cursor, char *buf, size_t len) {
+  if (!*cursor) return 0;
+  const char *comma = strchr(*cursor, ',');
+  size_t n = comma ? (size_t)(comma - *cursor) : strlen(*cursor);
+  snprintf(buf, len, "%.*s", (int)n, *cursor);
+  *cursor = comma ? comma + 1 : NULL;
+  return 1;
+}
+
+static int parse_long(const char *s, long min, long max, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno == ERANGE || v < min || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_nonneg(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno == ERANGE || !isfinite(v) || v < 0) return -1;
+  *out = v;
+  return 0;
+}
+
+static void parse_profiles(const char *arg, options_t *o) {
+  char item[64], err[192], accepted[160];
+  snprintf(accepted, sizeof accepted, "a list of up to 64 of: ");
+  lengthgen_profile_names(accepted + strlen(accepted),
+                          sizeof accepted - strlen(accepted));
+  o->nprofiles = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+    if (o->nprofiles == MAX_LIST ||
+        !(o->profile[o->nprofiles++] =
+              lengthgen_profile_find(item, err, sizeof err)))
+      bad_value("profile", item, accepted);
+  }
+}
+
+static void parse_ranks(const char *arg, options_t *o) {
+  char item[64];
+  o->nranks = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+    long v;
+    if (o->nranks == MAX_LIST || parse_long(item, 1, MAX_RANKS, &v) < 0)
+      bad_value("ranks", item, "a list of up to 64 integers in 1..65536");
+    o->ranks[o->nranks++] = (int32_t)v;
+  }
+}
+
+static void parse_algos(const char *arg, options_t *o) {
+  char item[64];
+  o->nalgos = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+    if (o->nalgos == MAX_LIST ||
+        dpshim_algo_from_name(item, &o->algo[o->nalgos++]) < 0)
+      bad_value("algos", item, "a list of default, seed, kk, none");
+  }
+}
+
+static void parse_cost(const char *arg, options_t *o) {
+  char item[64];
+  double v[3];
+  int n = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item); n++)
+    if (n == 3 || parse_nonneg(item, &v[n]) < 0) n = 4;
+  if (n != 3) bad_value("cost", arg, "a,b,c: three finite numbers >= 0");
+  o->model = (dpshim_cost_model_t){v[0], v[1], v[2]};
+}
+
+static void parse_cap_ratio(const char *arg, options_t *o) {
+  if (strcmp(arg, "none") == 0) {
+    o->cap_ratio = 0;
+    return;
+  }
+  if (parse_nonneg(arg, &o->cap_ratio) < 0)
+    bad_value("cap-ratio", arg, "'none' or a finite number >= 0 (0 = none)");
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+"usage: " PROG " [options]\n"
+"Solves synthetic packed batches with each plan algorithm and prints one JSON\n"
+"line per (profile, ranks, algorithm), aggregated over seeds; then, when both\n"
+"seed and default ran, a default_vs_seed summary line.\n"
+"\n"
+"  --profile NAME[,NAME...]  length profiles (sft, long, fewlong)\n"
+"                            [default: sft,long,fewlong]\n"
+"  --ranks N[,N...]          rank counts, 1..65536 [default: 8,32,128,1024,4096]\n"
+"  --algos LIST              default, seed, kk, none [default: none,seed,kk,default]\n"
+"  --seeds K                 instances per cell, seeds 1..K [default: 5]\n"
+"  --reps R                  timed solves per instance; the median counts\n"
+"                            [default: 5]\n"
+"  --lengths FILE            draw lengths from FILE (one per line, '#' comments)\n"
+"                            instead of a profile; reported as profile \"file\"\n"
+"  --pack TOKENS             pack size: tokens per rank before balancing\n"
+"                            [default: the profile's; 32768 with --lengths]\n"
+"  --cost a,b,c              cost(len) = a*len^2 + b*len + c [default: 1,8000,0]\n"
+"  --cap-ratio X | none      per-rank token cap = X * mean tokens [default: 1.2]\n"
+"  --threshold X             skip when imbalance is below X [default: 0: always\n"
+"                            balance, as the bench measures plans, not triggers]\n"
+"  --help                    this text\n");
+}
+
+static void set_defaults(options_t *o) {
+  *o = (options_t){.seeds = 5, .reps = 5, .model = {1, 8000, 0},
+                   .cap_ratio = 1.2};
+  parse_profiles("sft,long,fewlong", o);
+  parse_ranks("8,32,128,1024,4096", o);
+  parse_algos("none,seed,kk,default", o);
+}
+
+static void apply_option(int c, const char *arg, options_t *o) {
+  long v;
+  double x;
+  switch (c) {
+  case 'P': parse_profiles(arg, o); o->profile_given = 1; break;
+  case 'r': parse_ranks(arg, o); break;
+  case 'a': parse_algos(arg, o); break;
+  case 's':
+    if (parse_long(arg, 1, 1000000, &o->seeds) < 0)
+      bad_value("seeds", arg, "an integer in 1..1000000");
+    break;
+  case 'R':
+    if (parse_long(arg, 1, 1000000, &o->reps) < 0)
+      bad_value("reps", arg, "an integer in 1..1000000");
+    break;
+  case 'l': o->lengths = arg; break;
+  case 'k':
+    if (parse_long(arg, 1, 1L << 30, &v) < 0)
+      bad_value("pack", arg, "an integer in 1..1073741824");
+    o->pack = v;
+    break;
+  case 'c': parse_cost(arg, o); break;
+  case 'C': parse_cap_ratio(arg, o); break;
+  case 't':
+    if (parse_nonneg(arg, &x) < 0)
+      bad_value("threshold", arg, "a finite number >= 0");
+    o->threshold = x;
+    break;
+  }
+}
+
+static void parse_options(int argc, char **argv, options_t *o) {
+  static const struct option longopts[] = {
+      {"profile", required_argument, NULL, 'P'},
+      {"ranks", required_argument, NULL, 'r'},
+      {"algos", required_argument, NULL, 'a'},
+      {"seeds", required_argument, NULL, 's'},
+      {"reps", required_argument, NULL, 'R'},
+      {"lengths", required_argument, NULL, 'l'},
+      {"pack", required_argument, NULL, 'k'},
+      {"cost", required_argument, NULL, 'c'},
+      {"cap-ratio", required_argument, NULL, 'C'},
+      {"threshold", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  set_defaults(o);
+  int c;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      exit(0);
+    }
+    if (c == '?') {
+      fprintf(stderr, "Try '" PROG " --help'.\n");
+      exit(2);
+    }
+    apply_option(c, optarg, o);
+  }
+  if (optind < argc) {
+    fprintf(stderr, PROG ": unexpected argument '%s': options only\n",
+            argv[optind]);
+    exit(2);
+  }
+  if (o->lengths && o->profile_given)
+    bad_value("lengths", o->lengths, "a file, without --profile");
+}
+
+/* ---- small statistics ---------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorts v in place. */
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* ---- one instance -------------------------------------------------------- */
+
+/* Where lengths come from, and the name printed for it. */
+typedef struct workload {
+  const char *name;
+  lengthgen_source_t src;
+} workload_t;
+
+/* Per-instance buffers, reused from instance to instance. */
+typedef struct instance {
+  int32_t ranks;
+  int64_t n;
+  dpshim_sample_t *samples;
+  int64_t *tokens; /* [ranks] */
+  int64_t *count;  /* [ranks] */
+  double *rep_us;  /* [reps] */
+  lengthgen_batch_t batch;
+} instance_t;
+
+/* What one algorithm did to one instance. */
+typedef struct outcome {
+  double makespan, over_lb, imb_before, imb_after, solve_us;
+  int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty;
+  int applied;
+} outcome_t;
+
+static void *grow(void *p, size_t bytes) {
+  void *q = realloc(p, bytes ? bytes : 1);
+  if (!q) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(1);
+  }
+  return q;
+}
+
+/* The stream seed mixes the rank count in, so a small grid's instance is not
+ * the prefix of a larger one; profiles share it (common random numbers). */
+static void make_instance(const workload_t *w, int32_t ranks, long seed,
+                          instance_t *in) {
+  lengthgen_rng_t rng;
+  lengthgen_seed(&rng, (uint64_t)seed << 32 | (uint32_t)ranks);
+  if (lengthgen_pack(&w->src, ranks, &rng, &in->batch) < 0) {
+    fprintf(stderr, PROG ": out of memory packing %s at %d ranks\n", w->name,
+            ranks);
+    exit(1);
+  }
+  in->ranks = ranks;
+  in->n = in->batch.n;
+  in->samples = grow(in->samples, (size_t)in->n * sizeof *in->samples);
+  in->tokens = grow(in->tokens, (size_t)ranks * sizeof *in->tokens);
+  in->count = grow(in->count, (size_t)ranks * sizeof *in->count);
+  for (int64_t i = 0; i < in->n; i++) {
+    int64_t len = in->batch.len[i];
+    in->samples[i] = (dpshim_sample_t){
+        .len = len, .bytes = BYTES_PER_TOKEN * len,
+        .origin = in->batch.origin[i]};
+  }
+}
+
+/* Ranks over `cap` when sample i sits on where[i] (origins when NULL). */
+static int64_t ranks_over_cap(instance_t *in, const int32_t *where,
+                              int64_t cap) {
+  memset(in->tokens, 0, (size_t)in->ranks * sizeof *in->tokens);
+  for (int64_t i = 0; i < in->n; i++)
+    in->tokens[where ? where[i] : in->samples[i].origin] += in->samples[i].len;
+  int64_t over = 0;
+  for (int32_t r = 0; r < in->ranks; r++) over += in->tokens[r] > cap;
+  return over;
+}
+
+static int64_t empty_ranks(instance_t *in, const int32_t *dest) {
+  memset(in->count, 0, (size_t)in->ranks * sizeof *in->count);
+  for (int64_t i = 0; i < in->n; i++) in->count[dest[i]]++;
+  int64_t empty = 0;
+  for (int32_t r = 0; r < in->ranks; r++) empty += in->count[r] == 0;
+  return empty;
+}
+
+static void describe(instance_t *in, const dpshim_plan_t *plan,
+                     outcome_t *out) {
+  double max = plan->load_after[0];
+  for (int32_t r = 1; r < in->ranks; r++)
+    if (plan->load_after[r] > max) max = plan->load_after[r];
+  out->makespan = max;
+  out->over_lb = max / plan->lower_bound;
+  out->imb_before = plan->imbalance_before;
+  out->imb_after = plan->imbalance_after;
+  out->bytes_moved = plan->bytes_moved;
+  out->bytes_total = plan->bytes_total;
+  out->applied = plan->decision == DPSHIM_DECISION_APPLY;
+  out->empty = empty_ranks(in, plan->dest);
+  out->cap_viol = out->cap_viol_orig = 0;
+  if (plan->cap_tokens < 0) return;
+  out->cap_viol_orig = ranks_over_cap(in, NULL, plan->cap_tokens);
+  /* A plan cannot be blamed for a cap the batch already broke. */
+  if (out->cap_viol_orig == 0)
+    out->cap_viol = ranks_over_cap(in, plan->dest, plan->cap_tokens);
+}
+
+static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
+                  dpshim_plan_t *plan, outcome_t *out) {
+  dpshim_plan_input_t pin = {.ranks = in->ranks, .nsamples = in->n,
+                             .samples = in->samples, .model = o->model,
+                             .cap_ratio = o->cap_ratio,
+                             .threshold = o->threshold, .algo = algo};
+  for (long k = 0; k < o->reps; k++) {
+    double t0 = now_us();
+    int rc = dpshim_plan_solve(&pin, plan);
+    in->rep_us[k] = now_us() - t0;
+    if (rc < 0) {
+      fprintf(stderr, PROG ": %s at %d ranks: %s (%s)\n",
+              dpshim_algo_name(algo), in->ranks, plan->message,
+              dpshim_strerror(rc));
+      exit(1);
+    }
+  }
+  out->solve_us = median(in->rep_us, (size_t)o->reps);
+  describe(in, plan, out);
+}
+
+/* ---- one cell: (workload, ranks) over all seeds -------------------------- */
+
+typedef struct cell {
+  double *over_lb, *solve_us; /* [seeds] */
+  double imb_before, imb_after;
+  int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty, applied;
+} cell_t;
+
+static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
+  c->over_lb[seed_index] = r->over_lb;
+  c->solve_us[seed_index] = r->solve_us;
+  c->imb_before += r->imb_before;
+  c->imb_after += r->imb_after;
+  c->bytes_moved += r->bytes_moved;
+  c->bytes_total += r->bytes_total;
+  c->cap_viol += r->cap_viol;
+  c->cap_viol_orig += r->cap_viol_orig;
+  c->empty += r->empty;
+  c->applied += r->applied;
+}
+
+/* JSON has no inf or nan: a zero lower bound (all-zero cost) prints null. */
+static void put_num(const char *key, double v, const char *fmt) {
+  printf(",\"%s\":", key);
+  if (isfinite(v)) printf(fmt, v);
+  else printf("null");
+}
+
+static void print_cell(const char *profile, int32_t ranks, long seeds,
+                       int64_t samples, dpshim_algo_t algo, cell_t *c) {
+  size_t n = (size_t)seeds;
+  printf("{\"profile\":\"%s\",\"ranks\":%d,\"seeds\":%ld,\"samples\":%lld,"
+         "\"algo\":\"%s\"", profile, ranks, seeds,
+         (long long)((samples + seeds / 2) / seeds), dpshim_algo_name(algo));
+  put_num("makespan_over_lb", median(c->over_lb, n), "%.9g");
+  put_num("makespan_over_lb_max", c->over_lb[n - 1], "%.9g");
+  put_num("imbalance_before", c->imb_before / seeds, "%.6g");
+  put_num("imbalance_after", c->imb_after / seeds, "%.6g");
+  put_num("moved_bytes_fraction",
+          c->bytes_total ? (double)c->bytes_moved / (double)c->bytes_total : 0,
+          "%.6g");
+  printf(",\"cap_violations\":%lld,\"cap_violations_original\":%lld,"
+         "\"empty_ranks\":%lld,\"applied\":%lld",
+         (long long)c->cap_viol, (long long)c->cap_viol_orig,
+         (long long)c->empty, (long long)c->applied);
+  put_num("solve_us", median(c->solve_us, n), "%.1f");
+  printf("}\n");
+}
+
+/* ---- default vs seed over the whole grid --------------------------------- */
+
+typedef struct summary {
+  int seed_at, default_at; /* indices into options.algo, -1 if not run */
+  int64_t n;
+  double *over_lb; /* [instances] default's makespan / LB */
+  int64_t default_moved, seed_moved, worse;
+  double max_ratio; /* -1 until some instance had seed move bytes */
+} summary_t;
+
+static int algo_index(const options_t *o, dpshim_algo_t algo) {
+  for (int a = 0; a < o->nalgos; a++)
+    if (o->algo[a] == algo) return a;
+  return -1;
+}
+
+static void summary_add(summary_t *s, const outcome_t *r) {
+  if (s->seed_at < 0 || s->default_at < 0) return;
+  const outcome_t *d = &r[s->default_at], *e = &r[s->seed_at];
+  s->over_lb[s->n++] = d->over_lb;
+  s->default_moved += d->bytes_moved;
+  s->seed_moved += e->bytes_moved;
+  if (e->bytes_moved > 0)
+    s->max_ratio = fmax(s->max_ratio,
+                        (double)d->bytes_moved / (double)e->bytes_moved);
+  s->worse += d->makespan > e->makespan * (1 + 1e-12);
+}
+
+static void print_summary(summary_t *s) {
+  if (s->seed_at < 0 || s->default_at < 0 || s->n == 0) return;
+  double med = median(s->over_lb, (size_t)s->n);
+  printf("{\"summary\":\"default_vs_seed\",\"instances\":%lld",
+         (long long)s->n);
+  put_num("moved_bytes_ratio_total",
+          s->seed_moved ? (double)s->default_moved / (double)s->seed_moved
+                        : NAN, "%.6g");
+  put_num("moved_bytes_ratio_max", s->max_ratio >= 0 ? s->max_ratio : NAN,
+          "%.6g");
+  printf(",\"default_makespan_worse\":%lld", (long long)s->worse);
+  put_num("default_over_lb_max", s->over_lb[s->n - 1], "%.9g");
+  put_num("default_over_lb_median", med, "%.9g");
+  printf("}\n");
+}
+
+/* ---- the grid ------------------------------------------------------------ */
+
+typedef struct bench {
+  const options_t *o;
+  instance_t in;
+  dpshim_plan_t plan[MAX_LIST]; /* one per algorithm, reused as the shim does */
+  cell_t cell[MAX_LIST];
+  outcome_t result[MAX_LIST];
+  summary_t summary;
+} bench_t;
+
+static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
+  const options_t *o = b->o;
+  int64_t samples = 0;
+  for (int a = 0; a < o->nalgos; a++) {
+    cell_t *c = &b->cell[a];
+    *c = (cell_t){.over_lb = c->over_lb, .solve_us = c->solve_us};
+  }
+  for (long s = 0; s < o->seeds; s++) {
+    make_instance(w, ranks, s + 1, &b->in);
+    samples += b->in.n;
+    for (int a = 0; a < o->nalgos; a++) {
+      solve(o, &b->in, o->algo[a], &b->plan[a], &b->result[a]);
+      cell_add(&b->cell[a], s, &b->result[a]);
+    }
+    summary_add(&b->summary, b->result);
+  }
+  for (int a = 0; a < o->nalgos; a++)
+    print_cell(w->name, ranks, o->seeds, samples, o->algo[a], &b->cell[a]);
+  fflush(stdout);
+}
+
+static void bench_init(bench_t *b, const options_t *o, int64_t instances) {
+  *b = (bench_t){.o = o};
+  b->in.rep_us = grow(NULL, (size_t)o->reps * sizeof(double));
+  for (int a = 0; a < o->nalgos; a++) {
+    dpshim_plan_init(&b->plan[a]);
+    b->cell[a].over_lb = grow(NULL, (size_t)o->seeds * sizeof(double));
+    b->cell[a].solve_us = grow(NULL, (size_t)o->seeds * sizeof(double));
+  }
+  b->summary = (summary_t){.seed_at = algo_index(o, DPSHIM_ALGO_SEED),
+                           .default_at = algo_index(o, DPSHIM_ALGO_DEFAULT),
+                           .max_ratio = -1};
+  b->summary.over_lb = grow(NULL, (size_t)instances * sizeof(double));
+}
+
+static void bench_free(bench_t *b) {
+  for (int a = 0; a < b->o->nalgos; a++) {
+    dpshim_plan_free(&b->plan[a]);
+    free(b->cell[a].over_lb);
+    free(b->cell[a].solve_us);
+  }
+  free(b->summary.over_lb);
+  free(b->in.samples);
+  free(b->in.tokens);
+  free(b->in.count);
+  free(b->in.rep_us);
+  lengthgen_batch_free(&b->in.batch);
+}
+
+/* The workloads the options name: the lengths file, or each profile. */
+static int workloads(const options_t *o, const lengthgen_file_t *file,
+                     workload_t *w) {
+  if (o->lengths) {
+    int64_t pack = o->pack ? o->pack : FILE_PACK_DEFAULT;
+    w[0] = (workload_t){"file", lengthgen_source_file(file, pack)};
+    return 1;
+  }
+  for (int p = 0; p < o->nprofiles; p++) {
+    w[p] = (workload_t){o->profile[p]->name,
+                        lengthgen_source_profile(o->profile[p])};
+    if (o->pack) w[p].src.pack = o->pack;
+  }
+  return o->nprofiles;
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  parse_options(argc, argv, &o);
+  lengthgen_file_t file = {0};
+  char err[256];
+  if (o.lengths && lengthgen_file_load(o.lengths, &file, err, sizeof err) < 0) {
+    fprintf(stderr, PROG ": --lengths: %s\n", err);
+    return 2;
+  }
+  workload_t w[MAX_LIST];
+  int nw = workloads(&o, &file, w);
+  bench_t b;
+  bench_init(&b, &o, (int64_t)nw * o.nranks * o.seeds);
+  for (int p = 0; p < nw; p++)
+    for (int r = 0; r < o.nranks; r++) run_cell(&b, &w[p], o.ranks[r]);
+  print_summary(&b.summary);
+  bench_free(&b);
+  lengthgen_file_free(&file);
+  return 0;
+}
