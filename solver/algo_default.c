@@ -362,18 +362,6 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   return rc < 0 ? rc : group_by_origin(s);
 }
 
-/* The least-loaded rank is often full of short samples up to the token
- * cap; then any rank may be the receiver, for a move. */
-static candidate_t best_move_anywhere(const state_t *s, int32_t hi, int32_t *to) {
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  for (int32_t r = 0; r < s->ctx->ranks && s->count[hi] > 1; r++) {
-    if (r == hi || s->load[r] >= s->load[hi]) continue;
-    for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-      if (consider(s, hi, r, i, -1, &best)) *to = r;
-  }
-  return best;
-}
-
 static int repair(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load);
   if (rc < 0) return rc;
@@ -383,7 +371,6 @@ static int repair(state_t *s) {
     int32_t lo = dpshim__rank_tree_min(&s->tree);
     if (s->load[hi] <= s->target || hi == lo) break;
     candidate_t c = best_exchange(s, hi, lo);
-    if (c.x.give < 0) c = best_move_anywhere(s, hi, &lo);
     if (c.x.give < 0) break;
     relocate(s, c.x.give, lo);
     if (c.x.back >= 0) relocate(s, c.x.back, hi);
