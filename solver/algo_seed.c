@@ -117,6 +117,7 @@ static int refine_round(seed_state_t *s) {
   double gap = s->load[hi] - s->load[lo];
   if (hi == lo || gap < SEED_TOLERANCE * s->load[lo]) return 0;
   int64_t i = extreme_sample(s, hi, 1), j = extreme_sample(s, lo, 0);
+  if (i < 0) return 0; /* the busiest rank is busy with history alone */
   int64_t li = ctx->samples[i].len, lj = j >= 0 ? ctx->samples[j].len : 0;
   double ci = ctx->cost[i], cj = j >= 0 ? ctx->cost[j] : 0;
   int move_ok = s->count[hi] > 1 && fits(s, lo, li, 0);

@@ -425,6 +425,9 @@ typedef struct summary {
   int64_t n;
   double *over_lb; /* [instances] default's makespan / LB */
   int64_t default_moved, seed_moved, worse;
+  /* The same over the instances seed applied (it skips when one sample
+   * costs more than the mean load, moving nothing). */
+  int64_t seed_applied, default_moved_applied, seed_moved_applied;
   double max_ratio; /* -1 until some instance had seed move bytes */
 } summary_t;
 
@@ -440,6 +443,11 @@ static void summary_add(summary_t *s, const outcome_t *r) {
   s->over_lb[s->n++] = d->over_lb;
   s->default_moved += d->bytes_moved;
   s->seed_moved += e->bytes_moved;
+  if (e->applied) {
+    s->seed_applied++;
+    s->default_moved_applied += d->bytes_moved;
+    s->seed_moved_applied += e->bytes_moved;
+  }
   if (e->bytes_moved > 0)
     s->max_ratio = fmax(s->max_ratio,
                         (double)d->bytes_moved / (double)e->bytes_moved);
@@ -456,6 +464,11 @@ static void print_summary(summary_t *s) {
                         : NAN, "%.6g");
   put_num("moved_bytes_ratio_max", s->max_ratio >= 0 ? s->max_ratio : NAN,
           "%.6g");
+  printf(",\"seed_applied\":%lld", (long long)s->seed_applied);
+  put_num("moved_bytes_ratio_seed_applied",
+          s->seed_moved_applied ? (double)s->default_moved_applied /
+                                      (double)s->seed_moved_applied
+                                : NAN, "%.6g");
   printf(",\"default_makespan_worse\":%lld", (long long)s->worse);
   put_num("default_over_lb_max", s->over_lb[s->n - 1], "%.9g");
   put_num("default_over_lb_median", med, "%.9g");
