@@ -19,11 +19,24 @@ configure() { # dir, extra meson args...
 echo "== build"
 configure build
 ninja -C build
+# meson's own summary is not a line CI reads; this adds "N passed, N failed".
+run_suite() { # label, meson test args...
+  local label=$1 out rc=0; shift
+  out=$(mktemp)
+  meson test "$@" --print-errorlogs 2>&1 | tee "$out" || rc=$?
+  passed=$(( passed + $(awk '/^Ok:/ {print $2}' "$out") ))
+  failed=$(( failed + $(awk '/^(Fail|Timeout|Unexpected Pass):/ {n += $NF} END {print n+0}' "$out") ))
+  rm -f "$out"
+  [ "$rc" -eq 0 ] || { echo "$label: $passed passed, $failed failed"; exit "$rc"; }
+}
+passed=0 failed=0
+
 echo "== tests"
-meson test -C build --print-errorlogs
+run_suite tests -C build
 
 echo "== unit tests under ASan+UBSan"
 configure build-asan -Db_sanitize=address,undefined -Db_lundef=false
 ninja -C build-asan
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --suite unit --print-errorlogs
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+run_suite sanitizers -C build-asan --suite unit
+echo "all: $passed passed, $failed failed"
