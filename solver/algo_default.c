@@ -7,16 +7,17 @@
  *      could absorb; if still above U, the cheapest single sample that gets it
  *      there;
  *   2. place: shed samples, longest first, go to the least-loaded rank they
- *      fit (load within U, tokens within the cap); when none of the few least
- *      loaded ranks has room, the least loaded one makes room by shedding its
- *      own shorter samples, which are placed in their turn;
+ *      fit (load within U, tokens within the cap); a big sample that fits
+ *      nowhere makes room on one of the least loaded ranks, which sheds its
+ *      own shorter samples, placed in their turn; a small one goes to the
+ *      least-loaded rank within the cap, else home;
  *   3. repair: while the busiest rank exceeds U, it hands work to the least
  *      busy one: a move or a one-for-one swap that keeps the receiver within
  *      U with the most useful cost per byte (a sample going home, or moving
  *      again, is free), else the one that lowers the larger load most.
- * A rank keeps at least one sample, the cap is never crossed (a sample that
- * fits nowhere goes home), and the plan is applied only if it lowers the
- * maximum load. */
+ * A rank keeps at least one sample; every move checks the cap (only a sample
+ * sent home can cross it, if home has meanwhile been filled: not seen in the
+ * property tests); the plan is applied only if it lowers the maximum load. */
 #include <math.h>
 
 #include "internal.h"
