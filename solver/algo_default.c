@@ -19,14 +19,22 @@
  * sent home can cross it, if home has meanwhile been filled: not seen in the
  * property tests); the plan is applied only if it lowers the maximum load. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "internal.h"
 #include "rank_heap.h"
 #include "rank_tree.h"
 
-#define TOLERANCE 1e-3
+#define TOLERANCE 3e-4
 #define ROUNDS_PER_RANK 16
 #define MAKE_ROOM_TRIES 64 /* least-loaded ranks asked to make room */
+#ifndef USE_SWAP_ANYWHERE
+#define USE_SWAP_ANYWHERE 0
+#endif
+#ifndef FRINGE
+#define FRINGE 0.01
+#endif
+#define SWAP_SCAN 64 /* same-cost samples tried per swap candidate */
 #define BIG_SAMPLE 0.05     /* share of LB above which a sample may evict */
 
 typedef struct state {
@@ -36,10 +44,14 @@ typedef struct state {
   int64_t *count;
   double *token_key; /* tokens as a heap key */
   double target;     /* U */
-  int64_t *order;         /* [nsamples] by length descending */
+  const int64_t *order;   /* ctx->order */
   int64_t *start, *group; /* order bucketed by origin (CSR) */
   int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
   dpshim__rank_tree_t tree;
+  /* Trades: a rank's samples shortest first, with running sums. */
+  uint64_t *trade_key;
+  double *trade_cost;
+  int64_t *trade_tokens, *trade_bytes;
 } state_t;
 
 typedef struct exchange {
@@ -124,12 +136,27 @@ static void shed_rank(state_t *s, int32_t r, double max_room) {
   }
 }
 
+/* Every rank also offers its shortest samples, up to FRINGE * LB of cost:
+ * placed last, they level the ranks finely, as the tail of LPT does, and
+ * most go home again. */
+static void release_fringe(state_t *s, int32_t r) {
+  double budget = FRINGE * s->ctx->lower_bound;
+  for (int64_t k = s->start[r + 1] - 1; k >= s->start[r] && s->count[r] > 1; k--) {
+    int64_t i = s->group[k];
+    if (s->ctx->dest[i] != r) continue;
+    if (s->ctx->cost[i] > budget) break;
+    budget -= s->ctx->cost[i];
+    take(s, i);
+  }
+}
+
 static void shed(state_t *s) {
   double min_load = s->load[0];
   for (int32_t r = 1; r < s->ctx->ranks; r++) min_load = fmin(min_load, s->load[r]);
   double max_room = s->target - min_load;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
     if (s->load[r] > s->target) shed_rank(s, r, max_room);
+  for (int32_t r = 0; r < s->ctx->ranks; r++) release_fringe(s, r);
 }
 
 /* ---- 2. place ----------------------------------------------------------- */
@@ -214,6 +241,7 @@ static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
 static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len;
+  if (room_for(s, ctx->samples[i].origin, i)) return ctx->samples[i].origin;
   unblock(s, pl, len);
   while (pl->open.size > 0) {
     int32_t r = dpshim__rank_heap_pop_fresh(&pl->open);
@@ -340,7 +368,7 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
                  .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                  .token_key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                  .target = ctx->lower_bound * (1 + TOLERANCE),
-                 .order = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),
+                 .order = ctx->order,
                  .head = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                  .next = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),
                  .prev = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples)};
@@ -359,8 +387,109 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
     link_front(s, i, r);
   }
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
-  int rc = dpshim__order_by_len_desc(ctx, s->order);
-  return rc < 0 ? rc : group_by_origin(s);
+  s->trade_key = DPSHIM__ALLOC(ctx, uint64_t, ctx->nsamples);
+  s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
+  s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  if (!s->trade_key || !s->trade_cost || !s->trade_tokens || !s->trade_bytes)
+    return DPSHIM_ENOMEM;
+  return group_by_origin(s);
+}
+
+/* First position in order[] (cost descending) whose cost is <= c. */
+static int64_t first_at_most(const state_t *s, double c) {
+  int64_t lo = 0, hi = s->ctx->nsamples;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (s->ctx->cost[s->order[mid]] <= c) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* When nothing fits the least-loaded rank, a swap with a sample of nearly
+ * the same cost, on any rank with a little room, still lowers hi. The
+ * partners come from a cost window of order[], not from a scan of ranks:
+ * first those that take hi within U (cost <= c_i - need), then the rest. */
+static candidate_t swap_anywhere(const state_t *s, int32_t hi, int32_t *to) {
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  const double *cost = s->ctx->cost;
+  double need = s->load[hi] - s->target;
+  double span = s->load[hi] - s->load[dpshim__rank_tree_min(&s->tree)];
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    int64_t k0 = first_at_most(s, cost[i] - need);
+    for (int64_t k = k0; k < s->ctx->nsamples && k < k0 + SWAP_SCAN; k++) {
+      int64_t j = s->order[k];
+      if (cost[j] <= cost[i] - span) break;
+      if (s->ctx->dest[j] != hi && consider(s, hi, s->ctx->dest[j], i, j, &best))
+        *to = s->ctx->dest[j];
+    }
+    for (int64_t k = k0 - 1; k >= 0 && k >= k0 - SWAP_SCAN; k--) {
+      int64_t j = s->order[k];
+      if (cost[j] >= cost[i]) break;
+      if (s->ctx->dest[j] != hi && consider(s, hi, s->ctx->dest[j], i, j, &best))
+        *to = s->ctx->dest[j];
+    }
+  }
+  return best;
+}
+
+/* ---- trades under the token cap ---------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* lo's samples shortest first in trade_key (low half: the index), and the
+ * running sums of what handing back the first m of them to hi would move. */
+static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
+  int64_t n = 0;
+  for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
+    s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
+  qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
+  s->trade_cost[0] = 0;
+  s->trade_tokens[0] = s->trade_bytes[0] = 0;
+  for (int64_t m = 0; m < n; m++) {
+    int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
+    s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
+    s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
+    s->trade_bytes[m + 1] = s->trade_bytes[m] + extra_bytes(s, j, hi);
+  }
+  return n;
+}
+
+/* A receiver full up to the token cap can still take a long sample from hi
+ * if it hands back enough of its shortest ones: cost moves, tokens do not.
+ * Returns the best such trade; *back is how many samples go back. */
+static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  int64_t n = index_shortest(s, lo, hi);
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+    if (need <= 0) continue; /* a plain move; best_exchange() saw it */
+    int64_t m = 1;
+    while (m <= n && s->trade_tokens[m] < need) m++;
+    if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
+    exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
+                    extra_bytes(s, i, lo) + s->trade_bytes[m]};
+    if (x.delta <= 0) continue;
+    candidate_t c = rate(s, hi, lo, x);
+    if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
+      best = c;
+      *back = m;
+    }
+  }
+  return best;
+}
+
+static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
+                        int64_t back) {
+  int64_t n = index_shortest(s, lo, hi);
+  relocate(s, give, lo);
+  for (int64_t m = 0; m < back && m < n; m++)
+    relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
 static int repair(state_t *s) {
@@ -372,9 +501,24 @@ static int repair(state_t *s) {
     int32_t lo = dpshim__rank_tree_min(&s->tree);
     if (s->load[hi] <= s->target || hi == lo) break;
     candidate_t c = best_exchange(s, hi, lo);
-    if (c.x.give < 0) break;
-    relocate(s, c.x.give, lo);
-    if (c.x.back >= 0) relocate(s, c.x.back, hi);
+    if (!c.fits && USE_SWAP_ANYWHERE) {
+      int32_t to = lo;
+      candidate_t alt = swap_anywhere(s, hi, &to);
+      if (alt.x.give >= 0 && better(&alt, &c)) {
+        c = alt;
+        lo = to;
+      }
+    }
+    int64_t back = 0;
+    candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
+    if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
+      apply_trade(s, hi, lo, t.x.give, back);
+    } else if (c.x.give >= 0) {
+      relocate(s, c.x.give, lo);
+      if (c.x.back >= 0) relocate(s, c.x.back, hi);
+    } else {
+      break;
+    }
     dpshim__rank_tree_update(&s->tree, hi);
     dpshim__rank_tree_update(&s->tree, lo);
   }

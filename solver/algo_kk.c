@@ -177,13 +177,10 @@ static int64_t merge(kk_t *k, int64_t x, int64_t y, int *rc) {
 static int init_states(kk_t *k) {
   const dpshim__ctx_t *ctx = k->ctx;
   int64_t n = ctx->nsamples;
-  int64_t *order = DPSHIM__ALLOC(ctx, int64_t, n);
   kk_set_t *one = DPSHIM__ALLOC(ctx, kk_set_t, n);
-  if (!order || !one) return DPSHIM_ENOMEM;
-  int rc = dpshim__order_by_len_desc(ctx, order);
-  if (rc < 0) return rc;
+  if (!one) return DPSHIM_ENOMEM;
   for (int64_t s = 0; s < n; s++) {
-    int64_t i = order[s];
+    int64_t i = ctx->order[s];
     k->next[i] = -1;
     k->tail[i] = i;
     one[s] = (kk_set_t){ctx->cost[i], i};

@@ -149,15 +149,13 @@ int dpshim__algo_seed(const dpshim__ctx_t *ctx) {
                     .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                     .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                     .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks)};
-  int64_t *order = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
-  if (!s.load || !s.tokens || !s.count || !order) return DPSHIM_ENOMEM;
+  if (!s.load || !s.tokens || !s.count) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     s.load[r] = ctx->history[r];
     s.tokens[r] = s.count[r] = 0;
   }
   for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = -1;
-  int rc = dpshim__order_by_len_desc(ctx, order);
-  if (rc == 0) rc = lpt(&s, order);
+  int rc = lpt(&s, ctx->order);
   if (rc == 0) rc = build_lists(&s);
   for (int round = 0; rc == 0 && round < SEED_ROUNDS; round++)
     if (!refine_round(&s)) break;

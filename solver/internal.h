@@ -27,6 +27,7 @@ typedef struct dpshim__ctx {
   const double *cost;    /* [nsamples] */
   const double *history; /* [ranks], zeros when the caller gave none */
   const double *load0;   /* [ranks] loads before */
+  const int64_t *order;  /* [nsamples] by length, so cost, descending */
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   double threshold;
   double lower_bound;

@@ -225,6 +225,9 @@ int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if ((rc = validate_arrays(in, p, per_rank)) < 0) return rc;
   if ((rc = build_context(in, p, &ctx)) < 0) return rc;
   ctx.load0 = p->load_before;
+  int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
+  if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
+  ctx.order = order;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   int reason = run_algorithm(in, &ctx, p->imbalance_before);
