@@ -28,13 +28,9 @@
 #define TOLERANCE 3e-4
 #define ROUNDS_PER_RANK 16
 #define MAKE_ROOM_TRIES 64 /* least-loaded ranks asked to make room */
-#ifndef USE_SWAP_ANYWHERE
-#define USE_SWAP_ANYWHERE 0
-#endif
 #ifndef FRINGE
 #define FRINGE 0.01
 #endif
-#define SWAP_SCAN 64 /* same-cost samples tried per swap candidate */
 #define BIG_SAMPLE 0.05     /* share of LB above which a sample may evict */
 
 typedef struct state {
@@ -197,15 +193,30 @@ static void make_room(state_t *s, int32_t r, int64_t i) {
 
 /* Samples are placed longest first, so a rank without token room for one
  * may have room for a later one: such ranks wait in `blocked` (fewest tokens
- * first) instead of being popped again for every sample. */
+ * first) with an infinite key in the `open` tree, instead of being looked at
+ * again for every sample. */
 typedef struct placer {
-  dpshim__rank_heap_t open;    /* by load */
+  dpshim__rank_tree_t open;    /* least key first */
+  double *key;                 /* load, or +inf while blocked */
   dpshim__rank_heap_t blocked; /* by tokens */
-  int32_t *stash;              /* ranks popped from open for this sample */
-  int32_t popped;
 } placer_t;
 
-static void unblock(state_t *s, placer_t *pl, int64_t len) {
+static void set_key(placer_t *pl, int32_t r, double key) {
+  pl->key[r] = key;
+  dpshim__rank_tree_update(&pl->open, r);
+}
+
+/* After r's load changed. */
+static void touch(const state_t *s, placer_t *pl, int32_t r) {
+  if (pl->key[r] != INFINITY) set_key(pl, r, s->load[r]);
+}
+
+static void block(placer_t *pl, int32_t r) {
+  set_key(pl, r, INFINITY);
+  dpshim__rank_heap_push(&pl->blocked, r);
+}
+
+static void unblock(const state_t *s, placer_t *pl, int64_t len) {
   dpshim__rank_heap_t *b = &pl->blocked;
   while (b->size > 0) {
     int32_t r = dpshim__rank_heap_pop_fresh(b);
@@ -213,75 +224,81 @@ static void unblock(state_t *s, placer_t *pl, int64_t len) {
       dpshim__rank_heap_push(b, r);
       return;
     }
-    dpshim__rank_heap_push(&pl->open, r);
+    set_key(pl, r, s->load[r]);
   }
 }
 
-/* Big samples only: the least-loaded of a few ranks from either heap that
- * can shed shorter samples to fit i, or -1. */
+/* The least-loaded open rank; with token room for len, or -1. */
+static int32_t least_loaded_fitting(const state_t *s, placer_t *pl, int64_t len) {
+  for (;;) {
+    int32_t r = dpshim__rank_tree_min(&pl->open);
+    if (pl->key[r] == INFINITY) return -1;
+    if (within_cap(s, r, len)) return r;
+    block(pl, r);
+  }
+}
+
+static int lighter(const state_t *s, int32_t a, int32_t b) {
+  return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* Big samples only: the least-loaded of a few open and a few blocked ranks
+ * that can shed shorter samples to fit i, or -1. */
 static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
-  int32_t from_blocked[MAKE_ROOM_TRIES], nb = 0, best = -1;
-  while (pl->popped < MAKE_ROOM_TRIES && pl->open.size > 0)
-    pl->stash[pl->popped++] = dpshim__rank_heap_pop_fresh(&pl->open);
+  int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
+          best = -1;
+  while (no < MAKE_ROOM_TRIES) {
+    int32_t r = dpshim__rank_tree_min(&pl->open);
+    if (pl->key[r] == INFINITY) break;
+    open[no++] = r;
+    set_key(pl, r, INFINITY); /* hide it to reach the next one */
+  }
   while (nb < MAKE_ROOM_TRIES && pl->blocked.size > 0)
-    from_blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
-  for (int32_t p = 0; p < pl->popped + nb; p++) {
-    int32_t r = p < pl->popped ? pl->stash[p] : from_blocked[p - pl->popped];
-    if ((best < 0 || s->load[r] < s->load[best] ||
-         (s->load[r] == s->load[best] && r < best)) && can_make_room(s, r, i))
-      best = r;
+    blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
+  for (int32_t p = 0; p < no + nb; p++) {
+    int32_t r = p < no ? open[p] : blocked[p - no];
+    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
   }
   if (best >= 0) make_room(s, best, i);
-  for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, from_blocked[p]);
+  for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
+  for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
   return best;
 }
 
-/* The least-loaded rank with room; else, for a big sample, a rank that makes
- * room; else the least-loaded within the cap; else home. */
+/* Home if it has room; else the least-loaded rank with room; else, for a
+ * big sample, a rank that makes room; else the least-loaded within the
+ * cap; else home. */
 static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len;
   if (room_for(s, ctx->samples[i].origin, i)) return ctx->samples[i].origin;
   unblock(s, pl, len);
-  while (pl->open.size > 0) {
-    int32_t r = dpshim__rank_heap_pop_fresh(&pl->open);
-    if (!within_cap(s, r, len)) {
-      dpshim__rank_heap_push(&pl->blocked, r);
-      continue;
-    }
-    pl->stash[pl->popped++] = r;
-    /* Ranks come in load order: once one lacks load room, all later do. */
-    if (s->load[r] + ctx->cost[i] <= s->target) return r;
-    break;
-  }
+  int32_t r = least_loaded_fitting(s, pl, len);
+  if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
   if (ctx->cost[i] >= BIG_SAMPLE * ctx->lower_bound) {
-    int32_t r = room_maker(s, pl, i);
-    if (r >= 0) return r;
+    int32_t maker = room_maker(s, pl, i);
+    if (maker >= 0) return maker;
   }
-  for (int32_t p = 0; p < pl->popped; p++)
-    if (within_cap(s, pl->stash[p], len)) return pl->stash[p];
-  return ctx->samples[i].origin;
+  return r >= 0 ? r : ctx->samples[i].origin;
 }
 
 static int place(state_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
   placer_t pl = {
-      .open = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0, s->load},
+      .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
-                  s->token_key},
-      .stash = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks)};
-  if (!pl.open.e || !pl.blocked.e || !pl.stash) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) dpshim__rank_heap_push(&pl.open, r);
-  for (int64_t k = 0; k < ctx->nsamples; k++) {
+                  s->token_key}};
+  if (!pl.key || !pl.blocked.e) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) pl.key[r] = s->load[r];
+  int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
+  for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
     if (ctx->dest[i] >= 0) continue;
-    pl.popped = 0;
-    give(s, i, choose_receiver(s, &pl, i));
-    /* Popped ranks re-enter with their new loads; a rank given a sample
-     * while still in a heap is caught by pop_fresh(). */
-    for (int32_t p = 0; p < pl.popped; p++) dpshim__rank_heap_push(&pl.open, pl.stash[p]);
+    int32_t r = choose_receiver(s, &pl, i);
+    give(s, i, r);
+    touch(s, &pl, r); /* also covers room_maker's shedding on r */
   }
-  return 0;
+  return rc;
 }
 
 /* ---- 3. repair ---------------------------------------------------------- */
@@ -396,44 +413,6 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   return group_by_origin(s);
 }
 
-/* First position in order[] (cost descending) whose cost is <= c. */
-static int64_t first_at_most(const state_t *s, double c) {
-  int64_t lo = 0, hi = s->ctx->nsamples;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->ctx->cost[s->order[mid]] <= c) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
-
-/* When nothing fits the least-loaded rank, a swap with a sample of nearly
- * the same cost, on any rank with a little room, still lowers hi. The
- * partners come from a cost window of order[], not from a scan of ranks:
- * first those that take hi within U (cost <= c_i - need), then the rest. */
-static candidate_t swap_anywhere(const state_t *s, int32_t hi, int32_t *to) {
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  const double *cost = s->ctx->cost;
-  double need = s->load[hi] - s->target;
-  double span = s->load[hi] - s->load[dpshim__rank_tree_min(&s->tree)];
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    int64_t k0 = first_at_most(s, cost[i] - need);
-    for (int64_t k = k0; k < s->ctx->nsamples && k < k0 + SWAP_SCAN; k++) {
-      int64_t j = s->order[k];
-      if (cost[j] <= cost[i] - span) break;
-      if (s->ctx->dest[j] != hi && consider(s, hi, s->ctx->dest[j], i, j, &best))
-        *to = s->ctx->dest[j];
-    }
-    for (int64_t k = k0 - 1; k >= 0 && k >= k0 - SWAP_SCAN; k--) {
-      int64_t j = s->order[k];
-      if (cost[j] >= cost[i]) break;
-      if (s->ctx->dest[j] != hi && consider(s, hi, s->ctx->dest[j], i, j, &best))
-        *to = s->ctx->dest[j];
-    }
-  }
-  return best;
-}
-
 /* ---- trades under the token cap ---------------------------------------- */
 
 static int cmp_u64(const void *a, const void *b) {
@@ -493,7 +472,7 @@ static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
 }
 
 static int repair(state_t *s) {
-  int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load);
+  int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
   int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
   for (int64_t round = 0; round < rounds; round++) {
@@ -501,14 +480,6 @@ static int repair(state_t *s) {
     int32_t lo = dpshim__rank_tree_min(&s->tree);
     if (s->load[hi] <= s->target || hi == lo) break;
     candidate_t c = best_exchange(s, hi, lo);
-    if (!c.fits && USE_SWAP_ANYWHERE) {
-      int32_t to = lo;
-      candidate_t alt = swap_anywhere(s, hi, &to);
-      if (alt.x.give >= 0 && better(&alt, &c)) {
-        c = alt;
-        lo = to;
-      }
-    }
     int64_t back = 0;
     candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
     if (t.x.give >= 0 && back > 0 && better(&t, &c)) {

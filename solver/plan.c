@@ -181,6 +181,9 @@ static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
                          double imbalance) {
   if (in->algo == DPSHIM_ALGO_NONE) return DPSHIM_SKIP_ALGO_NONE;
   if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
+  int64_t *order = DPSHIM__ALLOC(ctx, int64_t, in->nsamples);
+  if (!order || dpshim__order_by_len_desc(ctx, order) < 0) return DPSHIM_ENOMEM;
+  ctx->order = order;
   return algo_fns[in->algo](ctx);
 }
 
@@ -225,9 +228,6 @@ int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if ((rc = validate_arrays(in, p, per_rank)) < 0) return rc;
   if ((rc = build_context(in, p, &ctx)) < 0) return rc;
   ctx.load0 = p->load_before;
-  int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
-  if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
-  ctx.order = order;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   int reason = run_algorithm(in, &ctx, p->imbalance_before);

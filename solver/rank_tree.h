@@ -11,13 +11,15 @@
 typedef struct dpshim__rank_tree {
   int32_t leaves;     /* power of two >= ranks */
   int32_t ranks;
-  int32_t *hi, *lo;   /* [2 * leaves] winners; node 1 is the root */
+  int32_t *hi, *lo;   /* [2 * leaves] winners; node 1 is the root; hi is
+                         NULL when only the minimum is wanted */
+  double *hi_key, *lo_key; /* [2 * leaves] the winners' loads */
   const double *load; /* [ranks] */
 } dpshim__rank_tree_t;
 
 DPSHIM__HIDDEN int dpshim__rank_tree_init(dpshim__rank_tree_t *t,
                                           const dpshim__ctx_t *ctx,
-                                          const double *load);
+                                          const double *load, int with_max);
 /* Call after load[r] changed. */
 DPSHIM__HIDDEN void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r);
 
