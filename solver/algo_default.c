@@ -31,6 +31,7 @@
 #ifndef FRINGE
 #define FRINGE 0.01
 #endif
+#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
 #define BIG_SAMPLE 0.05     /* share of LB above which a sample may evict */
 
 typedef struct state {
@@ -471,6 +472,36 @@ static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
     relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
+/* When the least-loaded rank is full up to the token cap with short
+ * samples, nothing hi hands it fits. A rank x holding longer samples can
+ * trade one of them for enough of lo's shortest: lo rises at equal tokens,
+ * x falls and gains the room hi needs. Scans every rank, so only for small
+ * rank counts, where the cap binds most. Returns the partner or -1. */
+static int32_t unlock(state_t *s, int32_t lo) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t n = index_shortest(s, lo, lo), give = -1, back = 0;
+  int32_t partner = -1;
+  double best = 0, room = s->target - s->load[lo];
+  for (int32_t x = 0; x < ctx->ranks; x++) {
+    if (x == lo) continue;
+    for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
+      int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+      if (need <= 0) continue;
+      int64_t m = 1;
+      while (m <= n && s->trade_tokens[m] < need) m++;
+      if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
+      double delta = ctx->cost[i] - s->trade_cost[m];
+      if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
+      best = delta;
+      give = i;
+      back = m;
+      partner = x;
+    }
+  }
+  if (partner >= 0) apply_trade(s, partner, lo, give, back);
+  return partner;
+}
+
 static int repair(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
@@ -481,9 +512,13 @@ static int repair(state_t *s) {
     if (s->load[hi] <= s->target || hi == lo) break;
     candidate_t c = best_exchange(s, hi, lo);
     int64_t back = 0;
+    int32_t partner;
     candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
     if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
       apply_trade(s, hi, lo, t.x.give, back);
+    } else if (!t.fits && s->ctx->ranks <= UNLOCK_MAX_RANKS &&
+               (partner = unlock(s, lo)) >= 0) {
+      hi = partner; /* the rank whose load changed, for the update below */
     } else if (c.x.give >= 0) {
       relocate(s, c.x.give, lo);
       if (c.x.back >= 0) relocate(s, c.x.back, hi);
