@@ -40,6 +40,7 @@ typedef struct state {
   int64_t *tokens;
   int64_t *count;
   double *token_key; /* tokens as a heap key */
+  double bound;      /* the cap's lower bound: no plan here does better */
   double target;     /* U */
   const int64_t *order;   /* ctx->order */
   int64_t *start, *group; /* order bucketed by origin (CSR) */
@@ -121,7 +122,7 @@ static void shed_rank(state_t *s, int32_t r, double max_room) {
   int64_t n = s->start[r + 1] - s->start[r];
   for (int64_t k = 0; k < n && s->load[r] > s->target && s->count[r] > 1; k++) {
     int64_t i = own[k];
-    if (cost[i] <= s->load[r] - s->ctx->lower_bound && cost[i] <= max_room)
+    if (cost[i] <= s->load[r] - s->bound && cost[i] <= max_room)
       take(s, i);
   }
   /* Every sample left is larger than the excess: the cheapest one that
@@ -137,7 +138,7 @@ static void shed_rank(state_t *s, int32_t r, double max_room) {
  * placed last, they level the ranks finely, as the tail of LPT does, and
  * most go home again. */
 static void release_fringe(state_t *s, int32_t r) {
-  double budget = FRINGE * s->ctx->lower_bound;
+  double budget = FRINGE * s->bound;
   for (int64_t k = s->start[r + 1] - 1; k >= s->start[r] && s->count[r] > 1; k--) {
     int64_t i = s->group[k];
     if (s->ctx->dest[i] != r) continue;
@@ -276,7 +277,7 @@ static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
   unblock(s, pl, len);
   int32_t r = least_loaded_fitting(s, pl, len);
   if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
-  if (ctx->cost[i] >= BIG_SAMPLE * ctx->lower_bound) {
+  if (ctx->cost[i] >= BIG_SAMPLE * s->bound) {
     int32_t maker = room_maker(s, pl, i);
     if (maker >= 0) return maker;
   }
@@ -326,7 +327,7 @@ typedef struct candidate {
 static candidate_t rate(const state_t *s, int32_t hi, int32_t lo,
                         exchange_t x) {
   candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
-  c.useful = fmin(x.delta, s->load[hi] - s->ctx->lower_bound);
+  c.useful = fmin(x.delta, s->load[hi] - s->bound);
   if (!c.fits) c.value = fmax(s->load[hi] - x.delta, s->load[lo] + x.delta);
   else c.value = x.bytes <= 0 ? INFINITY : c.useful / (double)x.bytes;
   return c;
@@ -385,7 +386,8 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
                  .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                  .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                  .token_key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
-                 .target = ctx->lower_bound * (1 + TOLERANCE),
+                 .bound = ctx->lower_bound_cap,
+                 .target = ctx->lower_bound_cap * (1 + TOLERANCE),
                  .order = ctx->order,
                  .head = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                  .next = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),

@@ -31,6 +31,7 @@ typedef struct dpshim__ctx {
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   double threshold;
   double lower_bound;
+  double lower_bound_cap; /* for plans within the cap; >= lower_bound */
   int32_t *dest;         /* [nsamples], holds origin on entry */
   dpshim__arena_t *arena;
 } dpshim__ctx_t;
@@ -58,6 +59,9 @@ DPSHIM__HIDDEN int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx,
 DPSHIM__HIDDEN double dpshim__imbalance(const double *load, int32_t ranks);
 DPSHIM__HIDDEN double dpshim__max_load(const double *load, int32_t ranks);
 DPSHIM__HIDDEN double dpshim__lower_bound(const dpshim__ctx_t *ctx);
+/* The bound for plans within the token cap, >= from; needs ctx->order. */
+DPSHIM__HIDDEN double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx,
+                                              double from);
 
 /* Gives every rank without a sample the cheapest sample of the rank that
  * holds the most (ties: lowest rank). Used by the baselines. */

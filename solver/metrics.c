@@ -45,6 +45,88 @@ static double water_level(const dpshim__ctx_t *ctx, double work) {
   return NAN; /* unreachable: k == p returns */
 }
 
+/* ---- the token cap's share of the bound ----------------------------------
+ * For plans within the cap only. Relax every sample of cost <= (M - h) / 2
+ * to be divisible; costlier ("big") ones cannot share a rank without
+ * exceeding M. A rank can then take at most min(token room, cost room /
+ * lowest cost density) tokens of divisible work, and at most min(cost room,
+ * token room * highest density) of its cost. When the ranks' capacities fall
+ * short of the divisible work, no plan within the cap reaches M. Holds for
+ * equal histories h, which make the ranks interchangeable. */
+
+typedef struct cap_bound {
+  const dpshim__ctx_t *ctx;
+  const double *pre_cost; /* [n + 1] prefix sums along ctx->order */
+  const int64_t *pre_tok;
+  double h, min_density, max_density;
+} cap_bound_t;
+
+static void add_capacity(const cap_bound_t *b, double cost_room, double tok_room,
+                         double *tok_fit, double *cost_fit) {
+  *tok_fit += fmin(tok_room, cost_room / b->min_density);
+  *cost_fit += fmin(cost_room, tok_room * b->max_density);
+}
+
+static int cap_allows(const cap_bound_t *b, double m) {
+  const dpshim__ctx_t *ctx = b->ctx;
+  int64_t n = ctx->nsamples, big = 0;
+  while (big < n && ctx->cost[ctx->order[big]] > (m - b->h) / 2) big++;
+  if (big > ctx->ranks) return 0;
+  double cap = (double)ctx->cap, tok_fit = 0, cost_fit = 0;
+  for (int64_t k = 0; k < big; k++) {
+    int64_t i = ctx->order[k];
+    double room = m - b->h - ctx->cost[i], tok = cap - (double)ctx->samples[i].len;
+    if (room < 0 || tok < 0) return 0;
+    add_capacity(b, room, tok, &tok_fit, &cost_fit);
+  }
+  double others = (double)(ctx->ranks - big), one_tok = 0, one_cost = 0;
+  add_capacity(b, m - b->h, cap, &one_tok, &one_cost);
+  tok_fit += others * one_tok;
+  cost_fit += others * one_cost;
+  return tok_fit >= (double)(b->pre_tok[n] - b->pre_tok[big]) &&
+         cost_fit >= b->pre_cost[n] - b->pre_cost[big];
+}
+
+static int equal_histories(const dpshim__ctx_t *ctx) {
+  for (int32_t r = 1; r < ctx->ranks; r++)
+    if (ctx->history[r] != ctx->history[0]) return 0;
+  return 1;
+}
+
+double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from) {
+  if (ctx->cap == DPSHIM__NO_CAP || !equal_histories(ctx)) return from;
+  int64_t n = ctx->nsamples;
+  /* A sample longer than the cap: no plan is within it, nothing to bound. */
+  if (ctx->samples[ctx->order[0]].len > ctx->cap) return from;
+  double *pre_cost = DPSHIM__ALLOC(ctx, double, n + 1);
+  int64_t *pre_tok = DPSHIM__ALLOC(ctx, int64_t, n + 1);
+  if (!pre_cost || !pre_tok) return from; /* the weaker bound is still one */
+  cap_bound_t b = {ctx, pre_cost, pre_tok, ctx->history[0], INFINITY, 0};
+  pre_cost[0] = 0;
+  pre_tok[0] = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = ctx->order[k], len = ctx->samples[i].len;
+    pre_cost[k + 1] = pre_cost[k] + ctx->cost[i];
+    pre_tok[k + 1] = pre_tok[k] + len;
+    double density = len > 0 ? ctx->cost[i] / (double)len : INFINITY;
+    b.min_density = fmin(b.min_density, density);
+    b.max_density = fmax(b.max_density, density);
+  }
+  if (cap_allows(&b, from)) return from;
+  double lo = from, hi = 2 * from + 1;
+  while (!cap_allows(&b, hi)) {
+    if (hi > 1e6 * (from + 1)) return from; /* the cap cannot be met at all */
+    lo = hi;
+    hi *= 2;
+  }
+  for (int it = 0; it < 64 && hi - lo > 1e-9 * hi; it++) {
+    double mid = lo + (hi - lo) / 2;
+    if (cap_allows(&b, mid)) hi = mid;
+    else lo = mid;
+  }
+  return lo; /* no plan within the cap has a maximum load of lo or less */
+}
+
 double dpshim__lower_bound(const dpshim__ctx_t *ctx) {
   double work = 0, max_cost = 0, min_cost = INFINITY;
   for (int64_t i = 0; i < ctx->nsamples; i++) {

@@ -181,9 +181,6 @@ static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
                          double imbalance) {
   if (in->algo == DPSHIM_ALGO_NONE) return DPSHIM_SKIP_ALGO_NONE;
   if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
-  int64_t *order = DPSHIM__ALLOC(ctx, int64_t, in->nsamples);
-  if (!order || dpshim__order_by_len_desc(ctx, order) < 0) return DPSHIM_ENOMEM;
-  ctx->order = order;
   return algo_fns[in->algo](ctx);
 }
 
@@ -230,6 +227,11 @@ int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   ctx.load0 = p->load_before;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
+  int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
+  if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
+  ctx.order = order;
+  p->lower_bound_cap = ctx.lower_bound_cap =
+      dpshim__cap_lower_bound(&ctx, ctx.lower_bound);
   int reason = run_algorithm(in, &ctx, p->imbalance_before);
   if (reason < 0) return reason;
   fill_outputs(in, p, &ctx, reason);

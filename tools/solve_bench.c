@@ -270,7 +270,7 @@ typedef struct instance {
 
 /* What one algorithm did to one instance. */
 typedef struct outcome {
-  double makespan, over_lb, imb_before, imb_after, solve_us;
+  double makespan, over_lb, over_lb_cap, imb_before, imb_after, solve_us;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty;
   int applied;
 } outcome_t;
@@ -334,6 +334,7 @@ static void describe(instance_t *in, const dpshim_plan_t *plan,
     if (plan->load_after[r] > max) max = plan->load_after[r];
   out->makespan = max;
   out->over_lb = max / plan->lower_bound;
+  out->over_lb_cap = max / plan->lower_bound_cap;
   out->imb_before = plan->imbalance_before;
   out->imb_after = plan->imbalance_after;
   out->bytes_moved = plan->bytes_moved;
@@ -372,13 +373,14 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
 /* ---- one cell: (workload, ranks) over all seeds -------------------------- */
 
 typedef struct cell {
-  double *over_lb, *solve_us; /* [seeds] */
+  double *over_lb, *over_lb_cap, *solve_us; /* [seeds] */
   double imb_before, imb_after;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty, applied;
 } cell_t;
 
 static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
   c->over_lb[seed_index] = r->over_lb;
+  c->over_lb_cap[seed_index] = r->over_lb_cap;
   c->solve_us[seed_index] = r->solve_us;
   c->imb_before += r->imb_before;
   c->imb_after += r->imb_after;
@@ -405,6 +407,8 @@ static void print_cell(const char *profile, int32_t ranks, long seeds,
          (long long)((samples + seeds / 2) / seeds), dpshim_algo_name(algo));
   put_num("makespan_over_lb", median(c->over_lb, n), "%.9g");
   put_num("makespan_over_lb_max", c->over_lb[n - 1], "%.9g");
+  put_num("makespan_over_lb_cap", median(c->over_lb_cap, n), "%.9g");
+  put_num("makespan_over_lb_cap_max", c->over_lb_cap[n - 1], "%.9g");
   put_num("imbalance_before", c->imb_before / seeds, "%.6g");
   put_num("imbalance_after", c->imb_after / seeds, "%.6g");
   put_num("moved_bytes_fraction",
@@ -423,7 +427,7 @@ static void print_cell(const char *profile, int32_t ranks, long seeds,
 typedef struct summary {
   int seed_at, default_at; /* indices into options.algo, -1 if not run */
   int64_t n;
-  double *over_lb; /* [instances] default's makespan / LB */
+  double *over_lb, *over_lb_cap; /* [instances] default's makespan / bound */
   int64_t default_moved, seed_moved, worse;
   /* The same over the instances seed applied (it skips when one sample
    * costs more than the mean load, moving nothing). */
@@ -440,6 +444,7 @@ static int algo_index(const options_t *o, dpshim_algo_t algo) {
 static void summary_add(summary_t *s, const outcome_t *r) {
   if (s->seed_at < 0 || s->default_at < 0) return;
   const outcome_t *d = &r[s->default_at], *e = &r[s->seed_at];
+  s->over_lb_cap[s->n] = d->over_lb_cap;
   s->over_lb[s->n++] = d->over_lb;
   s->default_moved += d->bytes_moved;
   s->seed_moved += e->bytes_moved;
@@ -472,6 +477,9 @@ static void print_summary(summary_t *s) {
   printf(",\"default_makespan_worse\":%lld", (long long)s->worse);
   put_num("default_over_lb_max", s->over_lb[s->n - 1], "%.9g");
   put_num("default_over_lb_median", med, "%.9g");
+  med = median(s->over_lb_cap, (size_t)s->n);
+  put_num("default_over_lb_cap_max", s->over_lb_cap[s->n - 1], "%.9g");
+  put_num("default_over_lb_cap_median", med, "%.9g");
   printf("}\n");
 }
 
@@ -491,7 +499,8 @@ static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
   int64_t samples = 0;
   for (int a = 0; a < o->nalgos; a++) {
     cell_t *c = &b->cell[a];
-    *c = (cell_t){.over_lb = c->over_lb, .solve_us = c->solve_us};
+    *c = (cell_t){.over_lb = c->over_lb, .over_lb_cap = c->over_lb_cap,
+                  .solve_us = c->solve_us};
   }
   for (long s = 0; s < o->seeds; s++) {
     make_instance(w, ranks, s + 1, &b->in);
@@ -513,21 +522,25 @@ static void bench_init(bench_t *b, const options_t *o, int64_t instances) {
   for (int a = 0; a < o->nalgos; a++) {
     dpshim_plan_init(&b->plan[a]);
     b->cell[a].over_lb = grow(NULL, (size_t)o->seeds * sizeof(double));
+    b->cell[a].over_lb_cap = grow(NULL, (size_t)o->seeds * sizeof(double));
     b->cell[a].solve_us = grow(NULL, (size_t)o->seeds * sizeof(double));
   }
   b->summary = (summary_t){.seed_at = algo_index(o, DPSHIM_ALGO_SEED),
                            .default_at = algo_index(o, DPSHIM_ALGO_DEFAULT),
                            .max_ratio = -1};
   b->summary.over_lb = grow(NULL, (size_t)instances * sizeof(double));
+  b->summary.over_lb_cap = grow(NULL, (size_t)instances * sizeof(double));
 }
 
 static void bench_free(bench_t *b) {
   for (int a = 0; a < b->o->nalgos; a++) {
     dpshim_plan_free(&b->plan[a]);
     free(b->cell[a].over_lb);
+    free(b->cell[a].over_lb_cap);
     free(b->cell[a].solve_us);
   }
   free(b->summary.over_lb);
+  free(b->summary.over_lb_cap);
   free(b->in.samples);
   free(b->in.tokens);
   free(b->in.count);

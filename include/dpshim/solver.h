@@ -80,6 +80,10 @@ typedef struct dpshim_plan {
   double imbalance_before; /* max/mean - 1 */
   double imbalance_after;
   double lower_bound;   /* no assignment can have a smaller maximum load */
+  /* No assignment within the token cap can have a smaller maximum load:
+   * >= lower_bound, computed when there is a cap and the histories are
+   * equal (else equal to lower_bound). */
+  double lower_bound_cap;
   int64_t cap_tokens;   /* the per-rank token cap, or -1 for none */
   int64_t bytes_moved;  /* bytes of the samples whose dest != origin */
   int64_t bytes_total;

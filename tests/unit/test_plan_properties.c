@@ -94,6 +94,22 @@ static void check_consistent(const instance_t *t, const dpshim_plan_t *pl) {
   cr_assert(pl->lower_bound <= after * (1 + 1e-12), "%s: LB %.17g > max %.17g",
             t->desc, pl->lower_bound, after);
   cr_assert(pl->lower_bound <= before * (1 + 1e-12), "%s", t->desc);
+  cr_assert(pl->lower_bound_cap >= pl->lower_bound, "%s", t->desc);
+}
+
+static int within_cap(const dpshim_plan_input_t *in, const int32_t *where,
+                      int64_t cap);
+
+/* The cap's bound holds for every plan within the cap, whichever algorithm
+ * made it, and for the original assignment when it is within the cap. */
+static void check_cap_bound(const instance_t *t, const dpshim_plan_t *pl) {
+  if (pl->cap_tokens < 0) return;
+  if (within_cap(&t->in, pl->dest, pl->cap_tokens)) {
+    double after = max_of(pl->load_after, t->in.ranks);
+    cr_assert(pl->lower_bound_cap <= after * (1 + 1e-9),
+              "%s: cap bound %.17g > max %.17g of a plan within the cap",
+              t->desc, pl->lower_bound_cap, after);
+  }
 }
 
 static int within_cap(const dpshim_plan_input_t *in, const int32_t *where,
@@ -164,6 +180,7 @@ static void run_algo(dpshim_algo_t algo, uint64_t salt) {
     int rc = dpshim_plan_solve(&t.in, &reused);
     cr_assert_eq(rc, 0, "%s: rc %d: %s", t.desc, rc, reused.message);
     check_consistent(&t, &reused);
+    check_cap_bound(&t, &reused);
     if (algo == DPSHIM_ALGO_DEFAULT) check_default(&t, &reused);
     if (algo == DPSHIM_ALGO_SEED && !t.in.history) check_seed(&t, &reused);
     if (algo == DPSHIM_ALGO_NONE)

@@ -1,0 +1,82 @@
+/* The lower bounds every plan is measured against: the plain one (water
+ * level, costliest sample) and the token cap's, worked out by hand. */
+#include <criterion/criterion.h>
+
+#include "plan_fixture.h"
+
+static dpshim_sample_t s[64];
+
+static int close_to(double got, double want) {
+  return fabs(got - want) <= 1e-9 * fmax(1, fabs(want));
+}
+
+Test(plan_bounds, water_level_over_histories) {
+  /* cost = len; histories {0, 0, 9}; samples 2+2+2 on ranks 0, 1, 2. The
+   * work (6) fills ranks 0 and 1 up to 3 before rank 2's 9 is reached:
+   * the level is 3, but rank 2 holds 9 already, so LB = 9 + cheapest (2)
+   * = 11: every rank receives a sample. */
+  for (int32_t r = 0; r < 3; r++) s[r] = (dpshim_sample_t){2, 2, r};
+  double history[3] = {0, 0, 9};
+  dpshim_plan_input_t in = plan_input(3, s, 3, DPSHIM_ALGO_NONE);
+  in.history = history;
+  in.history_len = 3;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert(close_to(pl.lower_bound, 11), "LB %g", pl.lower_bound);
+  cr_assert(close_to(pl.lower_bound_cap, pl.lower_bound),
+            "no cap: the cap's bound is the plain one");
+  dpshim_plan_free(&pl);
+}
+
+/* Two ranks, cost = len^2 + len. Rank 0 holds a 10-token sample (cost 110)
+ * and ten 1-token samples (cost 2 each); rank 1 holds twenty. Tokens 40,
+ * cap = 1.0 * 40 / 2 = 20. Plain LB = max(170 / 2, 110) = 110. Within the
+ * cap rank 1 takes at most 20 of the 30 small samples, so rank 0 keeps at
+ * least 10: 110 + 20 = 130, which the original already achieves. */
+static int64_t cap_bound_instance(void) {
+  int64_t n = 0;
+  s[n++] = (dpshim_sample_t){10, 10, 0};
+  for (int k = 0; k < 30; k++) s[n++] = (dpshim_sample_t){1, 1, k < 10 ? 0 : 1};
+  return n;
+}
+
+Test(plan_bounds, token_cap_raises_the_bound) {
+  int64_t n = cap_bound_instance();
+  dpshim_plan_input_t in = plan_input(2, s, n, DPSHIM_ALGO_DEFAULT);
+  in.model = (dpshim_cost_model_t){1, 1, 0};
+  in.cap_ratio = 1.0;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.cap_tokens, 20);
+  cr_assert(close_to(pl.lower_bound, 110), "LB %g", pl.lower_bound);
+  cr_assert(fabs(pl.lower_bound_cap - 130) <= 1e-6 * 130, "cap LB %.9g",
+            pl.lower_bound_cap);
+  /* Nothing within the cap beats the original: default leaves it. */
+  cr_assert_eq(pl.reason, DPSHIM_SKIP_NO_GAIN, "%s", pl.message);
+  in.cap_ratio = 0;
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert(close_to(pl.lower_bound_cap, 110), "no cap: %g", pl.lower_bound_cap);
+  cr_assert(max_of(pl.load_after, 2) < 130, "without the cap it can do better");
+  dpshim_plan_free(&pl);
+}
+
+Test(plan_bounds, sample_longer_than_the_cap_gives_no_cap_bound) {
+  /* cost = len; 1000 + six 100s on rank 0, three 100s elsewhere; cap =
+   * 1.5 * 2500 / 4 = 937 < 1000: no plan is within the cap. */
+  int64_t n = 0;
+  s[n++] = (dpshim_sample_t){1000, 1000, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0};
+  for (int32_t r = 1; r < 4; r++)
+    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r};
+  dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_NONE);
+  in.cap_ratio = 1.5;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.cap_tokens, 937);
+  cr_assert(close_to(pl.lower_bound_cap, pl.lower_bound), "cap LB %g, LB %g",
+            pl.lower_bound_cap, pl.lower_bound);
+  dpshim_plan_free(&pl);
+}
