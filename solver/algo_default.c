@@ -1,100 +1,38 @@
 /* `default`: reach the lower bound moving as few bytes as possible.
  *
  * The original re-deals every sample, so almost every byte changes rank each
- * step. Here samples start where they are; U = LB * (1 + TOLERANCE):
+ * step. Here samples start where they are. The target is U = B * (1 +
+ * TOLERANCE), B the lower bound for plans within the token cap:
  *   1. shed: every rank above U gives up samples, longest first (the most
- *      cost per byte moved), none that would take it below LB or that no rank
+ *      cost per byte moved), none that would take it below B or that no rank
  *      could absorb; if still above U, the cheapest single sample that gets it
- *      there;
- *   2. place: shed samples, longest first, go to the least-loaded rank they
- *      fit (load within U, tokens within the cap); a big sample that fits
- *      nowhere makes room on one of the least loaded ranks, which sheds its
- *      own shorter samples, placed in their turn; a small one goes to the
- *      least-loaded rank within the cap, else home;
+ *      there. Every rank also offers a fringe of its shortest samples;
+ *   2. place: shed samples, longest first, go home if home has room (load
+ *      within U, tokens within the cap), else to the least-loaded rank with
+ *      room; a big sample that fits nowhere makes room on one of the least
+ *      loaded ranks, which sheds its own shorter samples, placed in their
+ *      turn; a small one goes to the least-loaded rank within the cap, else
+ *      home. The fringe, placed last, levels the ranks finely as the tail of
+ *      LPT does, and mostly goes home;
  *   3. repair: while the busiest rank exceeds U, it hands work to the least
  *      busy one: a move or a one-for-one swap that keeps the receiver within
  *      U with the most useful cost per byte (a sample going home, or moving
- *      again, is free), else the one that lowers the larger load most.
+ *      again, is free), else a trade of one long sample for several of the
+ *      receiver's short ones when the receiver is full up to the cap, else
+ *      the exchange that lowers the larger load most. At small rank counts a
+ *      token-full receiver may first be unlocked by such a trade with any
+ *      rank.
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
  * property tests); the plan is applied only if it lowers the maximum load. */
 #include <math.h>
-#include <stdlib.h>
 
-#include "internal.h"
-#include "rank_heap.h"
-#include "rank_tree.h"
+#include "default_state.h"
 
 #define TOLERANCE 3e-4
-#define ROUNDS_PER_RANK 16
-#define MAKE_ROOM_TRIES 64 /* least-loaded ranks asked to make room */
-#ifndef FRINGE
-#define FRINGE 0.01
-#endif
-#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
-#define BIG_SAMPLE 0.05     /* share of LB above which a sample may evict */
-
-typedef struct state {
-  const dpshim__ctx_t *ctx;
-  double *load;
-  int64_t *tokens;
-  int64_t *count;
-  double *token_key; /* tokens as a heap key */
-  double bound;      /* the cap's lower bound: no plan here does better */
-  double target;     /* U */
-  const int64_t *order;   /* ctx->order */
-  int64_t *start, *group; /* order bucketed by origin (CSR) */
-  int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
-  dpshim__rank_tree_t tree;
-  /* Trades: a rank's samples shortest first, with running sums. */
-  uint64_t *trade_key;
-  double *trade_cost;
-  int64_t *trade_tokens, *trade_bytes;
-} state_t;
-
-typedef struct exchange {
-  int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
-  double delta;       /* load that leaves hi for lo */
-  int64_t bytes;      /* traffic it adds to the plan (negative: saves) */
-} exchange_t;
-
-/* ---- per-rank sample lists ---------------------------------------------- */
-
-static void link_front(state_t *s, int64_t i, int32_t r) {
-  s->prev[i] = -1;
-  s->next[i] = s->head[r];
-  if (s->head[r] >= 0) s->prev[s->head[r]] = i;
-  s->head[r] = i;
-}
-
-static void unlink_sample(state_t *s, int64_t i, int32_t r) {
-  if (s->prev[i] >= 0) s->next[s->prev[i]] = s->next[i];
-  else s->head[r] = s->next[i];
-  if (s->next[i] >= 0) s->prev[s->next[i]] = s->prev[i];
-}
+#define FRINGE 0.01 /* share of B each rank offers as short samples */
 
 /* ---- 1. shed ------------------------------------------------------------ */
-
-static void take(state_t *s, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int32_t r = ctx->dest[i];
-  unlink_sample(s, i, r);
-  s->load[r] -= ctx->cost[i];
-  s->tokens[r] -= ctx->samples[i].len;
-  s->token_key[r] = (double)s->tokens[r];
-  s->count[r]--;
-  ctx->dest[i] = -1;
-}
-
-static void give(state_t *s, int64_t i, int32_t r) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  link_front(s, i, r);
-  s->load[r] += ctx->cost[i];
-  s->tokens[r] += ctx->samples[i].len;
-  s->token_key[r] = (double)s->tokens[r];
-  s->count[r]++;
-  ctx->dest[i] = r;
-}
 
 /* order[] bucketed by origin, length-descending inside each rank. */
 static int group_by_origin(state_t *s) {
@@ -157,227 +95,6 @@ static void shed(state_t *s) {
   for (int32_t r = 0; r < s->ctx->ranks; r++) release_fringe(s, r);
 }
 
-/* ---- 2. place ----------------------------------------------------------- */
-
-static int room_for(const state_t *s, int32_t r, int64_t i) {
-  return s->load[r] + s->ctx->cost[i] <= s->target &&
-         s->tokens[r] + s->ctx->samples[i].len <= s->ctx->cap;
-}
-
-static int within_cap(const state_t *s, int32_t r, int64_t len) {
-  return s->tokens[r] + len <= s->ctx->cap;
-}
-
-/* Whether rank r could fit sample i by shedding its own shorter samples. */
-static int can_make_room(const state_t *s, int32_t r, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  double load = s->load[r];
-  int64_t tokens = s->tokens[r];
-  for (int64_t k = s->start[r]; k < s->start[r + 1]; k++) {
-    int64_t j = s->group[k];
-    if (ctx->dest[j] != r || ctx->samples[j].len >= ctx->samples[i].len) continue;
-    load -= ctx->cost[j];
-    tokens -= ctx->samples[j].len;
-  }
-  return load + ctx->cost[i] <= s->target &&
-         tokens + ctx->samples[i].len <= ctx->cap;
-}
-
-/* Rank r sheds its own samples shorter than i, longest first, until i fits;
- * they come later in order[] and are placed in their turn. */
-static void make_room(state_t *s, int32_t r, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  for (int64_t k = s->start[r]; k < s->start[r + 1] && !room_for(s, r, i); k++) {
-    int64_t j = s->group[k];
-    if (ctx->dest[j] == r && ctx->samples[j].len < ctx->samples[i].len) take(s, j);
-  }
-}
-
-/* Samples are placed longest first, so a rank without token room for one
- * may have room for a later one: such ranks wait in `blocked` (fewest tokens
- * first) with an infinite key in the `open` tree, instead of being looked at
- * again for every sample. */
-typedef struct placer {
-  dpshim__rank_tree_t open;    /* least key first */
-  double *key;                 /* load, or +inf while blocked */
-  dpshim__rank_heap_t blocked; /* by tokens */
-} placer_t;
-
-static void set_key(placer_t *pl, int32_t r, double key) {
-  pl->key[r] = key;
-  dpshim__rank_tree_update(&pl->open, r);
-}
-
-/* After r's load changed. */
-static void touch(const state_t *s, placer_t *pl, int32_t r) {
-  if (pl->key[r] != INFINITY) set_key(pl, r, s->load[r]);
-}
-
-static void block(placer_t *pl, int32_t r) {
-  set_key(pl, r, INFINITY);
-  dpshim__rank_heap_push(&pl->blocked, r);
-}
-
-static void unblock(const state_t *s, placer_t *pl, int64_t len) {
-  dpshim__rank_heap_t *b = &pl->blocked;
-  while (b->size > 0) {
-    int32_t r = dpshim__rank_heap_pop_fresh(b);
-    if (!within_cap(s, r, len)) {
-      dpshim__rank_heap_push(b, r);
-      return;
-    }
-    set_key(pl, r, s->load[r]);
-  }
-}
-
-/* The least-loaded open rank; with token room for len, or -1. */
-static int32_t least_loaded_fitting(const state_t *s, placer_t *pl, int64_t len) {
-  for (;;) {
-    int32_t r = dpshim__rank_tree_min(&pl->open);
-    if (pl->key[r] == INFINITY) return -1;
-    if (within_cap(s, r, len)) return r;
-    block(pl, r);
-  }
-}
-
-static int lighter(const state_t *s, int32_t a, int32_t b) {
-  return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
-}
-
-/* Big samples only: the least-loaded of a few open and a few blocked ranks
- * that can shed shorter samples to fit i, or -1. */
-static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
-  int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
-          best = -1;
-  while (no < MAKE_ROOM_TRIES) {
-    int32_t r = dpshim__rank_tree_min(&pl->open);
-    if (pl->key[r] == INFINITY) break;
-    open[no++] = r;
-    set_key(pl, r, INFINITY); /* hide it to reach the next one */
-  }
-  while (nb < MAKE_ROOM_TRIES && pl->blocked.size > 0)
-    blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
-  for (int32_t p = 0; p < no + nb; p++) {
-    int32_t r = p < no ? open[p] : blocked[p - no];
-    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
-  }
-  if (best >= 0) make_room(s, best, i);
-  for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
-  for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
-  return best;
-}
-
-/* Home if it has room; else the least-loaded rank with room; else, for a
- * big sample, a rank that makes room; else the least-loaded within the
- * cap; else home. */
-static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t len = ctx->samples[i].len;
-  if (room_for(s, ctx->samples[i].origin, i)) return ctx->samples[i].origin;
-  unblock(s, pl, len);
-  int32_t r = least_loaded_fitting(s, pl, len);
-  if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
-  if (ctx->cost[i] >= BIG_SAMPLE * s->bound) {
-    int32_t maker = room_maker(s, pl, i);
-    if (maker >= 0) return maker;
-  }
-  return r >= 0 ? r : ctx->samples[i].origin;
-}
-
-static int place(state_t *s) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  placer_t pl = {
-      .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
-      .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
-                  s->token_key}};
-  if (!pl.key || !pl.blocked.e) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) pl.key[r] = s->load[r];
-  int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
-  for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
-    int64_t i = s->order[k];
-    if (ctx->dest[i] >= 0) continue;
-    int32_t r = choose_receiver(s, &pl, i);
-    give(s, i, r);
-    touch(s, &pl, r); /* also covers room_maker's shedding on r */
-  }
-  return rc;
-}
-
-/* ---- 3. repair ---------------------------------------------------------- */
-
-static void relocate(state_t *s, int64_t i, int32_t to) {
-  take(s, i);
-  give(s, i, to);
-}
-
-static int64_t extra_bytes(const state_t *s, int64_t i, int32_t to) {
-  const dpshim_sample_t *smp = &s->ctx->samples[i];
-  int was_moved = s->ctx->dest[i] != smp->origin;
-  int will_move = to != smp->origin;
-  return (will_move - was_moved) * smp->bytes;
-}
-
-typedef struct candidate {
-  exchange_t x;
-  int fits;     /* receiver stays within U */
-  double value; /* fits: useful cost per byte (free: +inf); else: the peak */
-  double useful;
-} candidate_t;
-
-static candidate_t rate(const state_t *s, int32_t hi, int32_t lo,
-                        exchange_t x) {
-  candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
-  c.useful = fmin(x.delta, s->load[hi] - s->bound);
-  if (!c.fits) c.value = fmax(s->load[hi] - x.delta, s->load[lo] + x.delta);
-  else c.value = x.bytes <= 0 ? INFINITY : c.useful / (double)x.bytes;
-  return c;
-}
-
-static int better(const candidate_t *a, const candidate_t *b) {
-  if (b->x.give < 0 || a->fits != b->fits) return b->x.give < 0 || a->fits;
-  if (!a->fits) {
-    if (a->value != b->value) return a->value < b->value;
-    return a->x.bytes < b->x.bytes;
-  }
-  if (a->value != b->value) return a->value > b->value;
-  if (a->useful != b->useful) return a->useful > b->useful;
-  return a->x.bytes < b->x.bytes;
-}
-
-/* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
- * the best. */
-static int consider(const state_t *s, int32_t hi, int32_t lo, int64_t i,
-                    int64_t j, candidate_t *best) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  exchange_t x = {i, j, ctx->cost[i], extra_bytes(s, i, lo)};
-  int64_t dlen = ctx->samples[i].len;
-  if (j >= 0) {
-    x.delta -= ctx->cost[j];
-    x.bytes += extra_bytes(s, j, hi);
-    dlen -= ctx->samples[j].len;
-  }
-  if (x.delta <= 0) return 0;
-  if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
-  candidate_t c = rate(s, hi, lo, x);
-  if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
-  if (!better(&c, best)) return 0;
-  *best = c;
-  return 1;
-}
-
-static candidate_t best_exchange(const state_t *s, int32_t hi, int32_t lo) {
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  if (s->count[hi] > 1)
-    for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-      consider(s, hi, lo, i, -1, &best);
-  if (best.x.give >= 0 && best.fits) return best;
-  /* No move fits the receiver: a swap hands over only the difference. */
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-    for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
-      consider(s, hi, lo, i, j, &best);
-  return best;
-}
-
 /* ---- driver ------------------------------------------------------------- */
 
 static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
@@ -416,131 +133,14 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   return group_by_origin(s);
 }
 
-/* ---- trades under the token cap ---------------------------------------- */
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* lo's samples shortest first in trade_key (low half: the index), and the
- * running sums of what handing back the first m of them to hi would move. */
-static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
-  int64_t n = 0;
-  for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
-    s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
-  qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
-  s->trade_cost[0] = 0;
-  s->trade_tokens[0] = s->trade_bytes[0] = 0;
-  for (int64_t m = 0; m < n; m++) {
-    int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
-    s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
-    s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
-    s->trade_bytes[m + 1] = s->trade_bytes[m] + extra_bytes(s, j, hi);
-  }
-  return n;
-}
-
-/* A receiver full up to the token cap can still take a long sample from hi
- * if it hands back enough of its shortest ones: cost moves, tokens do not.
- * Returns the best such trade; *back is how many samples go back. */
-static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  int64_t n = index_shortest(s, lo, hi);
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-    if (need <= 0) continue; /* a plain move; best_exchange() saw it */
-    int64_t m = 1;
-    while (m <= n && s->trade_tokens[m] < need) m++;
-    if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
-    exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    extra_bytes(s, i, lo) + s->trade_bytes[m]};
-    if (x.delta <= 0) continue;
-    candidate_t c = rate(s, hi, lo, x);
-    if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
-      best = c;
-      *back = m;
-    }
-  }
-  return best;
-}
-
-static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
-                        int64_t back) {
-  int64_t n = index_shortest(s, lo, hi);
-  relocate(s, give, lo);
-  for (int64_t m = 0; m < back && m < n; m++)
-    relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
-}
-
-/* When the least-loaded rank is full up to the token cap with short
- * samples, nothing hi hands it fits. A rank x holding longer samples can
- * trade one of them for enough of lo's shortest: lo rises at equal tokens,
- * x falls and gains the room hi needs. Scans every rank, so only for small
- * rank counts, where the cap binds most. Returns the partner or -1. */
-static int32_t unlock(state_t *s, int32_t lo) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t n = index_shortest(s, lo, lo), give = -1, back = 0;
-  int32_t partner = -1;
-  double best = 0, room = s->target - s->load[lo];
-  for (int32_t x = 0; x < ctx->ranks; x++) {
-    if (x == lo) continue;
-    for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
-      int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-      if (need <= 0) continue;
-      int64_t m = 1;
-      while (m <= n && s->trade_tokens[m] < need) m++;
-      if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
-      double delta = ctx->cost[i] - s->trade_cost[m];
-      if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
-      best = delta;
-      give = i;
-      back = m;
-      partner = x;
-    }
-  }
-  if (partner >= 0) apply_trade(s, partner, lo, give, back);
-  return partner;
-}
-
-static int repair(state_t *s) {
-  int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
-  if (rc < 0) return rc;
-  int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
-  for (int64_t round = 0; round < rounds; round++) {
-    int32_t hi = dpshim__rank_tree_max(&s->tree);
-    int32_t lo = dpshim__rank_tree_min(&s->tree);
-    if (s->load[hi] <= s->target || hi == lo) break;
-    candidate_t c = best_exchange(s, hi, lo);
-    int64_t back = 0;
-    int32_t partner;
-    candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
-    if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
-      apply_trade(s, hi, lo, t.x.give, back);
-    } else if (!t.fits && s->ctx->ranks <= UNLOCK_MAX_RANKS &&
-               (partner = unlock(s, lo)) >= 0) {
-      hi = partner; /* the rank whose load changed, for the update below */
-    } else if (c.x.give >= 0) {
-      relocate(s, c.x.give, lo);
-      if (c.x.back >= 0) relocate(s, c.x.back, hi);
-    } else {
-      break;
-    }
-    dpshim__rank_tree_update(&s->tree, hi);
-    dpshim__rank_tree_update(&s->tree, lo);
-  }
-  return 0;
-}
-
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   state_t s;
   int rc = init_state(&s, ctx);
   if (rc == 0) {
     shed(&s);
-    rc = place(&s);
+    rc = dpshim__default_place(&s);
   }
-  if (rc == 0) rc = repair(&s);
+  if (rc == 0) rc = dpshim__default_repair(&s);
   if (rc < 0) return rc;
   /* Judge on loads summed afresh, not the running totals, whose rounding
    * depends on the path taken. */

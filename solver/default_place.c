@@ -1,0 +1,145 @@
+/* Step 2 of `default`: shed samples, longest first, go home or to the
+ * least-loaded rank with room; a big one that fits nowhere makes room. */
+#include <math.h>
+
+#include "default_state.h"
+#include "rank_heap.h"
+
+#define MAKE_ROOM_TRIES 64 /* least-loaded ranks asked to make room */
+#define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
+
+/* Whether rank r could fit sample i by shedding its own shorter samples. */
+static int can_make_room(const state_t *s, int32_t r, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  double load = s->load[r];
+  int64_t tokens = s->tokens[r];
+  for (int64_t k = s->start[r]; k < s->start[r + 1]; k++) {
+    int64_t j = s->group[k];
+    if (ctx->dest[j] != r || ctx->samples[j].len >= ctx->samples[i].len) continue;
+    load -= ctx->cost[j];
+    tokens -= ctx->samples[j].len;
+  }
+  return load + ctx->cost[i] <= s->target &&
+         tokens + ctx->samples[i].len <= ctx->cap;
+}
+
+/* Rank r sheds its own samples shorter than i, longest first, until i fits;
+ * they come later in order[] and are placed in their turn. */
+static void make_room(state_t *s, int32_t r, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t k = s->start[r]; k < s->start[r + 1] && !room_for(s, r, i); k++) {
+    int64_t j = s->group[k];
+    if (ctx->dest[j] == r && ctx->samples[j].len < ctx->samples[i].len) take(s, j);
+  }
+}
+
+/* Samples are placed longest first, so a rank without token room for one
+ * may have room for a later one: such ranks wait in `blocked` (fewest tokens
+ * first) with an infinite key in the `open` tree, instead of being looked at
+ * again for every sample. */
+typedef struct placer {
+  dpshim__rank_tree_t open;    /* least key first */
+  double *key;                 /* load, or +inf while blocked */
+  dpshim__rank_heap_t blocked; /* by tokens */
+} placer_t;
+
+static void set_key(placer_t *pl, int32_t r, double key) {
+  pl->key[r] = key;
+  dpshim__rank_tree_update(&pl->open, r);
+}
+
+/* After r's load changed. */
+static void touch(const state_t *s, placer_t *pl, int32_t r) {
+  if (pl->key[r] != INFINITY) set_key(pl, r, s->load[r]);
+}
+
+static void block(placer_t *pl, int32_t r) {
+  set_key(pl, r, INFINITY);
+  dpshim__rank_heap_push(&pl->blocked, r);
+}
+
+static void unblock(const state_t *s, placer_t *pl, int64_t len) {
+  dpshim__rank_heap_t *b = &pl->blocked;
+  while (b->size > 0) {
+    int32_t r = dpshim__rank_heap_pop_fresh(b);
+    if (!within_cap(s, r, len)) {
+      dpshim__rank_heap_push(b, r);
+      return;
+    }
+    set_key(pl, r, s->load[r]);
+  }
+}
+
+/* The least-loaded open rank; with token room for len, or -1. */
+static int32_t least_loaded_fitting(const state_t *s, placer_t *pl, int64_t len) {
+  for (;;) {
+    int32_t r = dpshim__rank_tree_min(&pl->open);
+    if (pl->key[r] == INFINITY) return -1;
+    if (within_cap(s, r, len)) return r;
+    block(pl, r);
+  }
+}
+
+static int lighter(const state_t *s, int32_t a, int32_t b) {
+  return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* Big samples only: the least-loaded of a few open and a few blocked ranks
+ * that can shed shorter samples to fit i, or -1. */
+static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
+  int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
+          best = -1;
+  while (no < MAKE_ROOM_TRIES) {
+    int32_t r = dpshim__rank_tree_min(&pl->open);
+    if (pl->key[r] == INFINITY) break;
+    open[no++] = r;
+    set_key(pl, r, INFINITY); /* hide it to reach the next one */
+  }
+  while (nb < MAKE_ROOM_TRIES && pl->blocked.size > 0)
+    blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
+  for (int32_t p = 0; p < no + nb; p++) {
+    int32_t r = p < no ? open[p] : blocked[p - no];
+    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
+  }
+  if (best >= 0) make_room(s, best, i);
+  for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
+  for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
+  return best;
+}
+
+/* Home if it has room; else the least-loaded rank with room; else, for a
+ * big sample, a rank that makes room; else the least-loaded within the
+ * cap; else home. */
+static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t len = ctx->samples[i].len;
+  if (room_for(s, ctx->samples[i].origin, i)) return ctx->samples[i].origin;
+  unblock(s, pl, len);
+  int32_t r = least_loaded_fitting(s, pl, len);
+  if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
+  if (ctx->cost[i] >= BIG_SAMPLE * s->bound) {
+    int32_t maker = room_maker(s, pl, i);
+    if (maker >= 0) return maker;
+  }
+  return r >= 0 ? r : ctx->samples[i].origin;
+}
+
+int dpshim__default_place(state_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  placer_t pl = {
+      .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+      .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
+                  s->token_key}};
+  if (!pl.key || !pl.blocked.e) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) pl.key[r] = s->load[r];
+  int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
+  for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
+    int64_t i = s->order[k];
+    if (ctx->dest[i] >= 0) continue;
+    int32_t r = choose_receiver(s, &pl, i);
+    give(s, i, r);
+    touch(s, &pl, r); /* also covers room_maker's shedding on r */
+  }
+  return rc;
+}
+

@@ -1,0 +1,195 @@
+/* Step 3 of `default`: while the busiest rank exceeds the target, trade
+ * with the least busy one (moves, swaps, long-for-short trades under the
+ * token cap, and at small rank counts unlocking a token-full receiver). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "default_state.h"
+
+#define ROUNDS_PER_RANK 16
+#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
+
+typedef struct exchange {
+  int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
+  double delta;       /* load that leaves hi for lo */
+  int64_t bytes;      /* traffic it adds to the plan (negative: saves) */
+} exchange_t;
+
+typedef struct candidate {
+  exchange_t x;
+  int fits;     /* receiver stays within U */
+  double value; /* fits: useful cost per byte (free: +inf); else: the peak */
+  double useful;
+} candidate_t;
+
+static candidate_t rate(const state_t *s, int32_t hi, int32_t lo,
+                        exchange_t x) {
+  candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
+  c.useful = fmin(x.delta, s->load[hi] - s->bound);
+  if (!c.fits) c.value = fmax(s->load[hi] - x.delta, s->load[lo] + x.delta);
+  else c.value = x.bytes <= 0 ? INFINITY : c.useful / (double)x.bytes;
+  return c;
+}
+
+static int better(const candidate_t *a, const candidate_t *b) {
+  if (b->x.give < 0 || a->fits != b->fits) return b->x.give < 0 || a->fits;
+  if (!a->fits) {
+    if (a->value != b->value) return a->value < b->value;
+    return a->x.bytes < b->x.bytes;
+  }
+  if (a->value != b->value) return a->value > b->value;
+  if (a->useful != b->useful) return a->useful > b->useful;
+  return a->x.bytes < b->x.bytes;
+}
+
+/* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
+ * the best. */
+static int consider(const state_t *s, int32_t hi, int32_t lo, int64_t i,
+                    int64_t j, candidate_t *best) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  exchange_t x = {i, j, ctx->cost[i], extra_bytes(s, i, lo)};
+  int64_t dlen = ctx->samples[i].len;
+  if (j >= 0) {
+    x.delta -= ctx->cost[j];
+    x.bytes += extra_bytes(s, j, hi);
+    dlen -= ctx->samples[j].len;
+  }
+  if (x.delta <= 0) return 0;
+  if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
+  candidate_t c = rate(s, hi, lo, x);
+  if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
+  if (!better(&c, best)) return 0;
+  *best = c;
+  return 1;
+}
+
+static candidate_t best_exchange(const state_t *s, int32_t hi, int32_t lo) {
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  if (s->count[hi] > 1)
+    for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
+      consider(s, hi, lo, i, -1, &best);
+  if (best.x.give >= 0 && best.fits) return best;
+  /* No move fits the receiver: a swap hands over only the difference. */
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
+    for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
+      consider(s, hi, lo, i, j, &best);
+  return best;
+}
+
+/* ---- trades under the token cap ---------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* lo's samples shortest first in trade_key (low half: the index), and the
+ * running sums of what handing back the first m of them to hi would move. */
+static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
+  int64_t n = 0;
+  for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
+    s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
+  qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
+  s->trade_cost[0] = 0;
+  s->trade_tokens[0] = s->trade_bytes[0] = 0;
+  for (int64_t m = 0; m < n; m++) {
+    int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
+    s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
+    s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
+    s->trade_bytes[m + 1] = s->trade_bytes[m] + extra_bytes(s, j, hi);
+  }
+  return n;
+}
+
+/* A receiver full up to the token cap can still take a long sample from hi
+ * if it hands back enough of its shortest ones: cost moves, tokens do not.
+ * Returns the best such trade; *back is how many samples go back. */
+static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  int64_t n = index_shortest(s, lo, hi);
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+    if (need <= 0) continue; /* a plain move; best_exchange() saw it */
+    int64_t m = 1;
+    while (m <= n && s->trade_tokens[m] < need) m++;
+    if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
+    exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
+                    extra_bytes(s, i, lo) + s->trade_bytes[m]};
+    if (x.delta <= 0) continue;
+    candidate_t c = rate(s, hi, lo, x);
+    if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
+      best = c;
+      *back = m;
+    }
+  }
+  return best;
+}
+
+static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
+                        int64_t back) {
+  int64_t n = index_shortest(s, lo, hi);
+  relocate(s, give, lo);
+  for (int64_t m = 0; m < back && m < n; m++)
+    relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
+}
+
+/* When the least-loaded rank is full up to the token cap with short
+ * samples, nothing hi hands it fits. A rank x holding longer samples can
+ * trade one of them for enough of lo's shortest: lo rises at equal tokens,
+ * x falls and gains the room hi needs. Scans every rank, so only for small
+ * rank counts, where the cap binds most. Returns the partner or -1. */
+static int32_t unlock(state_t *s, int32_t lo) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t n = index_shortest(s, lo, lo), give = -1, back = 0;
+  int32_t partner = -1;
+  double best = 0, room = s->target - s->load[lo];
+  for (int32_t x = 0; x < ctx->ranks; x++) {
+    if (x == lo) continue;
+    for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
+      int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+      if (need <= 0) continue;
+      int64_t m = 1;
+      while (m <= n && s->trade_tokens[m] < need) m++;
+      if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
+      double delta = ctx->cost[i] - s->trade_cost[m];
+      if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
+      best = delta;
+      give = i;
+      back = m;
+      partner = x;
+    }
+  }
+  if (partner >= 0) apply_trade(s, partner, lo, give, back);
+  return partner;
+}
+
+int dpshim__default_repair(state_t *s) {
+  int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
+  if (rc < 0) return rc;
+  int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
+  for (int64_t round = 0; round < rounds; round++) {
+    int32_t hi = dpshim__rank_tree_max(&s->tree);
+    int32_t lo = dpshim__rank_tree_min(&s->tree);
+    if (s->load[hi] <= s->target || hi == lo) break;
+    candidate_t c = best_exchange(s, hi, lo);
+    int64_t back = 0;
+    int32_t partner;
+    candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
+    if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
+      apply_trade(s, hi, lo, t.x.give, back);
+    } else if (!t.fits && s->ctx->ranks <= UNLOCK_MAX_RANKS &&
+               (partner = unlock(s, lo)) >= 0) {
+      hi = partner; /* the rank whose load changed, for the update below */
+    } else if (c.x.give >= 0) {
+      relocate(s, c.x.give, lo);
+      if (c.x.back >= 0) relocate(s, c.x.back, hi);
+    } else {
+      break;
+    }
+    dpshim__rank_tree_update(&s->tree, hi);
+    dpshim__rank_tree_update(&s->tree, lo);
+  }
+  return 0;
+}
+

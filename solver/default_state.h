@@ -1,0 +1,88 @@
+/* The state the three steps of `default` share (algo_default.c sheds and
+ * drives, default_place.c places, default_repair.c repairs): per-rank loads,
+ * tokens and sample lists, and the moves that keep them consistent. */
+#ifndef DPSHIM_SOLVER_DEFAULT_STATE_H
+#define DPSHIM_SOLVER_DEFAULT_STATE_H
+
+#include "internal.h"
+#include "rank_tree.h"
+
+typedef struct state {
+  const dpshim__ctx_t *ctx;
+  double *load;
+  int64_t *tokens;
+  int64_t *count;
+  double *token_key; /* tokens as a heap key */
+  double bound;      /* the cap's lower bound: no plan here does better */
+  double target;     /* U */
+  const int64_t *order;   /* ctx->order */
+  int64_t *start, *group; /* order bucketed by origin (CSR) */
+  int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
+  dpshim__rank_tree_t tree;
+  /* Trades: a rank's samples shortest first, with running sums. */
+  uint64_t *trade_key;
+  double *trade_cost;
+  int64_t *trade_tokens, *trade_bytes;
+} state_t;
+
+/* ---- per-rank sample lists and moves ----------------------------------- */
+
+static inline void link_front(state_t *s, int64_t i, int32_t r) {
+  s->prev[i] = -1;
+  s->next[i] = s->head[r];
+  if (s->head[r] >= 0) s->prev[s->head[r]] = i;
+  s->head[r] = i;
+}
+
+static inline void unlink_sample(state_t *s, int64_t i, int32_t r) {
+  if (s->prev[i] >= 0) s->next[s->prev[i]] = s->next[i];
+  else s->head[r] = s->next[i];
+  if (s->next[i] >= 0) s->prev[s->next[i]] = s->prev[i];
+}
+
+static inline void take(state_t *s, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int32_t r = ctx->dest[i];
+  unlink_sample(s, i, r);
+  s->load[r] -= ctx->cost[i];
+  s->tokens[r] -= ctx->samples[i].len;
+  s->token_key[r] = (double)s->tokens[r];
+  s->count[r]--;
+  ctx->dest[i] = -1;
+}
+
+static inline void give(state_t *s, int64_t i, int32_t r) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  link_front(s, i, r);
+  s->load[r] += ctx->cost[i];
+  s->tokens[r] += ctx->samples[i].len;
+  s->token_key[r] = (double)s->tokens[r];
+  s->count[r]++;
+  ctx->dest[i] = r;
+}
+
+static inline void relocate(state_t *s, int64_t i, int32_t to) {
+  take(s, i);
+  give(s, i, to);
+}
+
+static inline int64_t extra_bytes(const state_t *s, int64_t i, int32_t to) {
+  const dpshim_sample_t *smp = &s->ctx->samples[i];
+  int was_moved = s->ctx->dest[i] != smp->origin;
+  int will_move = to != smp->origin;
+  return (will_move - was_moved) * smp->bytes;
+}
+
+static inline int room_for(const state_t *s, int32_t r, int64_t i) {
+  return s->load[r] + s->ctx->cost[i] <= s->target &&
+         s->tokens[r] + s->ctx->samples[i].len <= s->ctx->cap;
+}
+
+static inline int within_cap(const state_t *s, int32_t r, int64_t len) {
+  return s->tokens[r] + len <= s->ctx->cap;
+}
+
+DPSHIM__HIDDEN int dpshim__default_place(state_t *s);
+DPSHIM__HIDDEN int dpshim__default_repair(state_t *s);
+
+#endif
