@@ -27,6 +27,9 @@ typedef struct dpshim__ctx {
   const double *cost;    /* [nsamples] */
   const double *history; /* [ranks], zeros when the caller gave none */
   const double *load0;   /* [ranks] loads before */
+  dpshim_cost_model_t model;
+  double work;           /* the samples' total cost */
+  int64_t tokens;        /* the samples' total length */
   const int64_t *order;  /* [nsamples] by length, so cost, descending */
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   double threshold;
@@ -55,11 +58,11 @@ DPSHIM__HIDDEN void dpshim__arena_free(dpshim__arena_t *a);
 DPSHIM__HIDDEN int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx,
                                              int64_t *order);
 
-/* max/mean - 1 of loads; 0 when the mean is 0. */
+/* max/mean - 1 of loads; 0 when the mean is 0. The bounds need ctx->order. */
 DPSHIM__HIDDEN double dpshim__imbalance(const double *load, int32_t ranks);
 DPSHIM__HIDDEN double dpshim__max_load(const double *load, int32_t ranks);
 DPSHIM__HIDDEN double dpshim__lower_bound(const dpshim__ctx_t *ctx);
-/* The bound for plans within the token cap, >= from; needs ctx->order. */
+/* The bound for plans within the token cap, >= from. */
 DPSHIM__HIDDEN double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx,
                                               double from);
 

@@ -56,35 +56,56 @@ static double water_level(const dpshim__ctx_t *ctx, double work) {
 
 typedef struct cap_bound {
   const dpshim__ctx_t *ctx;
-  const double *pre_cost; /* [n + 1] prefix sums along ctx->order */
-  const int64_t *pre_tok;
   double h, min_density, max_density;
 } cap_bound_t;
 
+static double min2(double x, double y) { return x < y ? x : y; }
+static double max2(double x, double y) { return x > y ? x : y; }
+
 static void add_capacity(const cap_bound_t *b, double cost_room, double tok_room,
                          double *tok_fit, double *cost_fit) {
-  *tok_fit += fmin(tok_room, cost_room / b->min_density);
-  *cost_fit += fmin(cost_room, tok_room * b->max_density);
+  *tok_fit += min2(tok_room, cost_room / b->min_density);
+  *cost_fit += min2(cost_room, tok_room * b->max_density);
 }
 
 static int cap_allows(const cap_bound_t *b, double m) {
   const dpshim__ctx_t *ctx = b->ctx;
-  int64_t n = ctx->nsamples, big = 0;
-  while (big < n && ctx->cost[ctx->order[big]] > (m - b->h) / 2) big++;
-  if (big > ctx->ranks) return 0;
   double cap = (double)ctx->cap, tok_fit = 0, cost_fit = 0;
-  for (int64_t k = 0; k < big; k++) {
-    int64_t i = ctx->order[k];
+  double big_cost = 0, big_tok = 0;
+  int64_t big = 0;
+  for (; big < ctx->nsamples; big++) {
+    int64_t i = ctx->order[big];
+    if (ctx->cost[i] <= (m - b->h) / 2) break;
+    if (big == ctx->ranks) return 0; /* two big samples would share a rank */
     double room = m - b->h - ctx->cost[i], tok = cap - (double)ctx->samples[i].len;
     if (room < 0 || tok < 0) return 0;
     add_capacity(b, room, tok, &tok_fit, &cost_fit);
+    big_cost += ctx->cost[i];
+    big_tok += (double)ctx->samples[i].len;
   }
   double others = (double)(ctx->ranks - big), one_tok = 0, one_cost = 0;
   add_capacity(b, m - b->h, cap, &one_tok, &one_cost);
   tok_fit += others * one_tok;
   cost_fit += others * one_cost;
-  return tok_fit >= (double)(b->pre_tok[n] - b->pre_tok[big]) &&
-         cost_fit >= b->pre_cost[n] - b->pre_cost[big];
+  return tok_fit >= (double)ctx->tokens - big_tok && cost_fit >= ctx->work - big_cost;
+}
+
+/* cost(len) / len = a len + b + c / len is convex: over the lengths present
+ * it peaks at the shortest or the longest, and it is never below b + 2
+ * sqrt(ac), nor below its value at the shortest length when c = 0. */
+static void density_range(const dpshim__ctx_t *ctx, double *lo, double *hi) {
+  dpshim_cost_model_t m = ctx->model;
+  int64_t longest = ctx->samples[ctx->order[0]].len;
+  int64_t shortest = ctx->samples[ctx->order[ctx->nsamples - 1]].len;
+  if (shortest == 0) { /* cost without tokens: no density bounds it */
+    *lo = m.b + 2 * sqrt(m.a * m.c);
+    *hi = INFINITY;
+    return;
+  }
+  double at_short = dpshim_cost(m, shortest) / (double)shortest;
+  double at_long = dpshim_cost(m, longest) / (double)longest;
+  *lo = m.c == 0 ? at_short : m.b + 2 * sqrt(m.a * m.c);
+  *hi = max2(at_short, at_long);
 }
 
 static int equal_histories(const dpshim__ctx_t *ctx) {
@@ -95,23 +116,11 @@ static int equal_histories(const dpshim__ctx_t *ctx) {
 
 double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from) {
   if (ctx->cap == DPSHIM__NO_CAP || !equal_histories(ctx)) return from;
-  int64_t n = ctx->nsamples;
   /* A sample longer than the cap: no plan is within it, nothing to bound. */
   if (ctx->samples[ctx->order[0]].len > ctx->cap) return from;
-  double *pre_cost = DPSHIM__ALLOC(ctx, double, n + 1);
-  int64_t *pre_tok = DPSHIM__ALLOC(ctx, int64_t, n + 1);
-  if (!pre_cost || !pre_tok) return from; /* the weaker bound is still one */
-  cap_bound_t b = {ctx, pre_cost, pre_tok, ctx->history[0], INFINITY, 0};
-  pre_cost[0] = 0;
-  pre_tok[0] = 0;
-  for (int64_t k = 0; k < n; k++) {
-    int64_t i = ctx->order[k], len = ctx->samples[i].len;
-    pre_cost[k + 1] = pre_cost[k] + ctx->cost[i];
-    pre_tok[k + 1] = pre_tok[k] + len;
-    double density = len > 0 ? ctx->cost[i] / (double)len : INFINITY;
-    b.min_density = fmin(b.min_density, density);
-    b.max_density = fmax(b.max_density, density);
-  }
+  cap_bound_t b = {ctx, ctx->history[0], 0, 0};
+  density_range(ctx, &b.min_density, &b.max_density);
+  if (!(b.min_density > 0)) return from; /* free tokens bound nothing */
   if (cap_allows(&b, from)) return from;
   double lo = from, hi = 2 * from + 1;
   while (!cap_allows(&b, hi)) {
@@ -128,22 +137,18 @@ double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from) {
 }
 
 double dpshim__lower_bound(const dpshim__ctx_t *ctx) {
-  double work = 0, max_cost = 0, min_cost = INFINITY;
-  for (int64_t i = 0; i < ctx->nsamples; i++) {
-    work += ctx->cost[i];
-    if (ctx->cost[i] > max_cost) max_cost = ctx->cost[i];
-    if (ctx->cost[i] < min_cost) min_cost = ctx->cost[i];
-  }
+  double work = ctx->work, max_cost = ctx->cost[ctx->order[0]],
+         min_cost = ctx->cost[ctx->order[ctx->nsamples - 1]];
   double min_h = ctx->history[0], max_h = ctx->history[0];
   for (int32_t r = 1; r < ctx->ranks; r++) {
-    min_h = fmin(min_h, ctx->history[r]);
-    max_h = fmax(max_h, ctx->history[r]);
+    min_h = min2(min_h, ctx->history[r]);
+    max_h = max2(max_h, ctx->history[r]);
   }
   /* Equal histories (the common, single micro-batch case) need no sort. */
   double level = min_h == max_h ? min_h + work / ctx->ranks
                                 : water_level(ctx, work);
   /* The costliest sample lands somewhere; every rank receives a sample. */
-  return fmax(level, fmax(min_h + max_cost, max_h + min_cost));
+  return max2(level, max2(min_h + max_cost, max_h + min_cost));
 }
 
 static int32_t fullest_rank(const int64_t *count, int32_t ranks) {

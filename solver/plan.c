@@ -168,6 +168,10 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     history[r] = in->history ? in->history[r] : 0;
   ctx->cost = cost;
   ctx->history = history;
+  ctx->model = in->model;
+  ctx->tokens = tokens;
+  ctx->work = 0;
+  for (int64_t i = 0; i < in->nsamples; i++) ctx->work += cost[i];
   ctx->cap = in->cap_ratio > 0
                  ? (int64_t)floor(in->cap_ratio * (double)tokens / in->ranks)
                  : DPSHIM__NO_CAP;
@@ -226,10 +230,10 @@ int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if ((rc = build_context(in, p, &ctx)) < 0) return rc;
   ctx.load0 = p->load_before;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
-  p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
   if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
   ctx.order = order;
+  p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   p->lower_bound_cap = ctx.lower_bound_cap =
       dpshim__cap_lower_bound(&ctx, ctx.lower_bound);
   int reason = run_algorithm(in, &ctx, p->imbalance_before);

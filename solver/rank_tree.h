@@ -8,13 +8,18 @@
 
 #include "internal.h"
 
+/* A match's winner, with its load beside it so a replay reads only the
+ * tree. Padding leaves hold rank -1 and lose every match. */
+typedef struct dpshim__rank_slot {
+  double key;
+  int32_t rank;
+} dpshim__rank_slot_t;
+
 typedef struct dpshim__rank_tree {
-  int32_t leaves;     /* power of two >= ranks */
-  int32_t ranks;
-  int32_t *hi, *lo;   /* [2 * leaves] winners; node 1 is the root; hi is
-                         NULL when only the minimum is wanted */
-  double *hi_key, *lo_key; /* [2 * leaves] the winners' loads */
-  const double *load; /* [ranks] */
+  int32_t leaves;          /* power of two >= ranks */
+  dpshim__rank_slot_t *hi; /* [2 * leaves]; node 1 is the root; NULL when */
+  dpshim__rank_slot_t *lo; /* only the minimum is wanted */
+  const double *load;      /* [ranks] */
 } dpshim__rank_tree_t;
 
 DPSHIM__HIDDEN int dpshim__rank_tree_init(dpshim__rank_tree_t *t,
@@ -24,10 +29,10 @@ DPSHIM__HIDDEN int dpshim__rank_tree_init(dpshim__rank_tree_t *t,
 DPSHIM__HIDDEN void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r);
 
 static inline int32_t dpshim__rank_tree_max(const dpshim__rank_tree_t *t) {
-  return t->hi[1];
+  return t->hi[1].rank;
 }
 static inline int32_t dpshim__rank_tree_min(const dpshim__rank_tree_t *t) {
-  return t->lo[1];
+  return t->lo[1].rank;
 }
 
 #endif
