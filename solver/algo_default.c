@@ -29,7 +29,7 @@
 
 #include "default_state.h"
 
-#define TOLERANCE 3e-4
+#define TOLERANCE 1e-4
 #define FRINGE 0.01 /* share of B each rank offers as short samples */
 
 /* ---- 1. shed ------------------------------------------------------------ */
@@ -124,12 +124,16 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
     link_front(s, i, r);
   }
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
+  s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  s->trade_lo = -1;
   s->trade_key = DPSHIM__ALLOC(ctx, uint64_t, ctx->nsamples);
   s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
   s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
-  if (!s->trade_key || !s->trade_cost || !s->trade_tokens || !s->trade_bytes)
+  if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
+      !s->trade_bytes)
     return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return group_by_origin(s);
 }
 

@@ -63,29 +63,18 @@ static int consider(const state_t *s, int32_t hi, int32_t lo, int64_t i,
   return 1;
 }
 
-static candidate_t best_exchange(const state_t *s, int32_t hi, int32_t lo) {
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  if (s->count[hi] > 1)
-    for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-      consider(s, hi, lo, i, -1, &best);
-  if (best.x.give >= 0 && best.fits) return best;
-  /* No move fits the receiver: a swap hands over only the difference. */
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-    for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
-      consider(s, hi, lo, i, j, &best);
-  return best;
-}
-
-/* ---- trades under the token cap ---------------------------------------- */
-
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return (x > y) - (x < y);
 }
 
 /* lo's samples shortest first in trade_key (low half: the index), and the
- * running sums of what handing back the first m of them to hi would move. */
+ * running sums of what handing back the first m of them to hi would move.
+ * Kept while neither rank changes: the repair asks again and again. */
 static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
+  if (s->trade_lo == lo && s->trade_hi == hi &&
+      s->trade_version == s->version[lo] + s->version[hi])
+    return s->trade_n;
   int64_t n = 0;
   for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
     s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
@@ -98,7 +87,61 @@ static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
     s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
     s->trade_bytes[m + 1] = s->trade_bytes[m] + extra_bytes(s, j, hi);
   }
-  return n;
+  s->trade_lo = lo;
+  s->trade_hi = hi;
+  s->trade_version = s->version[lo] + s->version[hi];
+  return s->trade_n = n;
+}
+
+/* The position in trade_key (lo's samples by cost ascending) of the last
+ * sample costing <= c, or -1. */
+static int64_t last_at_most(const state_t *s, int64_t n, double c) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (s->ctx->cost[s->trade_key[mid] & UINT32_MAX] <= c) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo - 1;
+}
+
+static candidate_t best_exchange(state_t *s, int32_t hi, int32_t lo) {
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  if (s->count[hi] > 1)
+    for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
+      consider(s, hi, lo, i, -1, &best);
+  if (best.x.give >= 0 && best.fits) return best;
+  /* No move fits the receiver: a swap hands over only the difference.
+   * With lo's samples sorted by cost, each of hi's needs only the partners
+   * next to three costs: the one that just takes hi within U, the one that
+   * just fills lo to U, and the one that evens the pair. */
+  int64_t n = index_shortest(s, lo, hi);
+  double need = s->load[hi] - s->target, room = s->target - s->load[lo];
+  double even = (s->load[hi] - s->load[lo]) / 2;
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    double aim[3] = {s->ctx->cost[i] - need, s->ctx->cost[i] - room,
+                     s->ctx->cost[i] - even};
+    for (int a = 0; a < 3; a++) {
+      int64_t m = last_at_most(s, n, aim[a]);
+      for (int64_t k = m; k <= m + 1; k++)
+        if (k >= 0 && k < n)
+          consider(s, hi, lo, i, (int64_t)(s->trade_key[k] & UINT32_MAX), &best);
+    }
+  }
+  return best;
+}
+
+/* ---- trades under the token cap ---------------------------------------- */
+
+/* The first m with trade_tokens[m] >= need, or n + 1. */
+static int64_t shortest_covering(const state_t *s, int64_t n, int64_t need) {
+  int64_t lo = 1, hi = n + 1;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (s->trade_tokens[mid] >= need) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 /* A receiver full up to the token cap can still take a long sample from hi
@@ -111,8 +154,7 @@ static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back)
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
     int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
-    int64_t m = 1;
-    while (m <= n && s->trade_tokens[m] < need) m++;
+    int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
                     extra_bytes(s, i, lo) + s->trade_bytes[m]};
@@ -137,10 +179,13 @@ static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
 /* When the least-loaded rank is full up to the token cap with short
  * samples, nothing hi hands it fits. A rank x holding longer samples can
  * trade one of them for enough of lo's shortest: lo rises at equal tokens,
- * x falls and gains the room hi needs. Scans every rank, so only for small
- * rank counts, where the cap binds most. Returns the partner or -1. */
+ * x falls and gains the room hi needs. It tries every rank as the partner,
+ * so it runs at small rank counts only, where the cap binds most (at large
+ * ones it cost more than twice the solve for a gain of ~2e-4 of the load).
+ * Returns the partner or -1. */
 static int32_t unlock(state_t *s, int32_t lo) {
   const dpshim__ctx_t *ctx = s->ctx;
+  if (ctx->ranks > UNLOCK_MAX_RANKS) return -1;
   int64_t n = index_shortest(s, lo, lo), give = -1, back = 0;
   int32_t partner = -1;
   double best = 0, room = s->target - s->load[lo];
@@ -149,8 +194,7 @@ static int32_t unlock(state_t *s, int32_t lo) {
     for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
       int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
       if (need <= 0) continue;
-      int64_t m = 1;
-      while (m <= n && s->trade_tokens[m] < need) m++;
+      int64_t m = shortest_covering(s, n, need);
       if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
       double delta = ctx->cost[i] - s->trade_cost[m];
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
@@ -164,6 +208,14 @@ static int32_t unlock(state_t *s, int32_t lo) {
   return partner;
 }
 
+/* Whether the token cap keeps lo from taking hi's longest sample. */
+static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
+  int64_t longest = 0;
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
+    if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
+  return s->tokens[lo] + longest > s->ctx->cap;
+}
+
 int dpshim__default_repair(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
@@ -175,11 +227,11 @@ int dpshim__default_repair(state_t *s) {
     candidate_t c = best_exchange(s, hi, lo);
     int64_t back = 0;
     int32_t partner;
-    candidate_t t = c.fits ? c : best_trade(s, hi, lo, &back);
+    int capped = !c.fits && cap_binds(s, hi, lo);
+    candidate_t t = capped ? best_trade(s, hi, lo, &back) : c;
     if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
       apply_trade(s, hi, lo, t.x.give, back);
-    } else if (!t.fits && s->ctx->ranks <= UNLOCK_MAX_RANKS &&
-               (partner = unlock(s, lo)) >= 0) {
+    } else if (capped && !t.fits && (partner = unlock(s, lo)) >= 0) {
       hi = partner; /* the rank whose load changed, for the update below */
     } else if (c.x.give >= 0) {
       relocate(s, c.x.give, lo);

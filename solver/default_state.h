@@ -19,7 +19,11 @@ typedef struct state {
   int64_t *start, *group; /* order bucketed by origin (CSR) */
   int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
   dpshim__rank_tree_t tree;
-  /* Trades: a rank's samples shortest first, with running sums. */
+  /* Trades: a rank's samples shortest first, with running sums; valid for
+   * (trade_lo, trade_hi) while version[trade_lo] == trade_version. */
+  int64_t *version; /* [ranks] bumped whenever a rank's samples change */
+  int32_t trade_lo, trade_hi;
+  int64_t trade_version, trade_n;
   uint64_t *trade_key;
   double *trade_cost;
   int64_t *trade_tokens, *trade_bytes;
@@ -44,6 +48,7 @@ static inline void take(state_t *s, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int32_t r = ctx->dest[i];
   unlink_sample(s, i, r);
+  s->version[r]++;
   s->load[r] -= ctx->cost[i];
   s->tokens[r] -= ctx->samples[i].len;
   s->token_key[r] = (double)s->tokens[r];
@@ -54,6 +59,7 @@ static inline void take(state_t *s, int64_t i) {
 static inline void give(state_t *s, int64_t i, int32_t r) {
   const dpshim__ctx_t *ctx = s->ctx;
   link_front(s, i, r);
+  s->version[r]++;
   s->load[r] += ctx->cost[i];
   s->tokens[r] += ctx->samples[i].len;
   s->token_key[r] = (double)s->tokens[r];
