@@ -5,7 +5,7 @@
 #include "default_state.h"
 #include "rank_heap.h"
 
-#define MAKE_ROOM_TRIES 64 /* least-loaded ranks asked to make room */
+#define MAKE_ROOM_TRIES 16 /* least-loaded ranks asked first to make room */
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
 
 /* Whether rank r could fit sample i by shedding its own shorter samples. */
@@ -84,8 +84,17 @@ static int lighter(const state_t *s, int32_t a, int32_t b) {
   return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
 }
 
+/* The least-loaded rank of all that can shed shorter samples to fit i, or
+ * -1: the slow path when the few least loaded hold long samples. */
+static int32_t any_room_maker(const state_t *s, int64_t i) {
+  int32_t best = -1;
+  for (int32_t r = 0; r < s->ctx->ranks; r++)
+    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
+  return best;
+}
+
 /* Big samples only: the least-loaded of a few open and a few blocked ranks
- * that can shed shorter samples to fit i, or -1. */
+ * that can shed shorter samples to fit i, else of any rank; or -1. */
 static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
   int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
           best = -1;
@@ -101,9 +110,10 @@ static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
     int32_t r = p < no ? open[p] : blocked[p - no];
     if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
   }
-  if (best >= 0) make_room(s, best, i);
   for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
   for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
+  if (best < 0) best = any_room_maker(s, i);
+  if (best >= 0) make_room(s, best, i);
   return best;
 }
 
