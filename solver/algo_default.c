@@ -119,6 +119,7 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   }
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
     int32_t r = ctx->samples[i].origin;
+    s->total_bytes += ctx->samples[i].bytes;
     s->tokens[r] += ctx->samples[i].len;
     s->count[r]++;
     link_front(s, i, r);

@@ -8,6 +8,7 @@
 
 #define ROUNDS_PER_RANK 16
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
+#define POLISH_MAX_RANKS 64  /* best_elsewhere() tries every receiver */
 
 typedef struct exchange {
   int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
@@ -54,7 +55,7 @@ static int consider(const state_t *s, int32_t hi, int32_t lo, int64_t i,
     x.bytes += extra_bytes(s, j, hi);
     dlen -= ctx->samples[j].len;
   }
-  if (x.delta <= 0) return 0;
+  if (x.delta <= 0 || !affordable(s, x.bytes)) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
   candidate_t c = rate(s, hi, lo, x);
   if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
@@ -158,7 +159,7 @@ static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back)
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
                     extra_bytes(s, i, lo) + s->trade_bytes[m]};
-    if (x.delta <= 0) continue;
+    if (x.delta <= 0 || !affordable(s, x.bytes)) continue;
     candidate_t c = rate(s, hi, lo, x);
     if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
       best = c;
@@ -174,6 +175,15 @@ static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
   relocate(s, give, lo);
   for (int64_t m = 0; m < back && m < n; m++)
     relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
+}
+
+/* Traffic added by sending i to lo and lo's m shortest (trade_key) to x. */
+static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
+                           int64_t m) {
+  int64_t bytes = extra_bytes(s, i, lo);
+  for (int64_t k = 0; k < m; k++)
+    bytes += extra_bytes(s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
+  return bytes;
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -198,6 +208,7 @@ static int32_t unlock(state_t *s, int32_t lo) {
       if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
       double delta = ctx->cost[i] - s->trade_cost[m];
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
+      if (!affordable(s, trade_bytes(s, i, lo, x, m))) continue;
       best = delta;
       give = i;
       back = m;
@@ -206,6 +217,27 @@ static int32_t unlock(state_t *s, int32_t lo) {
   }
   if (partner >= 0) apply_trade(s, partner, lo, give, back);
   return partner;
+}
+
+/* At small rank counts every rank is worth asking: the best exchange or
+ * trade with any receiver that keeps it within U, or none (give < 0). */
+static candidate_t best_elsewhere(state_t *s, int32_t hi, int32_t *to,
+                                  int64_t *back) {
+  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  for (int32_t r = 0; r < s->ctx->ranks && s->ctx->ranks <= POLISH_MAX_RANKS; r++) {
+    if (r == hi) continue;
+    int64_t m = 0;
+    candidate_t c = best_exchange(s, hi, r);
+    candidate_t t = c.fits ? c : best_trade(s, hi, r, &m);
+    if (t.x.give >= 0 && m > 0 && better(&t, &c)) c = t;
+    else m = 0;
+    if (c.x.give >= 0 && c.fits && better(&c, &best)) {
+      best = c;
+      *to = r;
+      *back = m;
+    }
+  }
+  return best;
 }
 
 /* Whether the token cap keeps lo from taking hi's longest sample. */
@@ -226,10 +258,21 @@ int dpshim__default_repair(state_t *s) {
     if (s->load[hi] <= s->target || hi == lo) break;
     candidate_t c = best_exchange(s, hi, lo);
     int64_t back = 0;
-    int32_t partner;
+    int32_t partner = -1;
     int capped = !c.fits && cap_binds(s, hi, lo);
     candidate_t t = capped ? best_trade(s, hi, lo, &back) : c;
-    if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
+    candidate_t e = {{-1, -1, 0, 0}, 0, 0, 0};
+    int64_t m = 0;
+    if (!t.fits && !c.fits) e = best_elsewhere(s, hi, &partner, &m);
+    if (e.x.give >= 0) {
+      lo = partner; /* the receiver, for the update below */
+      if (m > 0) {
+        apply_trade(s, hi, lo, e.x.give, m);
+      } else {
+        relocate(s, e.x.give, lo);
+        if (e.x.back >= 0) relocate(s, e.x.back, hi);
+      }
+    } else if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
       apply_trade(s, hi, lo, t.x.give, back);
     } else if (capped && !t.fits && (partner = unlock(s, lo)) >= 0) {
       hi = partner; /* the rank whose load changed, for the update below */

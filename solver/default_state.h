@@ -15,6 +15,7 @@ typedef struct state {
   double *token_key; /* tokens as a heap key */
   double bound;      /* the cap's lower bound: no plan here does better */
   double target;     /* U */
+  int64_t moved_bytes, total_bytes; /* of the samples away from home */
   const int64_t *order;   /* ctx->order */
   int64_t *start, *group; /* order bucketed by origin (CSR) */
   int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
@@ -49,6 +50,7 @@ static inline void take(state_t *s, int64_t i) {
   int32_t r = ctx->dest[i];
   unlink_sample(s, i, r);
   s->version[r]++;
+  if (r != ctx->samples[i].origin) s->moved_bytes -= ctx->samples[i].bytes;
   s->load[r] -= ctx->cost[i];
   s->tokens[r] -= ctx->samples[i].len;
   s->token_key[r] = (double)s->tokens[r];
@@ -60,6 +62,7 @@ static inline void give(state_t *s, int64_t i, int32_t r) {
   const dpshim__ctx_t *ctx = s->ctx;
   link_front(s, i, r);
   s->version[r]++;
+  if (r != ctx->samples[i].origin) s->moved_bytes += ctx->samples[i].bytes;
   s->load[r] += ctx->cost[i];
   s->tokens[r] += ctx->samples[i].len;
   s->token_key[r] = (double)s->tokens[r];
@@ -86,6 +89,16 @@ static inline int room_for(const state_t *s, int32_t r, int64_t i) {
 
 static inline int within_cap(const state_t *s, int32_t r, int64_t len) {
   return s->tokens[r] + len <= s->ctx->cap;
+}
+
+/* The repair may add traffic only while the plan moves less than this share
+ * of all bytes: the original moves ~1 - 1/P of them, and the last fraction
+ * of a percent of balance is not worth a quarter of the batch. */
+#define DPSHIM__REPAIR_BYTES 0.25
+
+static inline int affordable(const state_t *s, int64_t bytes) {
+  return bytes <= 0 ||
+         (double)(s->moved_bytes + bytes) <= DPSHIM__REPAIR_BYTES * (double)s->total_bytes;
 }
 
 DPSHIM__HIDDEN int dpshim__default_place(state_t *s);
