@@ -21,7 +21,8 @@
  *      receiver's short ones when the receiver is full up to the cap, else
  *      the exchange that lowers the larger load most. At small rank counts a
  *      token-full receiver may first be unlocked by such a trade with any
- *      rank.
+ *      rank, and every rank is tried as the receiver. The repair adds
+ *      traffic only while the plan moves under a quarter of all bytes.
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
  * property tests); the plan is applied only if it lowers the maximum load. */
