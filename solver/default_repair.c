@@ -23,6 +23,16 @@ typedef struct candidate {
   double useful;
 } candidate_t;
 
+/* What a repair round does: the candidate's samples go from -> to, and for
+ * a trade (back > 0) the receiver's `back` shortest come the other way. */
+typedef struct action {
+  candidate_t c;
+  int32_t from, to;
+  int64_t back;
+} action_t;
+
+#define NO_ACTION ((action_t){{{-1, -1, 0, 0}, 0, 0, 0}, -1, -1, 0})
+
 static candidate_t rate(const state_t *s, int32_t hi, int32_t lo,
                         exchange_t x) {
   candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
@@ -191,13 +201,12 @@ static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
  * trade one of them for enough of lo's shortest: lo rises at equal tokens,
  * x falls and gains the room hi needs. It tries every rank as the partner,
  * so it runs at small rank counts only, where the cap binds most (at large
- * ones it cost more than twice the solve for a gain of ~2e-4 of the load).
- * Returns the partner or -1. */
-static int32_t unlock(state_t *s, int32_t lo) {
+ * ones it cost more than twice the solve for a gain of ~2e-4 of the load). */
+static action_t unlock(state_t *s, int32_t lo) {
   const dpshim__ctx_t *ctx = s->ctx;
-  if (ctx->ranks > UNLOCK_MAX_RANKS) return -1;
-  int64_t n = index_shortest(s, lo, lo), give = -1, back = 0;
-  int32_t partner = -1;
+  if (ctx->ranks > UNLOCK_MAX_RANKS) return NO_ACTION;
+  int64_t n = index_shortest(s, lo, lo);
+  action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks; x++) {
     if (x == lo) continue;
@@ -210,32 +219,25 @@ static int32_t unlock(state_t *s, int32_t lo) {
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
       if (!affordable(s, trade_bytes(s, i, lo, x, m))) continue;
       best = delta;
-      give = i;
-      back = m;
-      partner = x;
+      a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
     }
   }
-  if (partner >= 0) apply_trade(s, partner, lo, give, back);
-  return partner;
+  return a;
 }
 
 /* At small rank counts every rank is worth asking: the best exchange or
  * trade with any receiver that keeps it within U, or none (give < 0). */
-static candidate_t best_elsewhere(state_t *s, int32_t hi, int32_t *to,
-                                  int64_t *back) {
-  candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+static action_t best_elsewhere(state_t *s, int32_t hi) {
+  action_t best = NO_ACTION;
   for (int32_t r = 0; r < s->ctx->ranks && s->ctx->ranks <= POLISH_MAX_RANKS; r++) {
     if (r == hi) continue;
-    int64_t m = 0;
-    candidate_t c = best_exchange(s, hi, r);
-    candidate_t t = c.fits ? c : best_trade(s, hi, r, &m);
-    if (t.x.give >= 0 && m > 0 && better(&t, &c)) c = t;
-    else m = 0;
-    if (c.x.give >= 0 && c.fits && better(&c, &best)) {
-      best = c;
-      *to = r;
-      *back = m;
+    action_t a = {best_exchange(s, hi, r), hi, r, 0};
+    if (!a.c.fits) {
+      int64_t back = 0;
+      candidate_t t = best_trade(s, hi, r, &back);
+      if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, r, back};
     }
+    if (a.c.x.give >= 0 && a.c.fits && better(&a.c, &best.c)) best = a;
   }
   return best;
 }
@@ -248,6 +250,38 @@ static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
   return s->tokens[lo] + longest > s->ctx->cap;
 }
 
+/* The round's action: the best exchange with lo if it keeps lo within U;
+ * under a binding cap, a trade; at small rank counts, an exchange with any
+ * receiver within U; then a trade that beats the exchange, an unlock of lo,
+ * or the exchange that lowers the peak. NO_ACTION when nothing helps. */
+static action_t choose(state_t *s, int32_t hi, int32_t lo) {
+  action_t a = {best_exchange(s, hi, lo), hi, lo, 0};
+  if (a.c.fits) return a;
+  int capped = cap_binds(s, hi, lo);
+  if (capped) {
+    int64_t back = 0;
+    candidate_t t = best_trade(s, hi, lo, &back);
+    if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, lo, back};
+    if (a.c.fits) return a;
+  }
+  action_t e = best_elsewhere(s, hi);
+  if (e.c.x.give >= 0) return e;
+  if (capped && a.back == 0) {
+    action_t u = unlock(s, lo);
+    if (u.c.x.give >= 0) return u;
+  }
+  return a;
+}
+
+static void apply(state_t *s, const action_t *a) {
+  if (a->back > 0) {
+    apply_trade(s, a->from, a->to, a->c.x.give, a->back);
+    return;
+  }
+  relocate(s, a->c.x.give, a->to);
+  if (a->c.x.back >= 0) relocate(s, a->c.x.back, a->from);
+}
+
 int dpshim__default_repair(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
@@ -256,35 +290,11 @@ int dpshim__default_repair(state_t *s) {
     int32_t hi = dpshim__rank_tree_max(&s->tree);
     int32_t lo = dpshim__rank_tree_min(&s->tree);
     if (s->load[hi] <= s->target || hi == lo) break;
-    candidate_t c = best_exchange(s, hi, lo);
-    int64_t back = 0;
-    int32_t partner = -1;
-    int capped = !c.fits && cap_binds(s, hi, lo);
-    candidate_t t = capped ? best_trade(s, hi, lo, &back) : c;
-    candidate_t e = {{-1, -1, 0, 0}, 0, 0, 0};
-    int64_t m = 0;
-    if (!t.fits && !c.fits) e = best_elsewhere(s, hi, &partner, &m);
-    if (e.x.give >= 0) {
-      lo = partner; /* the receiver, for the update below */
-      if (m > 0) {
-        apply_trade(s, hi, lo, e.x.give, m);
-      } else {
-        relocate(s, e.x.give, lo);
-        if (e.x.back >= 0) relocate(s, e.x.back, hi);
-      }
-    } else if (t.x.give >= 0 && back > 0 && better(&t, &c)) {
-      apply_trade(s, hi, lo, t.x.give, back);
-    } else if (capped && !t.fits && (partner = unlock(s, lo)) >= 0) {
-      hi = partner; /* the rank whose load changed, for the update below */
-    } else if (c.x.give >= 0) {
-      relocate(s, c.x.give, lo);
-      if (c.x.back >= 0) relocate(s, c.x.back, hi);
-    } else {
-      break;
-    }
-    dpshim__rank_tree_update(&s->tree, hi);
-    dpshim__rank_tree_update(&s->tree, lo);
+    action_t a = choose(s, hi, lo);
+    if (a.c.x.give < 0) break;
+    apply(s, &a);
+    dpshim__rank_tree_update(&s->tree, a.from);
+    dpshim__rank_tree_update(&s->tree, a.to);
   }
   return 0;
 }
-
