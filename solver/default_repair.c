@@ -9,6 +9,10 @@
 #define ROUNDS_PER_RANK 16
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
 #define POLISH_MAX_RANKS 64  /* best_elsewhere() tries every receiver */
+#define SWAP_SCAN 32         /* its swap partners per sample, by cost */
+#ifndef SCANS_PER_RANK
+#define SCANS_PER_RANK 2
+#endif
 
 typedef struct exchange {
   int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
@@ -202,9 +206,9 @@ static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
  * x falls and gains the room hi needs. It tries every rank as the partner,
  * so it runs at small rank counts only, where the cap binds most (at large
  * ones it cost more than twice the solve for a gain of ~2e-4 of the load). */
-static action_t unlock(state_t *s, int32_t lo) {
+static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
-  if (ctx->ranks > UNLOCK_MAX_RANKS) return NO_ACTION;
+  if (ctx->ranks > UNLOCK_MAX_RANKS || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo, lo);
   action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
@@ -225,23 +229,6 @@ static action_t unlock(state_t *s, int32_t lo) {
   return a;
 }
 
-/* At small rank counts every rank is worth asking: the best exchange or
- * trade with any receiver that keeps it within U, or none (give < 0). */
-static action_t best_elsewhere(state_t *s, int32_t hi) {
-  action_t best = NO_ACTION;
-  for (int32_t r = 0; r < s->ctx->ranks && s->ctx->ranks <= POLISH_MAX_RANKS; r++) {
-    if (r == hi) continue;
-    action_t a = {best_exchange(s, hi, r), hi, r, 0};
-    if (!a.c.fits) {
-      int64_t back = 0;
-      candidate_t t = best_trade(s, hi, r, &back);
-      if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, r, back};
-    }
-    if (a.c.x.give >= 0 && a.c.fits && better(&a.c, &best.c)) best = a;
-  }
-  return best;
-}
-
 /* Whether the token cap keeps lo from taking hi's longest sample. */
 static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
   int64_t longest = 0;
@@ -250,11 +237,63 @@ static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
   return s->tokens[lo] + longest > s->ctx->cap;
 }
 
+/* The first position in order[] (cost descending) costing <= c. */
+static int64_t first_at_most(const state_t *s, double c) {
+  int64_t lo = 0, hi = s->ctx->nsamples;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (s->ctx->cost[s->order[mid]] <= c) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* At small rank counts every rank is worth asking: a move to any rank that
+ * keeps it within U, else a swap with a sample elsewhere whose cost is
+ * just enough lower (found through order[], not by sorting every rank). */
+static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
+  action_t best = NO_ACTION;
+  if (s->ctx->ranks > POLISH_MAX_RANKS || (*effort)-- <= 0) return best;
+  for (int64_t i = s->head[hi]; i >= 0 && s->count[hi] > 1; i = s->next[i])
+    for (int32_t r = 0; r < s->ctx->ranks; r++)
+      if (r != hi && consider(s, hi, r, i, -1, &best.c)) best.to = r;
+  if (best.c.x.give >= 0 && best.c.fits) {
+    best.from = hi;
+    return best;
+  }
+  best = NO_ACTION;
+  double need = s->load[hi] - s->target;
+  double room = s->target - s->load[dpshim__rank_tree_min(&s->tree)];
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    int64_t k = first_at_most(s, s->ctx->cost[i] - need);
+    for (int64_t end = k + SWAP_SCAN; k < end && k < s->ctx->nsamples; k++) {
+      int64_t j = s->order[k];
+      int32_t r = s->ctx->dest[j];
+      if (s->ctx->cost[j] < s->ctx->cost[i] - room) break;
+      if (r != hi && consider(s, hi, r, i, j, &best.c)) best.to = r;
+    }
+  }
+  best.from = hi;
+  if (best.c.x.give >= 0 && best.c.fits) return best;
+  /* Last, a long-for-short trade with every rank the cap keeps from taking
+   * hi's longest sample. */
+  best = NO_ACTION;
+  for (int32_t r = 0; r < s->ctx->ranks; r++) {
+    if (r == hi || !cap_binds(s, hi, r)) continue;
+    int64_t back = 0;
+    candidate_t t = best_trade(s, hi, r, &back);
+    if (t.x.give >= 0 && t.fits && better(&t, &best.c))
+      best = (action_t){t, hi, r, back};
+  }
+  return best;
+}
+
+
 /* The round's action: the best exchange with lo if it keeps lo within U;
  * under a binding cap, a trade; at small rank counts, an exchange with any
  * receiver within U; then a trade that beats the exchange, an unlock of lo,
  * or the exchange that lowers the peak. NO_ACTION when nothing helps. */
-static action_t choose(state_t *s, int32_t hi, int32_t lo) {
+static action_t choose(state_t *s, int32_t hi, int32_t lo, int64_t *effort) {
   action_t a = {best_exchange(s, hi, lo), hi, lo, 0};
   if (a.c.fits) return a;
   int capped = cap_binds(s, hi, lo);
@@ -264,10 +303,10 @@ static action_t choose(state_t *s, int32_t hi, int32_t lo) {
     if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, lo, back};
     if (a.c.fits) return a;
   }
-  action_t e = best_elsewhere(s, hi);
+  action_t e = best_elsewhere(s, hi, effort);
   if (e.c.x.give >= 0) return e;
   if (capped && a.back == 0) {
-    action_t u = unlock(s, lo);
+    action_t u = unlock(s, lo, effort);
     if (u.c.x.give >= 0) return u;
   }
   return a;
@@ -286,11 +325,13 @@ int dpshim__default_repair(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
   int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
+  /* unlock() and best_elsewhere() scan every rank: a few calls per rank. */
+  int64_t effort = (int64_t)SCANS_PER_RANK * s->ctx->ranks;
   for (int64_t round = 0; round < rounds; round++) {
     int32_t hi = dpshim__rank_tree_max(&s->tree);
     int32_t lo = dpshim__rank_tree_min(&s->tree);
     if (s->load[hi] <= s->target || hi == lo) break;
-    action_t a = choose(s, hi, lo);
+    action_t a = choose(s, hi, lo, &effort);
     if (a.c.x.give < 0) break;
     apply(s, &a);
     dpshim__rank_tree_update(&s->tree, a.from);

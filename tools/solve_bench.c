@@ -36,6 +36,7 @@ typedef struct options {
   dpshim_cost_model_t model;
   double cap_ratio; /* 0: no cap */
   double threshold;
+  int per_instance; /* also one line per (instance, algorithm) */
 } options_t;
 
 /* ---- option parsing ------------------------------------------------------ */
@@ -156,6 +157,8 @@ static void usage(FILE *f) {
 "  --cap-ratio X | none      per-rank token cap = X * mean tokens [default: 1.2]\n"
 "  --threshold X             skip when imbalance is below X [default: 0: always\n"
 "                            balance, as the bench measures plans, not triggers]\n"
+"  --per-instance            also print one line per instance and algorithm\n"
+"                            (\"instance\":seed; no aggregation)\n"
 "  --help                    this text\n");
 }
 
@@ -210,6 +213,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
       {"cost", required_argument, NULL, 'c'},
       {"cap-ratio", required_argument, NULL, 'C'},
       {"threshold", required_argument, NULL, 't'},
+      {"per-instance", no_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   set_defaults(o);
@@ -223,7 +227,8 @@ static void parse_options(int argc, char **argv, options_t *o) {
       fprintf(stderr, "Try '" PROG " --help'.\n");
       exit(2);
     }
-    apply_option(c, optarg, o);
+    if (c == 'I') o->per_instance = 1;
+    else apply_option(c, optarg, o);
   }
   if (optind < argc) {
     fprintf(stderr, PROG ": unexpected argument '%s': options only\n",
@@ -403,6 +408,23 @@ static void put_num(const char *key, double v, const char *fmt) {
   else printf("null");
 }
 
+static void print_instance(const char *profile, int32_t ranks, long seed,
+                           int64_t samples, dpshim_algo_t algo,
+                           const outcome_t *r) {
+  printf("{\"profile\":\"%s\",\"ranks\":%d,\"instance\":%ld,\"samples\":%lld,"
+         "\"algo\":\"%s\"", profile, ranks, seed, (long long)samples,
+         dpshim_algo_name(algo));
+  put_num("makespan_over_lb", r->over_lb, "%.9g");
+  put_num("makespan_over_lb_cap", r->over_lb_cap, "%.9g");
+  put_num("moved_bytes_fraction",
+          r->bytes_total ? (double)r->bytes_moved / (double)r->bytes_total : 0,
+          "%.6g");
+  printf(",\"cap_violations\":%lld,\"applied\":%d", (long long)r->cap_viol,
+         r->applied);
+  put_num("solve_us", r->solve_us, "%.1f");
+  printf("}\n");
+}
+
 static void print_cell(const char *profile, int32_t ranks, long seeds,
                        int64_t samples, dpshim_algo_t algo, cell_t *c) {
   size_t n = (size_t)seeds;
@@ -512,6 +534,8 @@ static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
     for (int a = 0; a < o->nalgos; a++) {
       solve(o, &b->in, o->algo[a], &b->plan[a], &b->result[a]);
       cell_add(&b->cell[a], s, &b->result[a]);
+      if (o->per_instance)
+        print_instance(w->name, ranks, s + 1, b->in.n, o->algo[a], &b->result[a]);
     }
     summary_add(&b->summary, b->result);
   }
