@@ -142,11 +142,6 @@ static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
   return 0;
 }
 
-static void compute_loads(const dpshim__ctx_t *ctx, const int32_t *where,
-                          double *load) {
-  for (int32_t r = 0; r < ctx->ranks; r++) load[r] = ctx->history[r];
-  for (int64_t i = 0; i < ctx->nsamples; i++) load[where[i]] += ctx->cost[i];
-}
 
 /* Costs, history and cap; a finite model can still overflow on a huge len. */
 static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
@@ -154,28 +149,29 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   double *cost = DPSHIM__ALLOC(ctx, double, in->nsamples);
   double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
   if (!cost || !history) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < in->ranks; r++)
+    p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
   int64_t tokens = 0;
+  double work = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
-    cost[i] = dpshim_cost(in->model, in->samples[i].len);
+    const dpshim_sample_t *smp = &in->samples[i];
+    cost[i] = dpshim_cost(in->model, smp->len);
     if (!isfinite(cost[i]))
       return FAIL(p, "cost of samples[%lld] (len %lld) = %g: the model "
-                  "overflows", (long long)i, (long long)in->samples[i].len,
-                  cost[i]);
-    tokens += in->samples[i].len;
-    p->dest[i] = in->samples[i].origin;
+                  "overflows", (long long)i, (long long)smp->len, cost[i]);
+    tokens += smp->len;
+    work += cost[i];
+    p->load_before[smp->origin] += cost[i];
+    p->dest[i] = smp->origin;
   }
-  for (int32_t r = 0; r < in->ranks; r++)
-    history[r] = in->history ? in->history[r] : 0;
   ctx->cost = cost;
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;
-  ctx->work = 0;
-  for (int64_t i = 0; i < in->nsamples; i++) ctx->work += cost[i];
+  ctx->work = work;
   ctx->cap = in->cap_ratio > 0
                  ? (int64_t)floor(in->cap_ratio * (double)tokens / in->ranks)
                  : DPSHIM__NO_CAP;
-  compute_loads(ctx, p->dest, p->load_before);
   return 0;
 }
 
@@ -195,13 +191,14 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   p->decision = reason == DPSHIM_SKIP_NONE ? DPSHIM_DECISION_APPLY
                                            : DPSHIM_DECISION_SKIP;
   p->reason = (dpshim_skip_reason_t)reason;
-  compute_loads(ctx, p->dest, p->load_after);
-  p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
+  for (int32_t r = 0; r < in->ranks; r++) p->load_after[r] = ctx->history[r];
   p->bytes_moved = p->bytes_total = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
+    p->load_after[p->dest[i]] += ctx->cost[i];
     p->bytes_total += in->samples[i].bytes;
     if (p->dest[i] != in->samples[i].origin) p->bytes_moved += in->samples[i].bytes;
   }
+  p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
   p->cap_tokens = ctx->cap == DPSHIM__NO_CAP ? -1 : ctx->cap;
   p->message[0] = '\0';
   if (reason != DPSHIM_SKIP_NONE)
