@@ -10,6 +10,8 @@
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
 #define POLISH_MAX_RANKS 64  /* best_elsewhere() tries every receiver */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
+#define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
+#define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
 #ifndef SCANS_PER_RANK
 #define SCANS_PER_RANK 2
 #endif
@@ -321,7 +323,73 @@ static void apply(state_t *s, const action_t *a) {
   if (a->c.x.back >= 0) relocate(s, a->c.x.back, a->from);
 }
 
+/* ---- evening pairs (small rank counts) ---------------------------------- */
+
+/* How much exchanging i (on a) for j (on b, or -1) evens the pair: a^2 +
+ * b^2 falls by 2 d (gap - d) for a transfer d in (0, gap). 0 if it does not
+ * help or breaks the cap or the traffic budget. */
+static double evening(const state_t *s, int32_t a, int32_t b, int64_t i,
+                      int64_t j) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  double gap = s->load[a] - s->load[b];
+  double d = ctx->cost[i] - (j >= 0 ? ctx->cost[j] : 0);
+  int64_t dl = ctx->samples[i].len - (j >= 0 ? ctx->samples[j].len : 0);
+  if (d <= 0 || d >= gap) return 0;
+  if (s->tokens[b] + dl > ctx->cap || s->tokens[a] - dl > ctx->cap) return 0;
+  int64_t bytes = extra_bytes(s, i, b) + (j >= 0 ? extra_bytes(s, j, a) : 0);
+  return affordable(s, bytes) ? d * (gap - d) : 0;
+}
+
+typedef struct evening_pick {
+  int64_t i, j;
+  double value;
+} evening_pick_t;
+
+static void pick(const state_t *s, int32_t a, int32_t b, int64_t i, int64_t j,
+                 evening_pick_t *best) {
+  double v = evening(s, a, b, i, j);
+  if (v > best->value) *best = (evening_pick_t){i, j, v};
+}
+
+/* The best evening move or swap from a to b, applied; 0 if none helps. */
+static int even_pair(state_t *s, int32_t a, int32_t b) {
+  evening_pick_t best = {-1, -1, EVEN_MIN * s->bound * s->bound};
+  for (int64_t i = s->head[a]; i >= 0; i = s->next[i]) {
+    if (s->count[a] > 1) pick(s, a, b, i, -1, &best);
+    for (int64_t j = s->head[b]; j >= 0; j = s->next[j]) pick(s, a, b, i, j, &best);
+  }
+  if (best.i < 0) return 0;
+  relocate(s, best.i, b);
+  if (best.j >= 0) relocate(s, best.j, a);
+  return 1;
+}
+
+/* One sweep over all ordered pairs: the repair's moves all start at the
+ * busiest rank, and can be left with no receiver that fits; evening every
+ * pair a little makes room that the next repair can use. */
+static int even_all_pairs(state_t *s) {
+  int changed = 0;
+  for (int32_t a = 0; a < s->ctx->ranks; a++)
+    for (int32_t b = 0; b < s->ctx->ranks; b++)
+      if (s->load[a] > s->load[b]) changed |= even_pair(s, a, b);
+  return changed;
+}
+
+static int repair_busiest(state_t *s);
+
 int dpshim__default_repair(state_t *s) {
+  int rc = repair_busiest(s);
+  for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS &&
+                      s->ctx->ranks <= POLISH_MAX_RANKS &&
+                      dpshim__max_load(s->load, s->ctx->ranks) > s->target;
+       sweep++) {
+    if (!even_all_pairs(s)) break;
+    rc = repair_busiest(s);
+  }
+  return rc;
+}
+
+static int repair_busiest(state_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
   int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
