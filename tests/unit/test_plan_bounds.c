@@ -80,3 +80,70 @@ Test(plan_bounds, sample_longer_than_the_cap_gives_no_cap_bound) {
             pl.lower_bound_cap, pl.lower_bound);
   dpshim_plan_free(&pl);
 }
+
+/* ---- the bounds against brute force on tiny instances -------------------- */
+
+#define TINY_N 7
+
+typedef struct optimum {
+  double any;    /* the least maximum load over all assignments */
+  double in_cap; /* ... over those within the cap; INFINITY if none */
+} optimum_t;
+
+/* Every assignment of n samples to p ranks that leaves no rank empty. */
+static optimum_t brute_force(const dpshim_plan_input_t *in, int64_t cap) {
+  optimum_t best = {INFINITY, INFINITY};
+  int64_t n = in->nsamples, combos = 1;
+  for (int64_t k = 0; k < n; k++) combos *= in->ranks;
+  for (int64_t code = 0; code < combos; code++) {
+    double load[4] = {0};
+    int64_t tokens[4] = {0}, count[4] = {0}, c = code;
+    for (int64_t i = 0; i < n; i++, c /= in->ranks) {
+      int32_t r = (int32_t)(c % in->ranks);
+      load[r] += dpshim_cost(in->model, in->samples[i].len);
+      tokens[r] += in->samples[i].len;
+      count[r]++;
+    }
+    double peak = 0;
+    int empty = 0, over = 0;
+    for (int32_t r = 0; r < in->ranks; r++) {
+      peak = fmax(peak, load[r]);
+      empty |= count[r] == 0;
+      over |= cap >= 0 && tokens[r] > cap;
+    }
+    if (empty) continue;
+    best.any = fmin(best.any, peak);
+    if (!over) best.in_cap = fmin(best.in_cap, peak);
+  }
+  return best;
+}
+
+Test(plan_bounds, bounds_never_exceed_the_brute_force_optimum) {
+  prng_t g = {12345};
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  for (int trial = 0; trial < 600; trial++) {
+    int32_t p = (int32_t)prng_range(&g, 2, 3);
+    int64_t n = prng_range(&g, p, TINY_N);
+    for (int64_t i = 0; i < n; i++)
+      s[i] = (dpshim_sample_t){prng_range(&g, 1, 40), 1,
+                               i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1)};
+    dpshim_plan_input_t in = plan_input(p, s, n, DPSHIM_ALGO_DEFAULT);
+    in.model = (dpshim_cost_model_t){(double)prng_range(&g, 0, 3),
+                                     (double)prng_range(&g, 0, 50), 0};
+    if (in.model.a == 0 && in.model.b == 0) in.model.b = 1;
+    in.cap_ratio = trial % 3 ? 1.0 + 0.1 * (double)prng_range(&g, 0, 5) : 0;
+    cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+    optimum_t opt = brute_force(&in, pl.cap_tokens);
+    double slack = 1e-9 * opt.any;
+    cr_assert(pl.lower_bound <= opt.any + slack, "trial %d: LB %.9g > optimum %.9g",
+              trial, pl.lower_bound, opt.any);
+    if (opt.in_cap < INFINITY)
+      cr_assert(pl.lower_bound_cap <= opt.in_cap + slack,
+                "trial %d: cap LB %.9g > optimum within the cap %.9g", trial,
+                pl.lower_bound_cap, opt.in_cap);
+    cr_assert(max_of(pl.load_after, p) >= opt.any - slack,
+              "trial %d: a plan below the optimum", trial);
+  }
+  dpshim_plan_free(&pl);
+}
