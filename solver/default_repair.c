@@ -8,13 +8,11 @@
 
 #define ROUNDS_PER_RANK 16
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
-#define POLISH_MAX_RANKS 64  /* best_elsewhere() tries every receiver */
+#define POLISH_MAX_RANKS 64  /* best_elsewhere() and pair evening run up to here */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
-#ifndef SCANS_PER_RANK
-#define SCANS_PER_RANK 2
-#endif
+#define SCANS_PER_RANK 2     /* unlock/best_elsewhere calls per rank */
 
 typedef struct exchange {
   int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */

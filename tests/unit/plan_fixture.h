@@ -74,4 +74,14 @@ static inline void tokens_of(const dpshim_plan_input_t *in,
     tokens[where[i]] += in->samples[i].len;
 }
 
+/* 4 ranks; rank 0 holds one 1000-token sample and six of 100, ranks 1-3
+ * hold three of 100 each (2500 tokens). Writes 16 samples, returns 16. */
+static inline int64_t dominant_instance(dpshim_sample_t *s) {
+  int64_t n = 0;
+  s[n++] = (dpshim_sample_t){1000, 1000, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0};
+  for (int32_t r = 1; r < 4; r++)
+    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r};
+  return n;
+}
 #endif

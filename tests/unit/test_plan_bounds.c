@@ -65,11 +65,7 @@ Test(plan_bounds, token_cap_raises_the_bound) {
 Test(plan_bounds, sample_longer_than_the_cap_gives_no_cap_bound) {
   /* cost = len; 1000 + six 100s on rank 0, three 100s elsewhere; cap =
    * 1.5 * 2500 / 4 = 937 < 1000: no plan is within the cap. */
-  int64_t n = 0;
-  s[n++] = (dpshim_sample_t){1000, 1000, 0};
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0};
-  for (int32_t r = 1; r < 4; r++)
-    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r};
+  int64_t n = dominant_instance(s);
   dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_NONE);
   in.cap_ratio = 1.5;
   dpshim_plan_t pl;

@@ -89,11 +89,7 @@ Test(plan_default, dominant_sample_is_isolated) {
    * hold 3 of 100 each. cost = len: total 2500, mean 625 < 1000, so seed
    * skips as dominant; the bound is the dominant sample, 1000. Reaching it
    * needs rank 0 to give away every small sample. */
-  int64_t n = 0;
-  s[n++] = (dpshim_sample_t){1000, 1000, 0};
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0};
-  for (int32_t r = 1; r < 4; r++)
-    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r};
+  int64_t n = dominant_instance(s);
   dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_SEED);
   in.cap_ratio = 2.0; /* floor(2.0 * 2500 / 4) = 1250 tokens */
   dpshim_plan_t pl;
