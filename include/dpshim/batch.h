@@ -1,0 +1,62 @@
+/* The packed batch as libdpshim.so sees it, and the call adapters make.
+ *
+ * A batch is a set of samples packed back to back into fields. Each field is
+ * a buffer of rows (a token, a pixel patch, one per-sample record) with its
+ * own per-sample row offsets: sample i owns rows [offsets[i], offsets[i+1]).
+ * Token-aligned fields share the batch's cu_seqlens as their offsets (the
+ * flash_attn_varlen convention); a field with NULL offsets has one row per
+ * sample. Sample i's length, the solver's len, is cu_seqlens[i+1] -
+ * cu_seqlens[i].
+ *
+ * dpshim_balance_batch() is collective over the data-parallel group: every
+ * DP rank must call it once per hand-off. It moves whole samples between
+ * ranks and repacks each field in place, within its capacity; offsets arrays
+ * (cu_seqlens included) are rewritten in place, and nsamples updated. On any
+ * problem every rank leaves its batch as it was.
+ *
+ *   dpshim_field_t f[] = {
+ *     {"tokens", b->tokens, sizeof(int32_t), b->cu_seqlens, b->cap_tokens},
+ *     {"ids", b->ids, sizeof(uint64_t), NULL, b->cap_samples},
+ *   };
+ *   dpshim_batch_t batch = {b->n, b->cap_samples, b->cu_seqlens, 2, f};
+ *   dpshim_balance_batch(&batch);
+ *   b->n = batch.nsamples;
+ */
+#ifndef DPSHIM_BATCH_H
+#define DPSHIM_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dpshim_field {
+  const char *name;      /* for messages */
+  void *data;            /* rows, back to back */
+  size_t row_bytes;      /* bytes per row, >= 1 */
+  int32_t *offsets;      /* [nsamples + 1] row offsets, or NULL: one row each */
+  int64_t capacity_rows; /* rows data can hold */
+} dpshim_field_t;
+
+typedef struct dpshim_batch {
+  int32_t nsamples;         /* samples in the batch, updated by balancing */
+  int32_t capacity_samples; /* samples the offsets arrays can describe */
+  int32_t *cu_seqlens;      /* [nsamples + 1] token offsets, [0] == 0 */
+  int32_t nfields;
+  dpshim_field_t *fields;   /* [nfields] */
+} dpshim_batch_t;
+
+/* Balances the batch across the data-parallel group, when balancing is on and
+ * MPI is initialised; otherwise returns at once. Returns 0 whether the plan
+ * was applied or skipped, or a negative DPSHIM_E* code when this batch could
+ * not be balanced (the batch is then untouched on every rank). */
+DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,480 @@
+/* The balance pipeline; see balance.h. */
+#include "balance.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch_view.h"
+
+#define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
+
+/* What each rank tells the others before anything else. */
+typedef struct header {
+  int32_t status; /* 0, or this rank's DPSHIM_E* code */
+  int32_t nsamples;
+  int32_t capacity_samples;
+  int32_t width;
+  uint64_t signature;
+  int64_t step;
+  int64_t capacity_rows[DPSHIM__MAX_FIELDS];
+} header_t;
+
+struct dpshim__balancer {
+  dpshim__balance_config_t cfg;
+  dpshim_plan_t plan;
+  int32_t size; /* group size the per-rank arrays hold */
+  double *history;
+  int64_t step;
+  header_t *headers;
+  size_t *counts;   /* [3 * size]: gather, send, receive bytes */
+  int64_t *first;   /* [size + 1]: each rank's first sample in the group */
+  int32_t *status;  /* [size] */
+  char *messages;   /* [size * MESSAGE_BYTES] */
+  uint64_t *checks; /* [3 * size]: verify's plan hash, sent, received */
+  int32_t *meta;    /* every sample's meta, in rank order */
+  dpshim_sample_t *samples;
+  int32_t *order;   /* this rank's samples by destination */
+  int64_t *use;     /* [size * (nfields + 1)]: samples and rows per rank */
+  int32_t *recv_meta;
+  unsigned char *sendbuf, *recvbuf;
+  size_t meta_cap, samples_cap, order_cap, use_cap, recv_meta_cap, send_cap,
+      recv_cap;
+};
+
+/* Grows *p to hold n elements of `elem` bytes. */
+static int grow(void *pp, size_t *cap, size_t n, size_t elem) {
+  void **p = pp;
+  if (n <= *cap && *p) return 0;
+  size_t want = n > 2 * *cap ? n : 2 * *cap;
+  void *q = realloc(*p, (want ? want : 1) * elem);
+  if (!q) return DPSHIM_ENOMEM;
+  *p = q;
+  *cap = want;
+  return 0;
+}
+
+dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
+  dpshim__balancer_t *b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  b->cfg = *cfg;
+  b->step = -1;
+  dpshim_plan_init(&b->plan);
+  return b;
+}
+
+static void free_rank_arrays(dpshim__balancer_t *b) {
+  free(b->history);
+  free(b->headers);
+  free(b->counts);
+  free(b->first);
+  free(b->status);
+  free(b->messages);
+  free(b->checks);
+}
+
+void dpshim__balancer_free(dpshim__balancer_t *b) {
+  if (!b) return;
+  free_rank_arrays(b);
+  free(b->meta);
+  free(b->samples);
+  free(b->order);
+  free(b->use);
+  free(b->recv_meta);
+  free(b->sendbuf);
+  free(b->recvbuf);
+  dpshim_plan_free(&b->plan);
+  free(b);
+}
+
+void dpshim__balancer_set_model(dpshim__balancer_t *b,
+                                dpshim_cost_model_t model) {
+  b->cfg.model = model;
+}
+
+static int ensure_group(dpshim__balancer_t *b, int32_t size) {
+  if (b->size == size) return 0;
+  free_rank_arrays(b);
+  b->size = size;
+  b->step = -1;
+  b->history = calloc((size_t)size, sizeof *b->history);
+  b->headers = calloc((size_t)size, sizeof *b->headers);
+  b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
+  b->first = calloc((size_t)size + 1, sizeof *b->first);
+  b->status = calloc((size_t)size, sizeof *b->status);
+  b->messages = calloc((size_t)size, MESSAGE_BYTES);
+  b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
+  if (b->history && b->headers && b->counts && b->first && b->status &&
+      b->messages && b->checks)
+    return 0;
+  free_rank_arrays(b);
+  b->size = 0;
+  return DPSHIM_ENOMEM;
+}
+
+/* ---- agreement ------------------------------------------------------------ */
+
+/* b->status holds every rank's status. The first failing rank's message
+ * becomes everyone's. Returns that rank's status, or 0. */
+static int settle(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                  const char *mine, dpshim__balance_report_t *rep) {
+  int32_t bad = -1;
+  for (int32_t r = 0; r < comm->size && bad < 0; r++)
+    if (b->status[r] != 0) bad = r;
+  if (bad < 0) return 0;
+  char msg[MESSAGE_BYTES] = {0};
+  snprintf(msg, sizeof msg, "%s", b->status[comm->rank] ? mine : "");
+  int rc = comm->ops->allgather(comm, msg, sizeof msg, b->messages);
+  if (rc < 0) return rc;
+  snprintf(rep->message, sizeof rep->message, "rank %d: %s", (int)bad,
+           b->messages + (size_t)bad * MESSAGE_BYTES);
+  return b->status[bad];
+}
+
+/* Every rank learns whether any rank failed: a one-sided error would leave
+ * the others waiting in the next collective. */
+static int agree(dpshim__balancer_t *b, dpshim__comm_t *comm, int32_t status,
+                 const char *mine, dpshim__balance_report_t *rep) {
+  int rc = comm->ops->allgather(comm, &status, sizeof status, b->status);
+  return rc < 0 ? rc : settle(b, comm, mine, rep);
+}
+
+/* ---- gathering ------------------------------------------------------------ */
+
+/* The capacity in bytes of this rank's buffers: no plan that passes
+ * check_capacity() sends it more. */
+static size_t capacity_bytes(const dpshim_batch_t *batch,
+                             const dpshim__layout_t *l) {
+  size_t bytes = 0;
+  for (int32_t f = 0; f < l->nfields; f++)
+    bytes += (size_t)batch->fields[f].capacity_rows * l->row_bytes[f];
+  return bytes;
+}
+
+static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
+                        int64_t step, dpshim__layout_t *l, header_t *h,
+                        char *msg) {
+  memset(h, 0, sizeof *h);
+  h->step = step;
+  int rc = dpshim__layout_of(batch, l, msg, MESSAGE_BYTES);
+  if (rc < 0) return rc;
+  h->nsamples = batch->nsamples;
+  h->capacity_samples = batch->capacity_samples;
+  h->width = l->width;
+  h->signature = dpshim__layout_signature(l);
+  for (int32_t f = 0; f < l->nfields; f++)
+    h->capacity_rows[f] = batch->fields[f].capacity_rows;
+  size_t cap = capacity_bytes(batch, l);
+  if (grow(&b->sendbuf, &b->send_cap, cap, 1) < 0 ||
+      grow(&b->recvbuf, &b->recv_cap, cap, 1) < 0 ||
+      grow(&b->order, &b->order_cap, (size_t)batch->nsamples, sizeof(int32_t)) < 0 ||
+      grow(&b->recv_meta, &b->recv_meta_cap,
+           (size_t)batch->capacity_samples * (size_t)l->width,
+           sizeof(int32_t)) < 0) {
+    snprintf(msg, MESSAGE_BYTES, "out of memory for the exchange buffers");
+    return DPSHIM_ENOMEM;
+  }
+  return 0;
+}
+
+static int check_headers(const dpshim__balancer_t *b, int64_t *nsamples,
+                         char *msg) {
+  *nsamples = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    const header_t *h = &b->headers[r];
+    if (h->signature != b->headers[0].signature) {
+      snprintf(msg, MESSAGE_BYTES,
+               "rank %d's batch has other fields than rank 0's", (int)r);
+      return DPSHIM_EINVAL;
+    }
+    b->first[r] = *nsamples;
+    *nsamples += h->nsamples;
+  }
+  b->first[b->size] = *nsamples;
+  return 0;
+}
+
+/* All metas into b->meta, in rank order; samples[] from them. */
+static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                       const dpshim_batch_t *batch, const dpshim__layout_t *l) {
+  size_t width = (size_t)l->width;
+  int32_t *mine = b->recv_meta; /* free until the exchange */
+  for (int32_t i = 0; i < batch->nsamples; i++)
+    dpshim__meta_of(batch, l, i, mine + (size_t)i * width);
+  for (int32_t r = 0; r < b->size; r++)
+    b->counts[r] = (size_t)b->headers[r].nsamples * width * sizeof(int32_t);
+  int rc = comm->ops->allgatherv(comm, mine, b->meta, b->counts);
+  if (rc < 0) return rc;
+  for (int32_t r = 0; r < b->size; r++) {
+    for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
+      const int32_t *m = b->meta + (size_t)i * width;
+      b->samples[i] = (dpshim_sample_t){m[0], dpshim__meta_bytes(l, m), r};
+    }
+  }
+  return 0;
+}
+
+/* ---- planning ------------------------------------------------------------- */
+
+static int64_t total_tokens(const dpshim__balancer_t *b, int64_t n) {
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < n; i++) tokens += b->samples[i].len;
+  return tokens;
+}
+
+/* The configured cap, lowered to what the smallest token buffer holds. */
+static double cap_ratio(const dpshim__balancer_t *b,
+                        const dpshim__layout_t *l, int64_t tokens) {
+  double ratio = b->cfg.cap_ratio;
+  for (int32_t f = 0; f < l->nfields; f++) {
+    if (l->kind[f] != ROWS_TOKENS) continue;
+    for (int32_t r = 0; r < b->size; r++) {
+      double fits = (double)b->headers[r].capacity_rows[f] * b->size /
+                    (double)tokens;
+      if (ratio == 0 || fits < ratio) ratio = fits;
+    }
+  }
+  return ratio;
+}
+
+static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
+                 int64_t tokens, char *msg) {
+  dpshim_plan_input_t in = {
+      .ranks = b->size,
+      .nsamples = n,
+      .samples = b->samples,
+      .history = b->history,
+      .history_len = b->size,
+      .model = b->cfg.model,
+      .cap_ratio = cap_ratio(b, l, tokens),
+      .threshold = b->cfg.threshold,
+      .algo = b->cfg.algo,
+  };
+  int rc = dpshim_plan_solve(&in, &b->plan);
+  if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);
+  return rc;
+}
+
+/* Why the plan cannot be applied to these buffers, or NULL when every rank
+ * can hold what the plan gives it. */
+static const char *check_capacity(dpshim__balancer_t *b,
+                                  const dpshim__layout_t *l, int64_t n) {
+  size_t stride = (size_t)l->nfields + 1;
+  int64_t *use = b->use;
+  memset(use, 0, (size_t)b->size * stride * sizeof *use);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t *u = use + (size_t)b->plan.dest[i] * stride;
+    const int32_t *m = b->meta + (size_t)i * (size_t)l->width;
+    u[0]++;
+    for (int32_t f = 0; f < l->nfields; f++)
+      u[f + 1] += dpshim__meta_rows(l, f, m);
+  }
+  for (int32_t r = 0; r < b->size; r++) {
+    const int64_t *u = use + (size_t)r * stride;
+    if (u[0] > b->headers[r].capacity_samples) return "capacity";
+    for (int32_t f = 0; f < l->nfields; f++)
+      if (u[f + 1] > b->headers[r].capacity_rows[f]) return "capacity";
+  }
+  return NULL;
+}
+
+/* ---- exchange ------------------------------------------------------------- */
+
+/* This rank's byte counts to and from every rank, and whether MPI's int
+ * counts hold every rank's totals (checked for all, so all agree). */
+static int plan_counts(dpshim__balancer_t *b, int32_t me) {
+  size_t *send = b->counts + b->size, *recv = b->counts + 2 * b->size;
+  int64_t *sent = b->use, *received = b->use + b->size;
+  memset(send, 0, 2 * (size_t)b->size * sizeof *send);
+  memset(sent, 0, 2 * (size_t)b->size * sizeof *sent);
+  for (int64_t i = 0; i < b->first[b->size]; i++) {
+    int32_t from = b->samples[i].origin, to = b->plan.dest[i];
+    int64_t bytes = b->samples[i].bytes;
+    sent[from] += bytes;
+    received[to] += bytes;
+    if (from == me) send[to] += (size_t)bytes;
+    if (to == me) recv[from] += (size_t)bytes;
+  }
+  for (int32_t r = 0; r < b->size; r++)
+    if (sent[r] > INT_MAX || received[r] > INT_MAX) return 0;
+  return 1;
+}
+
+static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                    dpshim_batch_t *batch, const dpshim__layout_t *l) {
+  int32_t me = comm->rank, n = 0, received = 0;
+  int64_t first = b->first[me];
+  /* Sorted by destination, then by index: the order the receivers expect. */
+  for (int32_t to = 0; to < b->size; to++)
+    for (int32_t i = 0; i < batch->nsamples; i++)
+      if (b->plan.dest[first + i] == to) b->order[n++] = i;
+  dpshim__batch_pack(batch, l, b->order, n, b->sendbuf);
+  for (int64_t i = 0; i < b->first[b->size]; i++) {
+    if (b->plan.dest[i] != me) continue;
+    memcpy(b->recv_meta + (size_t)received * (size_t)l->width,
+           b->meta + (size_t)i * (size_t)l->width,
+           (size_t)l->width * sizeof(int32_t));
+    received++;
+  }
+  int rc = comm->ops->alltoallv(comm, b->sendbuf, b->counts + b->size,
+                                b->recvbuf, b->counts + 2 * b->size);
+  if (rc < 0) return rc;
+  dpshim__batch_unpack(batch, l, b->recvbuf, received, b->recv_meta);
+  return 0;
+}
+
+/* ---- verification --------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Hash of one record; p advances past it. */
+static uint64_t record_hash(const dpshim__layout_t *l, const int32_t *meta,
+                            const unsigned char **p) {
+  size_t bytes = (size_t)dpshim__meta_bytes(l, meta);
+  uint64_t h = fnv(1469598103934665603ull, *p, bytes);
+  *p += bytes;
+  return h;
+}
+
+/* Every rank solved the same plan, and the records received over the group
+ * are the records sent (sums of their hashes). Runs after the exchange. */
+static int verify(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                  const dpshim__layout_t *l, int32_t nsent, int32_t nrecv,
+                  dpshim__balance_report_t *rep) {
+  size_t width = (size_t)l->width;
+  const int32_t *own = b->meta + (size_t)b->first[comm->rank] * width;
+  const unsigned char *p = b->sendbuf;
+  uint64_t mine[3] = {fnv(1469598103934665603ull, b->plan.dest,
+                          (size_t)b->first[b->size] * sizeof(int32_t)), 0, 0};
+  for (int32_t k = 0; k < nsent; k++)
+    mine[1] += record_hash(l, own + (size_t)b->order[k] * width, &p);
+  p = b->recvbuf;
+  for (int32_t k = 0; k < nrecv; k++)
+    mine[2] += record_hash(l, b->recv_meta + (size_t)k * width, &p);
+  int rc = comm->ops->allgather(comm, mine, sizeof mine, b->checks);
+  if (rc < 0) return rc;
+  uint64_t sent = 0, received = 0;
+  for (int32_t r = 0; r < comm->size; r++) {
+    if (b->checks[3 * r] != b->checks[0]) {
+      snprintf(rep->message, sizeof rep->message,
+               "verify: rank %d solved another plan than rank 0", (int)r);
+      return DPSHIM_EINVAL;
+    }
+    sent += b->checks[3 * r + 1];
+    received += b->checks[3 * r + 2];
+  }
+  if (sent == received) return 0;
+  snprintf(rep->message, sizeof rep->message,
+           "verify: the samples received differ from the samples sent");
+  return DPSHIM_EINVAL;
+}
+
+/* ---- the pipeline --------------------------------------------------------- */
+
+static void report_plan(const dpshim__balancer_t *b, int64_t n,
+                        int64_t tokens, dpshim__balance_report_t *rep) {
+  rep->samples = n;
+  rep->tokens = tokens;
+  rep->bytes_moved = b->plan.bytes_moved;
+  rep->bytes_total = b->plan.bytes_total;
+  rep->imbalance_before = b->plan.imbalance_before;
+  rep->imbalance_after = b->plan.imbalance_after;
+  rep->lower_bound = b->plan.lower_bound;
+  rep->load_before = b->plan.load_before;
+  rep->load_after = b->plan.load_after;
+}
+
+/* Whether and why not to apply the solved plan: the same answer everywhere. */
+static const char *skip_reason(dpshim__balancer_t *b,
+                               const dpshim__layout_t *l, int32_t me) {
+  int64_t n = b->first[b->size];
+  if (b->plan.decision != DPSHIM_DECISION_APPLY)
+    return dpshim_skip_reason_name(b->plan.reason);
+  const char *why = check_capacity(b, l, n);
+  if (why) return why;
+  return plan_counts(b, me) ? NULL : "exchange-too-large";
+}
+
+/* A new step starts from no history. */
+static void enter_step(dpshim__balancer_t *b) {
+  int64_t step = b->step;
+  for (int32_t r = 0; r < b->size; r++)
+    if (b->headers[r].step > step) step = b->headers[r].step;
+  if (step == b->step) return;
+  b->step = step;
+  memset(b->history, 0, (size_t)b->size * sizeof *b->history);
+}
+
+static int reserve_group(dpshim__balancer_t *b, const dpshim__layout_t *l,
+                         int64_t n) {
+  if (grow(&b->meta, &b->meta_cap, (size_t)n * (size_t)l->width,
+           sizeof(int32_t)) < 0 ||
+      grow(&b->samples, &b->samples_cap, (size_t)n, sizeof *b->samples) < 0 ||
+      grow(&b->use, &b->use_cap, (size_t)b->size * ((size_t)l->nfields + 1),
+           sizeof(int64_t)) < 0)
+    return DPSHIM_ENOMEM;
+  return 0;
+}
+
+/* Gathers and solves; 0 with a solved plan, or the agreed error. */
+static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                      const dpshim_batch_t *batch, const dpshim__layout_t *l,
+                      dpshim__balance_report_t *rep) {
+  char msg[MESSAGE_BYTES] = "out of memory for the gathered samples";
+  int64_t n = b->first[b->size];
+  int rc = agree(b, comm, reserve_group(b, l, n), msg, rep);
+  if (rc < 0) return rc;
+  rc = gather_meta(b, comm, batch, l);
+  if (rc < 0) return rc;
+  int64_t tokens = total_tokens(b, n);
+  rc = agree(b, comm, solve(b, l, n, tokens, msg), msg, rep);
+  if (rc < 0) return rc;
+  report_plan(b, n, tokens, rep);
+  return 0;
+}
+
+int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                    dpshim_batch_t *batch, int64_t step,
+                    dpshim__balance_report_t *rep) {
+  char msg[MESSAGE_BYTES] = "";
+  dpshim__layout_t l;
+  header_t h;
+  int64_t n;
+  memset(rep, 0, sizeof *rep);
+  int rc = ensure_group(b, comm->size);
+  if (rc < 0) return rc;
+  int32_t status = local_header(b, batch, step, &l, &h, msg);
+  h.status = status;
+  rc = comm->ops->allgather(comm, &h, sizeof h, b->headers);
+  if (rc < 0) return rc;
+  for (int32_t r = 0; r < b->size; r++) b->status[r] = b->headers[r].status;
+  rc = settle(b, comm, msg, rep);
+  if (rc < 0) return rc;
+  if (check_headers(b, &n, msg) < 0) {
+    snprintf(rep->message, sizeof rep->message, "%s", msg);
+    return DPSHIM_EINVAL;
+  }
+  enter_step(b);
+  rep->samples = n;
+  if (n < b->size) { /* the solver gives every rank a sample */
+    rep->skip_reason = "too-few-samples";
+    return 0;
+  }
+  rc = plan_group(b, comm, batch, &l, rep);
+  if (rc < 0) return rc;
+  rep->skip_reason = skip_reason(b, &l, comm->rank);
+  memcpy(b->history, rep->skip_reason ? b->plan.load_before : b->plan.load_after,
+         (size_t)b->size * sizeof *b->history);
+  if (rep->skip_reason) return 0;
+  int32_t nsent = batch->nsamples;
+  rc = exchange(b, comm, batch, &l);
+  if (rc < 0) return rc;
+  rep->applied = 1;
+  return b->cfg.verify ? verify(b, comm, &l, nsent, batch->nsamples, rep) : 0;
+}

@@ -1,0 +1,53 @@
+/* One hand-off balanced across a data-parallel group: the pipeline.
+ *
+ *   depack -> all-gather each sample's meta -> cost -> plan (every rank
+ *   solves the same plan) -> all-to-all of the records -> repack.
+ *
+ * Collective: every rank of the group calls dpshim__balance() once per
+ * hand-off. Every decision (apply, skip, error) is taken from gathered data,
+ * so all ranks take the same one and reach the same collectives. On skip or
+ * error each rank's batch is left as it was. No global state: the unit tests
+ * run one balancer per thread.
+ */
+#ifndef DPSHIM_SHIM_BALANCE_H
+#define DPSHIM_SHIM_BALANCE_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "dpshim/batch.h"
+#include "dpshim/solver.h"
+
+typedef struct dpshim__balance_config {
+  dpshim_algo_t algo;
+  double cap_ratio; /* x mean tokens per rank; 0 = only the buffers' capacity */
+  double threshold; /* skip below this imbalance */
+  dpshim_cost_model_t model;
+  int verify;       /* check plan agreement and exactly-once delivery */
+} dpshim__balance_config_t;
+
+typedef struct dpshim__balance_report {
+  int applied;             /* the plan moved samples */
+  const char *skip_reason; /* why not, when the plan was skipped */
+  char message[256];       /* the error every rank returned, or "" */
+  int64_t samples, tokens; /* over the group */
+  int64_t bytes_moved, bytes_total;
+  double imbalance_before, imbalance_after, lower_bound;
+  const double *load_before, *load_after; /* [group size], until next call */
+} dpshim__balance_report_t;
+
+typedef struct dpshim__balancer dpshim__balancer_t;
+
+dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg);
+void dpshim__balancer_free(dpshim__balancer_t *b);
+void dpshim__balancer_set_model(dpshim__balancer_t *b,
+                                dpshim_cost_model_t model);
+
+/* Balances `batch` for step `step` (hand-offs of the same step share the
+ * loads of the earlier ones, as history). Returns 0 (applied or skipped; see
+ * rep) or the negative DPSHIM_E* code that every rank returns. */
+int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                    dpshim_batch_t *batch, int64_t step,
+                    dpshim__balance_report_t *rep);
+
+#endif

@@ -1,0 +1,169 @@
+/* Depack and repack of a dpshim_batch_t; see batch_view.h. */
+#include "batch_view.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int bad(char *msg, size_t len, const char *what) {
+  snprintf(msg, len, "%s", what);
+  return DPSHIM_EINVAL;
+}
+
+/* offsets[0] == 0, non-decreasing, last within capacity. */
+static int check_offsets(const int32_t *off, int32_t n, int64_t capacity,
+                         const char *name, char *msg, size_t len) {
+  if (off[0] != 0) {
+    snprintf(msg, len, "field '%s': offsets[0] is %d, expected 0", name,
+             (int)off[0]);
+    return DPSHIM_EINVAL;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    if (off[i + 1] < off[i]) {
+      snprintf(msg, len,
+               "field '%s': offsets[%d] = %d is below offsets[%d] = %d, "
+               "expected non-decreasing offsets", name, (int)i + 1,
+               (int)off[i + 1], (int)i, (int)off[i]);
+      return DPSHIM_EINVAL;
+    }
+  }
+  if (off[n] > capacity) {
+    snprintf(msg, len, "field '%s': %d rows exceed capacity_rows %lld", name,
+             (int)off[n], (long long)capacity);
+    return DPSHIM_EINVAL;
+  }
+  return 0;
+}
+
+static int describe_field(const dpshim_batch_t *b, int32_t f,
+                          dpshim__layout_t *l, char *msg, size_t len) {
+  const dpshim_field_t *fd = &b->fields[f];
+  const char *name = fd->name ? fd->name : "?";
+  if (fd->row_bytes < 1) {
+    snprintf(msg, len, "field '%s': row_bytes is 0, expected >= 1", name);
+    return DPSHIM_EINVAL;
+  }
+  if (!fd->data && fd->capacity_rows > 0) {
+    snprintf(msg, len, "field '%s': data is NULL", name);
+    return DPSHIM_EINVAL;
+  }
+  l->row_bytes[f] = fd->row_bytes;
+  if (fd->offsets == b->cu_seqlens) {
+    l->kind[f] = ROWS_TOKENS;
+  } else if (!fd->offsets) {
+    l->kind[f] = ROWS_ONE;
+    if (b->nsamples > fd->capacity_rows) {
+      snprintf(msg, len, "field '%s': %d samples exceed capacity_rows %lld",
+               name, (int)b->nsamples, (long long)fd->capacity_rows);
+      return DPSHIM_EINVAL;
+    }
+    return 0;
+  } else {
+    l->kind[f] = ROWS_OWN;
+    l->slot[f] = (uint8_t)l->width++;
+  }
+  return check_offsets(fd->offsets, b->nsamples, fd->capacity_rows, name, msg,
+                       len);
+}
+
+int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
+                      char *msg, size_t len) {
+  memset(l, 0, sizeof *l);
+  if (!b) return bad(msg, len, "batch is NULL");
+  if (b->nsamples < 0 || b->nsamples > b->capacity_samples)
+    return bad(msg, len, "batch: nsamples outside [0, capacity_samples]");
+  if (!b->cu_seqlens) return bad(msg, len, "batch: cu_seqlens is NULL");
+  if (b->nfields < 1 || b->nfields > DPSHIM__MAX_FIELDS || !b->fields)
+    return bad(msg, len, "batch: nfields outside [1, 16] or fields NULL");
+  if (check_offsets(b->cu_seqlens, b->nsamples, INT32_MAX, "cu_seqlens", msg,
+                    len) < 0)
+    return DPSHIM_EINVAL;
+  l->nfields = b->nfields;
+  l->width = 1;
+  for (int32_t f = 0; f < b->nfields; f++) {
+    int rc = describe_field(b, f, l, msg, len);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+uint64_t dpshim__layout_signature(const dpshim__layout_t *l) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the layout numbers */
+  uint64_t v[2];
+  for (int32_t f = 0; f < l->nfields; f++) {
+    v[0] = l->kind[f];
+    v[1] = l->row_bytes[f];
+    for (int k = 0; k < 2; k++) h = (h ^ v[k]) * 1099511628211ull;
+  }
+  return (h ^ (uint64_t)l->nfields) * 1099511628211ull;
+}
+
+void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                     int32_t i, int32_t *meta) {
+  meta[0] = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+  for (int32_t f = 0; f < l->nfields; f++) {
+    if (l->kind[f] != ROWS_OWN) continue;
+    const int32_t *off = b->fields[f].offsets;
+    meta[l->slot[f]] = off[i + 1] - off[i];
+  }
+}
+
+int64_t dpshim__meta_rows(const dpshim__layout_t *l, int32_t f,
+                          const int32_t *meta) {
+  switch (l->kind[f]) {
+  case ROWS_TOKENS: return meta[0];
+  case ROWS_ONE: return 1;
+  default: return meta[l->slot[f]];
+  }
+}
+
+int64_t dpshim__meta_bytes(const dpshim__layout_t *l, const int32_t *meta) {
+  int64_t bytes = 0;
+  for (int32_t f = 0; f < l->nfields; f++)
+    bytes += dpshim__meta_rows(l, f, meta) * (int64_t)l->row_bytes[f];
+  return bytes;
+}
+
+/* First row of sample i in field f. */
+static int64_t first_row(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                         int32_t f, int32_t i) {
+  return l->kind[f] == ROWS_ONE ? i : b->fields[f].offsets[i];
+}
+
+void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                        const int32_t *order, int32_t n, unsigned char *out) {
+  int32_t meta[DPSHIM__MAX_FIELDS + 1];
+  for (int32_t k = 0; k < n; k++) {
+    int32_t i = order[k];
+    dpshim__meta_of(b, l, i, meta);
+    for (int32_t f = 0; f < l->nfields; f++) {
+      size_t bytes = (size_t)dpshim__meta_rows(l, f, meta) * l->row_bytes[f];
+      const unsigned char *src = b->fields[f].data;
+      if (bytes == 0) continue; /* data may be NULL */
+      memcpy(out, src + (size_t)first_row(b, l, f, i) * l->row_bytes[f],
+             bytes);
+      out += bytes;
+    }
+  }
+}
+
+void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
+                          const unsigned char *in, int32_t n,
+                          const int32_t *meta) {
+  b->cu_seqlens[0] = 0;
+  for (int32_t f = 0; f < l->nfields; f++)
+    if (l->kind[f] == ROWS_OWN) b->fields[f].offsets[0] = 0;
+  for (int32_t k = 0; k < n; k++) {
+    const int32_t *m = meta + (size_t)k * (size_t)l->width;
+    b->cu_seqlens[k + 1] = b->cu_seqlens[k] + m[0];
+    for (int32_t f = 0; f < l->nfields; f++) {
+      int32_t *off = b->fields[f].offsets;
+      if (l->kind[f] == ROWS_OWN) off[k + 1] = off[k] + m[l->slot[f]];
+      size_t bytes = (size_t)dpshim__meta_rows(l, f, m) * l->row_bytes[f];
+      unsigned char *dst = b->fields[f].data;
+      if (bytes == 0) continue;
+      memcpy(dst + (size_t)first_row(b, l, f, k) * l->row_bytes[f], in, bytes);
+      in += bytes;
+    }
+  }
+  b->nsamples = n;
+}

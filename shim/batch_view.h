@@ -1,0 +1,52 @@
+/* A packed batch taken apart and put back together (depack / repack).
+ *
+ * The balancer never looks inside a row: it moves each sample as one record,
+ * the sample's rows of every field back to back. What it needs to know about
+ * a sample travels as a few int32 numbers (its "meta"): the token length,
+ * then the row count of each field that has offsets of its own. Token-aligned
+ * fields have as many rows as tokens; fields without offsets have one.
+ */
+#ifndef DPSHIM_SHIM_BATCH_VIEW_H
+#define DPSHIM_SHIM_BATCH_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim/batch.h"
+
+#define DPSHIM__MAX_FIELDS 16
+
+typedef enum { ROWS_TOKENS, ROWS_ONE, ROWS_OWN } dpshim__rows_kind_t;
+
+typedef struct dpshim__layout {
+  int32_t nfields;
+  int32_t width; /* int32 meta numbers per sample */
+  uint8_t kind[DPSHIM__MAX_FIELDS];
+  uint8_t slot[DPSHIM__MAX_FIELDS]; /* meta index of a ROWS_OWN field */
+  size_t row_bytes[DPSHIM__MAX_FIELDS];
+} dpshim__layout_t;
+
+/* Checks the batch and describes its fields. Returns 0, or DPSHIM_EINVAL with
+ * a one-line message naming the field and what was expected. */
+int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
+                      char *msg, size_t msglen);
+/* Same fields, same row sizes, same kinds: what ranks must agree on. */
+uint64_t dpshim__layout_signature(const dpshim__layout_t *l);
+
+/* Sample i's meta into meta[0 .. l->width). */
+void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                     int32_t i, int32_t *meta);
+int64_t dpshim__meta_rows(const dpshim__layout_t *l, int32_t field,
+                          const int32_t *meta);
+int64_t dpshim__meta_bytes(const dpshim__layout_t *l, const int32_t *meta);
+
+/* Copies samples order[0 .. n) as records, back to back, into out. */
+void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                        const int32_t *order, int32_t n, unsigned char *out);
+/* Replaces the batch by the n records in `in`, whose metas are meta[k *
+ * l->width ...]. The caller has checked every capacity. */
+void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
+                          const unsigned char *in, int32_t n,
+                          const int32_t *meta);
+
+#endif

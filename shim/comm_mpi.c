@@ -1,0 +1,94 @@
+/* The comm seam over MPI: a private duplicate of the group's communicator,
+ * byte counts converted to MPI's ints. The balancer checks beforehand that
+ * every count fits (all ranks see the same totals). */
+#include "comm_mpi.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+#include "dpshim/dpshim.h"
+
+typedef struct impl {
+  MPI_Comm comm;
+  int *ints; /* [4 * size]: counts and displacements, send and receive */
+} impl_t;
+
+/* counts -> ints[0..size), prefix sums -> ints[size..2 size); 0 on overflow. */
+static int to_ints(const size_t *counts, int size, int *ints) {
+  size_t at = 0;
+  for (int r = 0; r < size; r++) {
+    if (counts[r] > INT_MAX || at > INT_MAX) return 0;
+    ints[r] = (int)counts[r];
+    ints[size + r] = (int)at;
+    at += counts[r];
+  }
+  return 1;
+}
+
+static int mpi_rc(int rc) { return rc == MPI_SUCCESS ? 0 : DPSHIM_EINVAL; }
+
+static int mpi_allgather(dpshim__comm_t *c, const void *send, size_t bytes,
+                         void *recv) {
+  impl_t *m = c->impl;
+  if (bytes > INT_MAX) return DPSHIM_EINVAL;
+  return mpi_rc(PMPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes,
+                               MPI_BYTE, m->comm));
+}
+
+static int mpi_allgatherv(dpshim__comm_t *c, const void *send, void *recv,
+                          const size_t *counts) {
+  impl_t *m = c->impl;
+  if (!to_ints(counts, c->size, m->ints)) return DPSHIM_EINVAL;
+  return mpi_rc(PMPI_Allgatherv(send, m->ints[c->rank], MPI_BYTE, recv,
+                                m->ints, m->ints + c->size, MPI_BYTE,
+                                m->comm));
+}
+
+static int mpi_alltoallv(dpshim__comm_t *c, const void *send,
+                         const size_t *sendcounts, void *recv,
+                         const size_t *recvcounts) {
+  impl_t *m = c->impl;
+  int *s = m->ints, *r = m->ints + 2 * c->size;
+  if (!to_ints(sendcounts, c->size, s) || !to_ints(recvcounts, c->size, r))
+    return DPSHIM_EINVAL;
+  return mpi_rc(PMPI_Alltoallv(send, s, s + c->size, MPI_BYTE, recv, r,
+                               r + c->size, MPI_BYTE, m->comm));
+}
+
+static const dpshim__comm_ops_t ops = {mpi_allgather, mpi_allgatherv,
+                                       mpi_alltoallv};
+
+int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
+  impl_t *m = calloc(1, sizeof *m);
+  if (!m) return DPSHIM_ENOMEM;
+  int rank = 0;
+  PMPI_Comm_rank(parent, &rank);
+  if (PMPI_Comm_split(parent, color, rank, &m->comm) != MPI_SUCCESS) {
+    free(m);
+    return DPSHIM_EINVAL;
+  }
+  PMPI_Comm_rank(m->comm, &c->rank);
+  PMPI_Comm_size(m->comm, &c->size);
+  m->ints = calloc(4 * (size_t)c->size, sizeof *m->ints);
+  if (!m->ints) {
+    PMPI_Comm_free(&m->comm);
+    free(m);
+    return DPSHIM_ENOMEM;
+  }
+  c->ops = &ops;
+  c->impl = m;
+  return 0;
+}
+
+void dpshim__comm_mpi_close(dpshim__comm_t *c) {
+  impl_t *m = c->impl;
+  if (!m) return;
+  PMPI_Comm_free(&m->comm);
+  free(m->ints);
+  free(m);
+  c->impl = NULL;
+}
+
+MPI_Comm dpshim__comm_mpi_handle(const dpshim__comm_t *c) {
+  return ((const impl_t *)c->impl)->comm;
+}

@@ -1,0 +1,59 @@
+/* The shim's configuration, parsed from the environment.
+ *
+ * dpshim__config_parse() is pure: it reads variables through `get` (getenv
+ * in the shim, a table in the tests) and never prints. On a bad value it
+ * returns DPSHIM_EINVAL with one line naming the variable, the value and
+ * what is accepted; the caller turns balancing off on every rank.
+ */
+#ifndef DPSHIM_SHIM_CONFIG_H
+#define DPSHIM_SHIM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim/fit.h"
+#include "dpshim/solver.h"
+
+#define DPSHIM__MAX_WARMUP 4096 /* warm-up steps are numbered 1 .. this */
+
+/* The collectives that can mark a step's gradient sync. */
+enum {
+  DPSHIM__SYNC_ALLREDUCE = 1 << 0,
+  DPSHIM__SYNC_ALLTOALL = 1 << 1,
+  DPSHIM__SYNC_REDUCE_SCATTER = 1 << 2,
+  DPSHIM__SYNC_REDUCE_SCATTER_BLOCK = 1 << 3,
+  DPSHIM__SYNC_ALLGATHER = 1 << 4,
+  DPSHIM__SYNC_REDUCE = 1 << 5,
+  DPSHIM__SYNC_BCAST = 1 << 6,
+  DPSHIM__SYNC_BARRIER = 1 << 7
+};
+
+typedef struct dpshim__config {
+  int enabled;
+  int verbose;
+  int verify;
+  /* warmup[s] is 1 when step s (1-based) is a warm-up step; the first one
+   * is a cold start whose timing is dropped. */
+  uint8_t warmup[DPSHIM__MAX_WARMUP + 1];
+  int32_t nwarmup, warmup_first, warmup_last;
+  double max_len_ratio; /* 0 = none */
+  double threshold;
+  dpshim_algo_t algo;
+  dpshim_fit_method_t fit;
+  int have_coefs;       /* DPSHIM_COEFS given: no warm-up */
+  dpshim_cost_model_t coefs;
+  int32_t tp, pp, cp;
+  unsigned sync_ops;    /* DPSHIM__SYNC_* bits */
+  char log_path[4096];  /* "" = no log */
+} dpshim__config_t;
+
+typedef char *(*dpshim__getenv_fn)(const char *name); /* as getenv */
+
+int dpshim__config_parse(dpshim__getenv_fn get, dpshim__config_t *cfg,
+                         char *msg, size_t msglen);
+
+/* Whether `step` is a warm-up step; *first says it is the cold start. */
+int dpshim__config_is_warmup(const dpshim__config_t *cfg, int64_t step,
+                             int *first);
+
+#endif
