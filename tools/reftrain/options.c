@@ -1,0 +1,213 @@
+/* reftrain's command line: getopt_long, every value range-checked. */
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lengthgen.h"
+
+enum {
+  OPT_STEPS = 256, OPT_MODE, OPT_PROFILE, OPT_LENGTHS, OPT_SEED, OPT_MICRO,
+  OPT_TP, OPT_CP, OPT_PP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_HEADROOM,
+  OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_IDS_OUT,
+  OPT_STATS_OUT, OPT_HELP
+};
+
+static const struct option longopts[] = {
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"profile", required_argument, NULL, OPT_PROFILE},
+    {"lengths", required_argument, NULL, OPT_LENGTHS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"micro-batches", required_argument, NULL, OPT_MICRO},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"cp", required_argument, NULL, OPT_CP},
+    {"pp", required_argument, NULL, OPT_PP},
+    {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+    {"grad-bytes", required_argument, NULL, OPT_GRAD_BYTES},
+    {"headroom", required_argument, NULL, OPT_HEADROOM},
+    {"pack-tokens", required_argument, NULL, OPT_PACK_TOKENS},
+    {"cpu-dim", required_argument, NULL, OPT_CPU_DIM},
+    {"check", no_argument, NULL, OPT_CHECK},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"ids-out", required_argument, NULL, OPT_IDS_OUT},
+    {"stats-out", required_argument, NULL, OPT_STATS_OUT},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0}};
+
+void rt_usage(FILE *f) {
+  fputs(
+      "usage: mpirun -np N reftrain [options]\n"
+      "A reference data-parallel trainer: per step, M hand-offs from\n"
+      "libpackload (packload_next) each followed by compute, then one\n"
+      "MPI_Allreduce of a gradient buffer. Prints one JSON line on rank 0.\n"
+      "\n"
+      "  --steps N           steps to run (default 10)\n"
+      "  --mode emulate|cpu  emulate: sleep for a modelled H100 time;\n"
+      "                      cpu: real causal attention on the CPU\n"
+      "                      (default emulate)\n"
+      "  --profile NAME      sft, long or fewlong (default sft)\n"
+      "  --lengths FILE      sample lengths, one per line (overrides the\n"
+      "                      profile's distribution, keeps its pack size)\n"
+      "  --pack-tokens N     tokens per pack (default: the profile's)\n"
+      "  --seed S            run seed (default 1)\n"
+      "  --micro-batches M   hand-offs per step (default 1)\n"
+      "  --tp N --cp N --pp N  model-parallel sizes (default 1); Megatron\n"
+      "                      order: tp fastest, then cp, dp, pp\n"
+      "  --time-scale X      emulate: multiplies modelled time (default 0.75)\n"
+      "  --grad-bytes N      gradient all-reduce size (default 1048576)\n"
+      "  --headroom H        loader capacity / pack size (default 2)\n"
+      "  --cpu-dim D         cpu: attention head dimension (default 16)\n"
+      "  --check             verify every sample against its id, exactly-\n"
+      "                      once delivery and model-parallel peer agreement\n"
+      "  --ids-out FILE      'step rank id...' per step and DP slot\n"
+      "  --stats-out FILE    one JSON line per step: per-rank times\n"
+      "  --verbose           per-step lines on stderr\n"
+      "  --help              this text\n",
+      f);
+}
+
+static int bad(char *err, size_t errlen, const char *opt, const char *want,
+               const char *got) {
+  snprintf(err, errlen, "--%s expects %s, got '%s'", opt, want, got);
+  return -1;
+}
+
+/* A whole-string integer in [lo, hi]. */
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (*s == '-') return -1; /* strtoull would wrap it */
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno || end == s || *end) return -1;
+  *out = v;
+  return 0;
+}
+
+/* One option's value into *o; -1 with err on a bad value. */
+static int apply(int code, const char *arg, rt_opts_t *o, char *err,
+                 size_t errlen) {
+  const char *name = NULL;
+  for (const struct option *p = longopts; p->name; p++)
+    if (p->val == code) name = p->name;
+  int64_t v = 0;
+  switch (code) {
+  case OPT_STEPS:
+    if (parse_int(arg, 1, INT32_MAX, &v))
+      return bad(err, errlen, name, "an integer in [1, 2^31)", arg);
+    o->steps = v;
+    return 0;
+  case OPT_MODE:
+    if (strcmp(arg, "emulate") == 0) o->mode = RT_EMULATE;
+    else if (strcmp(arg, "cpu") == 0) o->mode = RT_CPU;
+    else return bad(err, errlen, name, "'emulate' or 'cpu'", arg);
+    return 0;
+  case OPT_PROFILE: {
+    char names[128], ignored[160];
+    if (!lengthgen_profile_find(arg, ignored, sizeof ignored)) {
+      lengthgen_profile_names(names, sizeof names);
+      snprintf(err, errlen, "--%s expects one of %s, got '%s'", name, names,
+               arg);
+      return -1;
+    }
+    o->profile = arg;
+    return 0;
+  }
+  case OPT_LENGTHS: o->lengths = arg; return 0;
+  case OPT_IDS_OUT: o->ids_out = arg; return 0;
+  case OPT_STATS_OUT: o->stats_out = arg; return 0;
+  case OPT_SEED:
+    if (parse_u64(arg, &o->seed))
+      return bad(err, errlen, name, "an unsigned 64-bit integer", arg);
+    return 0;
+  case OPT_MICRO: case OPT_TP: case OPT_CP: case OPT_PP:
+    if (parse_int(arg, 1, 1 << 20, &v))
+      return bad(err, errlen, name, "an integer in [1, 2^20]", arg);
+    *(code == OPT_MICRO ? &o->micro : code == OPT_TP ? &o->tp
+      : code == OPT_CP ? &o->cp : &o->pp) = (int32_t)v;
+    return 0;
+  case OPT_TIME_SCALE:
+    if (parse_double(arg, 0.0, 1e6, &o->time_scale))
+      return bad(err, errlen, name, "a number in [0, 1e6]", arg);
+    return 0;
+  case OPT_GRAD_BYTES:
+    if (parse_int(arg, 0, INT64_C(1) << 32, &o->grad_bytes))
+      return bad(err, errlen, name, "a byte count in [0, 2^32]", arg);
+    return 0;
+  case OPT_HEADROOM:
+    if (parse_double(arg, 1.0, 64.0, &o->headroom))
+      return bad(err, errlen, name, "a number in [1, 64]", arg);
+    return 0;
+  case OPT_PACK_TOKENS:
+    if (parse_int(arg, 1, INT64_C(1) << 30, &o->pack_tokens))
+      return bad(err, errlen, name, "an integer in [1, 2^30]", arg);
+    return 0;
+  case OPT_CPU_DIM:
+    if (parse_int(arg, 1, 1024, &v))
+      return bad(err, errlen, name, "an integer in [1, 1024]", arg);
+    o->cpu_dim = (int32_t)v;
+    return 0;
+  case OPT_CHECK: o->check = true; return 0;
+  case OPT_VERBOSE: o->verbose = true; return 0;
+  }
+  return 0;
+}
+
+static void defaults(rt_opts_t *o) {
+  *o = (rt_opts_t){.steps = 10, .mode = RT_EMULATE, .profile = "sft",
+                   .seed = 1, .micro = 1, .tp = 1, .cp = 1, .pp = 1,
+                   .time_scale = 0.75, .grad_bytes = 1 << 20, .headroom = 2.0,
+                   .cpu_dim = 16};
+}
+
+int rt_parse(int argc, char **argv, rt_opts_t *o, char *err, size_t errlen) {
+  defaults(o);
+  opterr = 0; /* getopt's own messages would print once per rank */
+  optind = 1;
+  int code;
+  while ((code = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    if (code == OPT_HELP) return 1;
+    if (code == '?') {
+      snprintf(err, errlen, "unknown option '%s' (see --help)",
+               argv[optind - 1]);
+      return -1;
+    }
+    if (code == ':') {
+      snprintf(err, errlen, "%s expects a value", argv[optind - 1]);
+      return -1;
+    }
+    if (apply(code, optarg, o, err, errlen) < 0) return -1;
+  }
+  if (optind < argc) {
+    snprintf(err, errlen, "unexpected argument '%s' (see --help)",
+             argv[optind]);
+    return -1;
+  }
+  /* The loader indexes its buffers with int32 offsets. */
+  if ((double)o->pack_tokens * o->headroom >= 2147483648.0) {
+    snprintf(err, errlen, "--pack-tokens * --headroom must be below 2^31");
+    return -1;
+  }
+  return 0;
+}
