@@ -132,8 +132,9 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
   s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
   if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
-      !s->trade_bytes)
+      !s->trade_bytes || !s->viable)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return group_by_origin(s);
