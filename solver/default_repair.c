@@ -1,22 +1,28 @@
 /* Step 3 of `default`: while the busiest rank exceeds the target, trade
  * with the least busy one (moves, swaps, long-for-short trades under the
- * token cap, and at small rank counts unlocking a token-full receiver). */
+ * token cap, and at small rank counts or far from the bound unlocking a
+ * token-full receiver). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "default_state.h"
 
 #define ROUNDS_PER_RANK 16
-#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
-#define POLISH_MAX_RANKS 64  /* best_elsewhere() and pair evening run up to here */
+#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank: up to here, or far */
+#define POLISH_MAX_RANKS 64  /* best_elsewhere() (or far) and pair evening */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
 #define SCANS_PER_RANK 2     /* unlock/best_elsewhere calls per rank */
+#define FAR_FROM_BOUND 0.005 /* above (1 + this) B, scans run at any rank count */
 
-/* Whether a scan over every rank is worth it. */
+/* Whether a scan over every rank is worth it: always at small rank counts;
+ * at large ones only while the busiest rank is far from the bound, which
+ * is rare (the cap binds) and worth the time, not the ~1e-3 left otherwise. */
 static int scan_allowed(const state_t *s, int32_t max_ranks) {
-  return s->ctx->ranks <= max_ranks;
+  if (s->ctx->ranks <= max_ranks) return 1;
+  int32_t hi = dpshim__rank_tree_max(&s->tree);
+  return s->load[hi] > s->bound * (1 + FAR_FROM_BOUND);
 }
 
 typedef struct exchange {
@@ -209,8 +215,9 @@ static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
  * samples, nothing hi hands it fits. A rank x holding longer samples can
  * trade one of them for enough of lo's shortest: lo rises at equal tokens,
  * x falls and gains the room hi needs. It tries every rank as the partner,
- * so it runs at small rank counts only, where the cap binds most (at large
- * ones it cost more than twice the solve for a gain of ~2e-4 of the load). */
+ * so it runs at small rank counts, where the cap binds most, or far from
+ * the bound (at large rank counts near it, it cost more than twice the
+ * solve for a gain of ~2e-4 of the load). */
 static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
@@ -325,8 +332,9 @@ static action_t trade_elsewhere(state_t *s, int32_t hi) {
   return best;
 }
 
-/* At small rank counts every rank is worth asking: a move that keeps the
- * receiver within U, else such a swap, else such a trade. */
+/* At small rank counts, or far from the bound, every rank is worth asking:
+ * a move that keeps the receiver within U, else such a swap, else such a
+ * trade. */
 static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
   if (!scan_allowed(s, POLISH_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   action_t best = move_elsewhere(s, hi);
@@ -336,9 +344,10 @@ static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
 }
 
 /* The round's action: the best exchange with lo if it keeps lo within U;
- * under a binding cap, a trade; at small rank counts, an exchange with any
- * receiver within U; then a trade that beats the exchange, an unlock of lo,
- * or the exchange that lowers the peak. NO_ACTION when nothing helps. */
+ * under a binding cap, a trade; at small rank counts or far from the
+ * bound, an exchange with any receiver within U; then a trade that beats
+ * the exchange, an unlock of lo, or the exchange that lowers the peak.
+ * NO_ACTION when nothing helps. */
 static action_t choose(state_t *s, int32_t hi, int32_t lo, int64_t *effort) {
   action_t a = {best_exchange(s, hi, lo), hi, lo, 0};
   if (a.c.fits) return a;
