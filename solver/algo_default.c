@@ -20,7 +20,7 @@
  *      again, is free), else a trade of one long sample for several of the
  *      receiver's short ones when the receiver is full up to the cap, else
  *      the exchange that lowers the larger load most. At small rank counts,
- *      or while the busiest rank is over 1.005 B, a token-full receiver
+ *      or while the busiest rank is over 1.003 B, a token-full receiver
  *      may first be unlocked by such a trade with any rank, and every rank
  *      is tried as the receiver. The repair adds
  *      traffic only while the plan moves under a quarter of all bytes.

@@ -14,7 +14,7 @@
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
 #define SCANS_PER_RANK 2     /* unlock/best_elsewhere calls per rank */
-#define FAR_FROM_BOUND 0.005 /* above (1 + this) B, scans run at any rank count */
+#define FAR_FROM_BOUND 0.003 /* above (1 + this) B, scans run at any rank count */
 
 /* Whether a scan over every rank is worth it: always at small rank counts;
  * at large ones only while the busiest rank is far from the bound, which
