@@ -19,9 +19,10 @@
  *      U with the most useful cost per byte (a sample going home, or moving
  *      again, is free), else a trade of one long sample for several of the
  *      receiver's short ones when the receiver is full up to the cap, else
- *      the exchange that lowers the larger load most. At small rank counts a
- *      token-full receiver may first be unlocked by such a trade with any
- *      rank, and every rank is tried as the receiver. The repair adds
+ *      the exchange that lowers the larger load most. At small rank counts,
+ *      or while the busiest rank is over 1.003 B, a token-full receiver
+ *      may first be unlocked by such a trade with any rank, and every rank
+ *      is tried as the receiver. The repair adds
  *      traffic only while the plan moves under a quarter of all bytes.
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
@@ -132,8 +133,9 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
   s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
   s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
   if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
-      !s->trade_bytes)
+      !s->trade_bytes || !s->viable)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return group_by_origin(s);

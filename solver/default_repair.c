@@ -1,18 +1,29 @@
 /* Step 3 of `default`: while the busiest rank exceeds the target, trade
  * with the least busy one (moves, swaps, long-for-short trades under the
- * token cap, and at small rank counts unlocking a token-full receiver). */
+ * token cap, and at small rank counts or far from the bound unlocking a
+ * token-full receiver). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "default_state.h"
 
 #define ROUNDS_PER_RANK 16
-#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank */
-#define POLISH_MAX_RANKS 64  /* best_elsewhere() and pair evening run up to here */
+#define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank: up to here, or far */
+#define POLISH_MAX_RANKS 64  /* best_elsewhere() (or far) and pair evening */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
 #define SCANS_PER_RANK 2     /* unlock/best_elsewhere calls per rank */
+#define FAR_FROM_BOUND 0.003 /* above (1 + this) B, scans run at any rank count */
+
+/* Whether a scan over every rank is worth it: always at small rank counts;
+ * at large ones only while the busiest rank is far from the bound, which
+ * is rare (the cap binds) and worth the time, not the ~1e-3 left otherwise. */
+static int scan_allowed(const state_t *s, int32_t max_ranks) {
+  if (s->ctx->ranks <= max_ranks) return 1;
+  int32_t hi = dpshim__rank_tree_max(&s->tree);
+  return s->load[hi] > s->bound * (1 + FAR_FROM_BOUND);
+}
 
 typedef struct exchange {
   int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
@@ -204,11 +215,12 @@ static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
  * samples, nothing hi hands it fits. A rank x holding longer samples can
  * trade one of them for enough of lo's shortest: lo rises at equal tokens,
  * x falls and gains the room hi needs. It tries every rank as the partner,
- * so it runs at small rank counts only, where the cap binds most (at large
- * ones it cost more than twice the solve for a gain of ~2e-4 of the load). */
+ * so it runs at small rank counts, where the cap binds most, or far from
+ * the bound (at large rank counts near it, it cost more than twice the
+ * solve for a gain of ~2e-4 of the load). */
 static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
-  if (ctx->ranks > UNLOCK_MAX_RANKS || (*effort)-- <= 0) return NO_ACTION;
+  if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo, lo);
   action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
@@ -248,20 +260,49 @@ static int64_t first_at_most(const state_t *s, double c) {
   return lo;
 }
 
-/* At small rank counts every rank is worth asking: a move to any rank that
- * keeps it within U, else a swap with a sample elsewhere whose cost is
- * just enough lower (found through order[], not by sorting every rank). */
-static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
+/* hi's shortest sample, the cheapest: no move from hi fits a rank without
+ * room for it. */
+static int64_t shortest_on(const state_t *s, int32_t hi) {
+  int64_t best = -1;
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
+    if (best < 0 || s->ctx->samples[i].len < s->ctx->samples[best].len) best = i;
+  return best;
+}
+
+/* The first of the n viable ranks with room for i, or -1. */
+static int32_t first_room(const state_t *s, int32_t n, int64_t i) {
+  for (int32_t k = 0; k < n; k++)
+    if (room_for(s, s->viable[k], i)) return s->viable[k];
+  return -1;
+}
+
+/* A move of one of hi's samples to any rank that keeps it within U. Only
+ * ranks with load and token room for hi's shortest sample can take any.
+ * For one sample, every receiver that fits rates the same but its home
+ * (free): the home and the first other rank that fits are all it needs. */
+static action_t move_elsewhere(state_t *s, int32_t hi) {
   action_t best = NO_ACTION;
-  if (s->ctx->ranks > POLISH_MAX_RANKS || (*effort)-- <= 0) return best;
-  for (int64_t i = s->head[hi]; i >= 0 && s->count[hi] > 1; i = s->next[i])
-    for (int32_t r = 0; r < s->ctx->ranks; r++)
-      if (r != hi && consider(s, hi, r, i, -1, &best.c)) best.to = r;
-  if (best.c.x.give >= 0 && best.c.fits) {
-    best.from = hi;
-    return best;
+  int64_t least = shortest_on(s, hi);
+  if (least < 0 || s->count[hi] < 2) return best;
+  int32_t n = 0;
+  for (int32_t r = 0; r < s->ctx->ranks; r++)
+    if (r != hi && room_for(s, r, least)) s->viable[n++] = r;
+  for (int64_t i = s->head[hi]; i >= 0 && n > 0; i = s->next[i]) {
+    int32_t home = s->ctx->samples[i].origin, r = first_room(s, n, i);
+    if (home == hi || !room_for(s, home, i)) home = -1;
+    int32_t a = home >= 0 && (r < 0 || home < r) ? home : r;
+    int32_t b = a == home ? r : home;
+    if (a >= 0 && consider(s, hi, a, i, -1, &best.c)) best.to = a;
+    if (b >= 0 && b != a && consider(s, hi, b, i, -1, &best.c)) best.to = b;
   }
-  best = NO_ACTION;
+  best.from = hi;
+  return best.c.fits ? best : NO_ACTION;
+}
+
+/* A swap with a sample elsewhere whose cost is just enough lower, found
+ * through order[], not by sorting every rank. */
+static action_t swap_elsewhere(state_t *s, int32_t hi) {
+  action_t best = NO_ACTION;
   double need = s->load[hi] - s->target;
   double room = s->target - s->load[dpshim__rank_tree_min(&s->tree)];
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
@@ -274,12 +315,15 @@ static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
     }
   }
   best.from = hi;
-  if (best.c.x.give >= 0 && best.c.fits) return best;
-  /* Last, a long-for-short trade with every rank the cap keeps from taking
-   * hi's longest sample. */
-  best = NO_ACTION;
+  return best.c.x.give >= 0 && best.c.fits ? best : NO_ACTION;
+}
+
+/* A long-for-short trade with every rank below U that the cap keeps from
+ * taking hi's longest sample (a rank at U or above cannot fit one). */
+static action_t trade_elsewhere(state_t *s, int32_t hi) {
+  action_t best = NO_ACTION;
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
-    if (r == hi || !cap_binds(s, hi, r)) continue;
+    if (r == hi || s->load[r] >= s->target || !cap_binds(s, hi, r)) continue;
     int64_t back = 0;
     candidate_t t = best_trade(s, hi, r, &back);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))
@@ -288,11 +332,22 @@ static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
   return best;
 }
 
+/* At small rank counts, or far from the bound, every rank is worth asking:
+ * a move that keeps the receiver within U, else such a swap, else such a
+ * trade. */
+static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
+  if (!scan_allowed(s, POLISH_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
+  action_t best = move_elsewhere(s, hi);
+  if (best.c.x.give < 0) best = swap_elsewhere(s, hi);
+  if (best.c.x.give < 0) best = trade_elsewhere(s, hi);
+  return best;
+}
 
 /* The round's action: the best exchange with lo if it keeps lo within U;
- * under a binding cap, a trade; at small rank counts, an exchange with any
- * receiver within U; then a trade that beats the exchange, an unlock of lo,
- * or the exchange that lowers the peak. NO_ACTION when nothing helps. */
+ * under a binding cap, a trade; at small rank counts or far from the
+ * bound, an exchange with any receiver within U; then a trade that beats
+ * the exchange, an unlock of lo, or the exchange that lowers the peak.
+ * NO_ACTION when nothing helps. */
 static action_t choose(state_t *s, int32_t hi, int32_t lo, int64_t *effort) {
   action_t a = {best_exchange(s, hi, lo), hi, lo, 0};
   if (a.c.fits) return a;

@@ -28,6 +28,7 @@ typedef struct state {
   uint64_t *trade_key;
   double *trade_cost;
   int64_t *trade_tokens, *trade_bytes;
+  int32_t *viable; /* [ranks] scratch: receivers worth asking */
 } state_t;
 
 /* ---- per-rank sample lists and moves ----------------------------------- */
