@@ -19,6 +19,7 @@ typedef struct header {
   int32_t width;
   uint64_t signature;
   int64_t step;
+  int64_t reserved; /* gathered samples it can hold without allocating */
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
 } header_t;
 
@@ -37,11 +38,10 @@ struct dpshim__balancer {
   int32_t *meta;    /* every sample's meta, in rank order */
   dpshim_sample_t *samples;
   int32_t *order;   /* this rank's samples by destination */
-  int64_t *use;     /* [size * (nfields + 1)]: samples and rows per rank */
+  int64_t *use;     /* [size * (MAX_FIELDS + 1)]: samples and rows per rank */
   int32_t *recv_meta;
   unsigned char *sendbuf, *recvbuf;
-  size_t meta_cap, samples_cap, order_cap, use_cap, recv_meta_cap, send_cap,
-      recv_cap;
+  size_t meta_cap, samples_cap, order_cap, recv_meta_cap, send_cap, recv_cap;
 };
 
 /* Grows *p to hold n elements of `elem` bytes. */
@@ -73,6 +73,7 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->status);
   free(b->messages);
   free(b->checks);
+  free(b->use);
 }
 
 void dpshim__balancer_free(dpshim__balancer_t *b) {
@@ -81,7 +82,6 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
   free(b->meta);
   free(b->samples);
   free(b->order);
-  free(b->use);
   free(b->recv_meta);
   free(b->sendbuf);
   free(b->recvbuf);
@@ -106,8 +106,9 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->status = calloc((size_t)size, sizeof *b->status);
   b->messages = calloc((size_t)size, MESSAGE_BYTES);
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
+  b->use = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->use);
   if (b->history && b->headers && b->counts && b->first && b->status &&
-      b->messages && b->checks)
+      b->messages && b->checks && b->use)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -164,6 +165,8 @@ static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
   h->capacity_samples = batch->capacity_samples;
   h->width = l->width;
   h->signature = dpshim__layout_signature(l);
+  h->reserved = (int64_t)(b->meta_cap / (size_t)l->width);
+  if ((int64_t)b->samples_cap < h->reserved) h->reserved = (int64_t)b->samples_cap;
   for (int32_t f = 0; f < l->nfields; f++)
     h->capacity_rows[f] = batch->fields[f].capacity_rows;
   size_t cap = capacity_bytes(batch, l);
@@ -292,6 +295,7 @@ static int plan_counts(dpshim__balancer_t *b, int32_t me) {
   for (int64_t i = 0; i < b->first[b->size]; i++) {
     int32_t from = b->samples[i].origin, to = b->plan.dest[i];
     int64_t bytes = b->samples[i].bytes;
+    if (from == to) continue; /* stays: not sent */
     sent[from] += bytes;
     received[to] += bytes;
     if (from == me) send[to] += (size_t)bytes;
@@ -302,17 +306,19 @@ static int plan_counts(dpshim__balancer_t *b, int32_t me) {
   return 1;
 }
 
+/* Samples that stay are not sent: they are compacted in place, and the
+ * samples received are appended after them, by source rank then index. */
 static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
-                    dpshim_batch_t *batch, const dpshim__layout_t *l) {
-  int32_t me = comm->rank, n = 0, received = 0;
-  int64_t first = b->first[me];
-  /* Sorted by destination, then by index: the order the receivers expect. */
+                    dpshim_batch_t *batch, const dpshim__layout_t *l,
+                    int32_t *nsent, int32_t *nrecv) {
+  int32_t me = comm->rank, n = 0, kept = 0, received = 0;
+  const int32_t *dest = b->plan.dest + b->first[me];
   for (int32_t to = 0; to < b->size; to++)
     for (int32_t i = 0; i < batch->nsamples; i++)
-      if (b->plan.dest[first + i] == to) b->order[n++] = i;
+      if (dest[i] == to && to != me) b->order[n++] = i;
   dpshim__batch_pack(batch, l, b->order, n, b->sendbuf);
   for (int64_t i = 0; i < b->first[b->size]; i++) {
-    if (b->plan.dest[i] != me) continue;
+    if (b->plan.dest[i] != me || b->samples[i].origin == me) continue;
     memcpy(b->recv_meta + (size_t)received * (size_t)l->width,
            b->meta + (size_t)i * (size_t)l->width,
            (size_t)l->width * sizeof(int32_t));
@@ -321,7 +327,12 @@ static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int rc = comm->ops->alltoallv(comm, b->sendbuf, b->counts + b->size,
                                 b->recvbuf, b->counts + 2 * b->size);
   if (rc < 0) return rc;
-  dpshim__batch_unpack(batch, l, b->recvbuf, received, b->recv_meta);
+  for (int32_t i = 0; i < batch->nsamples; i++)
+    if (dest[i] == me) b->order[n + kept++] = i;
+  dpshim__batch_keep(batch, l, b->order + n, kept);
+  dpshim__batch_append(batch, l, b->recvbuf, received, b->recv_meta);
+  *nsent = n;
+  *nrecv = received;
   return 0;
 }
 
@@ -411,24 +422,31 @@ static void enter_step(dpshim__balancer_t *b) {
   memset(b->history, 0, (size_t)b->size * sizeof *b->history);
 }
 
-static int reserve_group(dpshim__balancer_t *b, const dpshim__layout_t *l,
-                         int64_t n) {
-  if (grow(&b->meta, &b->meta_cap, (size_t)n * (size_t)l->width,
+/* Room for n gathered samples. Steady state needs no allocation, and then
+ * no agreement round: every rank can see that from the headers. */
+static int reserve_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                         const dpshim__layout_t *l, int64_t n,
+                         dpshim__balance_report_t *rep) {
+  int64_t room = INT64_MAX;
+  for (int32_t r = 0; r < b->size; r++)
+    if (b->headers[r].reserved < room) room = b->headers[r].reserved;
+  if (n <= room) return 0;
+  size_t want = (size_t)(n + n / 2); /* so that the next steps fit */
+  int rc = 0;
+  if (grow(&b->meta, &b->meta_cap, want * (size_t)l->width,
            sizeof(int32_t)) < 0 ||
-      grow(&b->samples, &b->samples_cap, (size_t)n, sizeof *b->samples) < 0 ||
-      grow(&b->use, &b->use_cap, (size_t)b->size * ((size_t)l->nfields + 1),
-           sizeof(int64_t)) < 0)
-    return DPSHIM_ENOMEM;
-  return 0;
+      grow(&b->samples, &b->samples_cap, want, sizeof *b->samples) < 0)
+    rc = DPSHIM_ENOMEM;
+  return agree(b, comm, rc, "out of memory for the gathered samples", rep);
 }
 
 /* Gathers and solves; 0 with a solved plan, or the agreed error. */
 static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
                       const dpshim_batch_t *batch, const dpshim__layout_t *l,
                       dpshim__balance_report_t *rep) {
-  char msg[MESSAGE_BYTES] = "out of memory for the gathered samples";
+  char msg[MESSAGE_BYTES] = "";
   int64_t n = b->first[b->size];
-  int rc = agree(b, comm, reserve_group(b, l, n), msg, rep);
+  int rc = reserve_group(b, comm, l, n, rep);
   if (rc < 0) return rc;
   rc = gather_meta(b, comm, batch, l);
   if (rc < 0) return rc;
@@ -451,8 +469,10 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rc < 0) return rc;
   int32_t status = local_header(b, batch, step, &l, &h, msg);
   h.status = status;
+  double arrived = b->cfg.clock ? b->cfg.clock() : 0;
   rc = comm->ops->allgather(comm, &h, sizeof h, b->headers);
   if (rc < 0) return rc;
+  if (b->cfg.clock) rep->arrival_wait = b->cfg.clock() - arrived;
   for (int32_t r = 0; r < b->size; r++) b->status[r] = b->headers[r].status;
   rc = settle(b, comm, msg, rep);
   if (rc < 0) return rc;
@@ -472,9 +492,9 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   memcpy(b->history, rep->skip_reason ? b->plan.load_before : b->plan.load_after,
          (size_t)b->size * sizeof *b->history);
   if (rep->skip_reason) return 0;
-  int32_t nsent = batch->nsamples;
-  rc = exchange(b, comm, batch, &l);
+  int32_t nsent, nrecv;
+  rc = exchange(b, comm, batch, &l, &nsent, &nrecv);
   if (rc < 0) return rc;
   rep->applied = 1;
-  return b->cfg.verify ? verify(b, comm, &l, nsent, batch->nsamples, rep) : 0;
+  return b->cfg.verify ? verify(b, comm, &l, nsent, nrecv, rep) : 0;
 }

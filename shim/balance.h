@@ -24,6 +24,7 @@ typedef struct dpshim__balance_config {
   double threshold; /* skip below this imbalance */
   dpshim_cost_model_t model;
   int verify;       /* check plan agreement and exactly-once delivery */
+  double (*clock)(void); /* seconds, for arrival_wait; NULL = not timed */
 } dpshim__balance_config_t;
 
 typedef struct dpshim__balance_report {
@@ -33,6 +34,9 @@ typedef struct dpshim__balance_report {
   int64_t samples, tokens; /* over the group */
   int64_t bytes_moved, bytes_total;
   double imbalance_before, imbalance_after, lower_bound;
+  /* Seconds in the first collective: waiting for the other ranks to reach
+   * the hand-off, time they would otherwise have waited at the sync. */
+  double arrival_wait;
   const double *load_before, *load_after; /* [group size], until next call */
 } dpshim__balance_report_t;
 

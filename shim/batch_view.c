@@ -146,24 +146,64 @@ void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
   }
 }
 
-void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
-                          const unsigned char *in, int32_t n,
-                          const int32_t *meta) {
-  b->cu_seqlens[0] = 0;
-  for (int32_t f = 0; f < l->nfields; f++)
-    if (l->kind[f] == ROWS_OWN) b->fields[f].offsets[0] = 0;
+/* One past the last row of sample i in field f. */
+static int64_t rows_end(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                        int32_t f, int32_t i) {
+  return l->kind[f] == ROWS_ONE ? i + 1 : b->fields[f].offsets[i + 1];
+}
+
+void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
+                        const int32_t *keep, int32_t n) {
+  /* keep[] ascends, so every sample moves towards the front: a forward
+   * pass never overwrites what it has still to read, offsets included. */
+  int64_t at[DPSHIM__MAX_FIELDS] = {0};
   for (int32_t k = 0; k < n; k++) {
-    const int32_t *m = meta + (size_t)k * (size_t)l->width;
-    b->cu_seqlens[k + 1] = b->cu_seqlens[k] + m[0];
+    int32_t i = keep[k];
+    int64_t end[DPSHIM__MAX_FIELDS];
     for (int32_t f = 0; f < l->nfields; f++) {
-      int32_t *off = b->fields[f].offsets;
-      if (l->kind[f] == ROWS_OWN) off[k + 1] = off[k] + m[l->slot[f]];
-      size_t bytes = (size_t)dpshim__meta_rows(l, f, m) * l->row_bytes[f];
-      unsigned char *dst = b->fields[f].data;
-      if (bytes == 0) continue;
-      memcpy(dst + (size_t)first_row(b, l, f, k) * l->row_bytes[f], in, bytes);
-      in += bytes;
+      int64_t first = first_row(b, l, f, i);
+      end[f] = rows_end(b, l, f, i);
+      unsigned char *data = b->fields[f].data;
+      size_t bytes = (size_t)(end[f] - first) * l->row_bytes[f];
+      if (bytes && at[f] != first)
+        memmove(data + (size_t)at[f] * l->row_bytes[f],
+                data + (size_t)first * l->row_bytes[f], bytes);
+      end[f] = at[f] + (end[f] - first);
+    }
+    int32_t len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+    b->cu_seqlens[k + 1] = b->cu_seqlens[k] + len;
+    for (int32_t f = 0; f < l->nfields; f++) {
+      if (l->kind[f] == ROWS_OWN) b->fields[f].offsets[k + 1] = (int32_t)end[f];
+      at[f] = end[f];
     }
   }
   b->nsamples = n;
+}
+
+void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
+                          const unsigned char *in, int32_t n,
+                          const int32_t *meta) {
+  int32_t base = b->nsamples;
+  for (int32_t k = 0; k < n; k++) {
+    const int32_t *m = meta + (size_t)k * (size_t)l->width;
+    int32_t i = base + k;
+    b->cu_seqlens[i + 1] = b->cu_seqlens[i] + m[0];
+    for (int32_t f = 0; f < l->nfields; f++) {
+      int32_t *off = b->fields[f].offsets;
+      if (l->kind[f] == ROWS_OWN) off[i + 1] = off[i] + m[l->slot[f]];
+      size_t bytes = (size_t)dpshim__meta_rows(l, f, m) * l->row_bytes[f];
+      unsigned char *dst = b->fields[f].data;
+      if (bytes == 0) continue;
+      memcpy(dst + (size_t)first_row(b, l, f, i) * l->row_bytes[f], in, bytes);
+      in += bytes;
+    }
+  }
+  b->nsamples = base + n;
+}
+
+void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
+                          const unsigned char *in, int32_t n,
+                          const int32_t *meta) {
+  b->nsamples = 0;
+  dpshim__batch_append(b, l, in, n, meta);
 }

@@ -107,19 +107,20 @@ static void write_step(dpshim__state_t *st, const double *times) {
     fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%lld", s->bytes_moved,
             (long long)rep->bytes_total);
   }
-  json_array(f, "compute_ms", times, n, 3, 1e3);
-  json_array(f, "wait_ms", times + 1, n, 3, 1e3);
-  json_array(f, "shim_ms", times + 2, n, 3, 1e3);
+  json_array(f, "compute_ms", times, n, 4, 1e3);
+  json_array(f, "wait_ms", times + 1, n, 4, 1e3);
+  json_array(f, "shim_ms", times + 2, n, 4, 1e3);
+  json_array(f, "arrival_ms", times + 3, n, 4, 1e3);
   fputs("}\n", f);
   fflush(f);
 }
 
 void dpshim__report_step(dpshim__state_t *st, double wait) {
   if (!st->cfg.log_path[0]) return;
-  double mine[3] = {st->step.compute, wait, st->step.shim};
-  double *all = st->dp_rank == 0 ? calloc(3 * (size_t)st->dp_size,
+  double mine[4] = {st->step.compute, wait, st->step.shim, st->step.arrival};
+  double *all = st->dp_rank == 0 ? calloc(4 * (size_t)st->dp_size,
                                           sizeof *all) : NULL;
-  PMPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, st->steps);
+  PMPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, st->steps);
   if (all && st->log) write_step(st, all);
   free(all);
 }
@@ -128,6 +129,7 @@ void dpshim__report_step(dpshim__state_t *st, double wait) {
 
 enum {
   S_STEPS, S_STEPS_FIT, S_WAIT, S_WAIT_FIT, S_TIME, S_TIME_FIT, S_SHIM,
+  S_ARRIVAL,
   S_HANDOFFS, S_APPLIED, S_SKIPPED, S_FAILED, S_SOLVED, S_IMB_BEFORE,
   S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_COUNT
 };
@@ -137,7 +139,7 @@ static void collect(const dpshim__state_t *st, double *v) {
   double group = st->dp_rank == 0; /* a group's balancing counts once */
   double mine[S_COUNT] = {
       s->steps[0], s->steps[1], s->wait[0], s->wait[1], s->step_time[0],
-      s->step_time[1], s->shim_time, group * (double)s->handoffs,
+      s->step_time[1], s->shim_time, s->arrival_time, group * (double)s->handoffs,
       group * (double)s->applied, group * (double)s->skipped,
       group * (double)s->failed, group * (double)s->solved,
       group * s->imbalance_before, group * s->imbalance_after,
@@ -181,9 +183,12 @@ void dpshim__report_summary(dpshim__state_t *st) {
               v[S_IMB_AFTER] / solved, v[S_SOLVED],
               share(v[S_BYTES_MOVED], v[S_BYTES_TOTAL]),
               v[S_BYTES_TOTAL] / 1e6);
+  double time = v[S_TIME] + v[S_TIME_FIT];
   dpshim__say("  straggler wait: %.1f%% of step time before the fit, %.1f%% "
-              "after; shim time %.2f%% of step time",
-              share(v[S_WAIT], v[S_TIME]), share(v[S_WAIT_FIT], v[S_TIME_FIT]),
-              share(v[S_SHIM], v[S_TIME] + v[S_TIME_FIT]));
+              "after", share(v[S_WAIT], v[S_TIME]),
+              share(v[S_WAIT_FIT], v[S_TIME_FIT]));
+  dpshim__say("  shim time %.2f%% of step time, plus %.2f%% waiting at the "
+              "hand-off for the other ranks", share(v[S_SHIM], time),
+              share(v[S_ARRIVAL], time));
   print_fit(st);
 }

@@ -33,7 +33,8 @@ typedef struct dpshim__step {
   int64_t index;     /* 1-based */
   int open;          /* a hand-off came since the last sync */
   double first_return, last_return, sync_entry;
-  double compute, shim;
+  double compute, shim; /* shim: own time in hand-offs, arrival excluded */
+  double arrival;       /* waiting in hand-offs for the other ranks */
   double sum_len2, sum_len, count;
   int balanced, failed;            /* hand-offs that solved, that failed */
   dpshim__balance_report_t last;   /* the latest hand-off that did not fail */
@@ -49,7 +50,7 @@ typedef struct dpshim__stats {
   double bytes_moved, bytes_total;
   /* [0]: steps before the fit is used, [1]: after */
   double steps[2], wait[2], step_time[2];
-  double shim_time;
+  double shim_time, arrival_time;
 } dpshim__stats_t;
 
 typedef struct dpshim__state {

@@ -84,12 +84,16 @@ static int open_groups(dpshim__state_t *st) {
   return 0;
 }
 
+static double shim_clock(void) {
+  return dpshim__clock_now(&dpshim__state.clock);
+}
+
 static int open_balancer(dpshim__state_t *st) {
   st->model = st->cfg.have_coefs ? st->cfg.coefs
                                  : (dpshim_cost_model_t){0, 1, 0};
   dpshim__balance_config_t bc = {st->cfg.algo, st->cfg.max_len_ratio,
                                  st->cfg.threshold, st->model,
-                                 st->cfg.verify};
+                                 st->cfg.verify, shim_clock};
   st->balancer = dpshim__balancer_new(&bc);
   st->points = calloc((size_t)st->cfg.nwarmup + 1, sizeof *st->points);
   return st->balancer && st->points ? 0 : DPSHIM_ENOMEM;
@@ -194,12 +198,14 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   pthread_mutex_unlock(&st->lock);
 
   int rc = 0;
+  double arrival = 0;
   if (!warming(st, index, NULL)) {
     dpshim__balance_report_t rep;
     rc = dpshim__balance(st->balancer, &st->dp, batch, index, &rep);
     pthread_mutex_lock(&st->lock);
     count_handoff(st, rc, &rep);
     pthread_mutex_unlock(&st->lock);
+    arrival = rep.arrival_wait;
     dpshim__report_handoff(st, rc, &rep);
   }
   double t1 = dpshim__clock_now(&st->clock);
@@ -208,8 +214,10 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   if (!st->step.open) st->step.first_return = t1;
   st->step.open = 1;
   st->step.last_return = t1;
-  st->step.shim += t1 - t0;
-  st->stats.shim_time += t1 - t0;
+  st->step.shim += t1 - t0 - arrival;
+  st->step.arrival += arrival;
+  st->stats.shim_time += t1 - t0 - arrival;
+  st->stats.arrival_time += arrival;
   pthread_mutex_unlock(&st->lock);
   return rc;
 }
