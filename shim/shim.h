@@ -72,6 +72,8 @@ typedef struct dpshim__state {
   int fitted;
   dpshim_fit_result_t fit;
   dpshim__step_t step;
+  int threaded;               /* a hand-off came from another thread */
+  int64_t threaded_handoffs;
   dpshim__point_t *points; /* [cfg.nwarmup] */
   int32_t npoints;
   dpshim__stats_t stats;

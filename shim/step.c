@@ -194,6 +194,13 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   pthread_mutex_lock(&st->lock);
   if (st->step.open) st->step.compute += t0 - st->step.last_return;
   int64_t index = st->step.index;
+  /* A loader thread may run ahead of the steps (prefetch): its hand-offs
+   * are balanced each on its own, without micro-batch history. */
+  int64_t history_key = index;
+  if (!pthread_equal(pthread_self(), st->init_thread)) {
+    st->threaded = 1;
+    history_key = ++st->threaded_handoffs;
+  }
   if (st->fitted) dpshim__balancer_set_model(st->balancer, st->model);
   pthread_mutex_unlock(&st->lock);
 
@@ -201,7 +208,7 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   double arrival = 0;
   if (!warming(st, index, NULL)) {
     dpshim__balance_report_t rep;
-    rc = dpshim__balance(st->balancer, &st->dp, batch, index, &rep);
+    rc = dpshim__balance(st->balancer, &st->dp, batch, history_key, &rep);
     pthread_mutex_lock(&st->lock);
     count_handoff(st, rc, &rep);
     pthread_mutex_unlock(&st->lock);

@@ -40,7 +40,20 @@ static int fit_all(const dpshim__state_t *st, const dpshim__point_t *all,
   return rc;
 }
 
+/* A loader thread may hand off batches ahead of the steps that compute
+ * them: then no step's features are known, and there is nothing to fit. */
+static int skip_threaded(dpshim__state_t *st) {
+  int threaded = st->threaded;
+  PMPI_Allreduce(MPI_IN_PLACE, &threaded, 1, MPI_INT, MPI_MAX, st->world);
+  if (threaded && st->world_rank == 0)
+    dpshim__say("batches are handed off from a loader thread, which may run "
+                "ahead of the steps: no warm-up fit; the cost stays linear "
+                "unless DPSHIM_COEFS=a,b,c is set");
+  return threaded;
+}
+
 int dpshim__fit_warmup(dpshim__state_t *st) {
+  if (skip_threaded(st)) return DPSHIM_EINVAL;
   int n = st->npoints * POINT_DOUBLES;
   dpshim__point_t *all = calloc((size_t)st->world_size * (size_t)st->npoints + 1,
                                 sizeof *all);

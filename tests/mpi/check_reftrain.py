@@ -12,6 +12,8 @@ Scenarios:
               digest as 4 ranks without the shim
   badconfig   a bad DPSHIM_* value: one line naming it, the trainer runs on
               untouched
+  thread      hand-offs from a loader thread (MPI_THREAD_MULTIPLE): samples
+              exactly once, same digest, plans applied, no warm-up fit
 Exit status 0 when every check holds; each failed check prints one line.
 """
 import argparse
@@ -161,10 +163,35 @@ def scenario_badconfig(args):
           "digest changed with a bad configuration")
 
 
+def scenario_thread(args):
+    steps = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, _ = reftrain(args, 4, steps, extra=["--loader-thread"])
+        # No warm-up fit from a loader thread: the model comes from the
+        # environment (roughly the emulated GPU's, in microseconds).
+        env = dict(SHIM_ENV, DPSHIM_COEFS="0.000375,3.1,40")
+        log = tmp + "/steps.jsonl"
+        on, err = reftrain(args, 4, steps, shim=args.shim, env=env, log=log,
+                           extra=["--loader-thread"])
+        check(on.get("check_errors", 1) == 0, "samples lost, duplicated or "
+              "damaged with a loader thread")
+        check(on.get("consumed_digest") == plain.get("consumed_digest"),
+              "digest differs with a loader thread")
+        applied = [e for e in read_log(log) if e["decision"] == "apply"]
+        check(len(applied) >= 3, "only %d plans applied from a loader thread"
+              % len(applied))
+        _, err = reftrain(args, 4, 5, shim=args.shim, env=SHIM_ENV,
+                          extra=["--loader-thread"])
+        check("loader thread" in err and "no warm-up fit" in err,
+              "expected the no-fit message for a loader thread: %r"
+              % err[-400:])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario",
-                   choices=["inert", "balance", "tp2", "badconfig"])
+                   choices=["inert", "balance", "tp2", "badconfig",
+                            "thread"])
     p.add_argument("--shim", required=True)
     p.add_argument("--reftrain", required=True)
     p.add_argument("--ranks", type=int, default=4)

@@ -12,7 +12,7 @@
 enum {
   OPT_STEPS = 256, OPT_MODE, OPT_PROFILE, OPT_LENGTHS, OPT_SEED, OPT_MICRO,
   OPT_TP, OPT_CP, OPT_PP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_HEADROOM,
-  OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_IDS_OUT,
+  OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_LOADER_THREAD, OPT_IDS_OUT,
   OPT_STATS_OUT, OPT_HELP
 };
 
@@ -33,6 +33,7 @@ static const struct option longopts[] = {
     {"cpu-dim", required_argument, NULL, OPT_CPU_DIM},
     {"check", no_argument, NULL, OPT_CHECK},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"loader-thread", no_argument, NULL, OPT_LOADER_THREAD},
     {"ids-out", required_argument, NULL, OPT_IDS_OUT},
     {"stats-out", required_argument, NULL, OPT_STATS_OUT},
     {"help", no_argument, NULL, OPT_HELP},
@@ -65,6 +66,8 @@ void rt_usage(FILE *f) {
       "                      once delivery and model-parallel peer agreement\n"
       "  --ids-out FILE      'step rank id...' per step and DP slot\n"
       "  --stats-out FILE    one JSON line per step: per-rank times\n"
+      "  --loader-thread     call packload_next() from a loader thread\n"
+      "                      (the trainer waits for each batch)\n"
       "  --verbose           per-step lines on stderr\n"
       "  --help              this text\n",
       f);
@@ -170,6 +173,7 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
     return 0;
   case OPT_CHECK: o->check = true; return 0;
   case OPT_VERBOSE: o->verbose = true; return 0;
+  case OPT_LOADER_THREAD: o->loader_thread = true; return 0;
   }
   return 0;
 }

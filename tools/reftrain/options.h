@@ -23,6 +23,7 @@ typedef struct rt_opts {
   int64_t pack_tokens; /* 0: the profile's */
   int32_t cpu_dim;     /* cpu: head dimension */
   bool check, verbose;
+  bool loader_thread; /* hand-offs from a second thread, as a pin-memory loop */
   const char *ids_out, *stats_out;
 } rt_opts_t;
 

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,10 +110,75 @@ static packload_t *open_loader(const rt_opts_t *o, const rt_layout_t *lay) {
   return pl;
 }
 
+/* --loader-thread: packload_next() runs in a second thread, as in a
+ * pin-memory loop, so that a preloaded balancer communicates from a thread
+ * other than MPI_Init's. The trainer waits for each batch: steps stay exact. */
+typedef struct loader_thread {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  packload_t *pl;
+  packload_batch_t *batch;
+  bool requested, done, quit;
+} loader_thread_t;
+
+static void *loader_main(void *arg) {
+  loader_thread_t *lt = arg;
+  pthread_mutex_lock(&lt->lock);
+  for (;;) {
+    while (!lt->requested && !lt->quit) pthread_cond_wait(&lt->cond, &lt->lock);
+    if (lt->quit) break;
+    lt->requested = false;
+    pthread_mutex_unlock(&lt->lock);
+    packload_batch_t *b = packload_next(lt->pl);
+    pthread_mutex_lock(&lt->lock);
+    lt->batch = b;
+    lt->done = true;
+    pthread_cond_broadcast(&lt->cond);
+  }
+  pthread_mutex_unlock(&lt->lock);
+  return NULL;
+}
+
+static loader_thread_t *loader_thread_start(packload_t *pl) {
+  loader_thread_t *lt = calloc(1, sizeof *lt);
+  if (!lt) return NULL;
+  lt->pl = pl;
+  pthread_mutex_init(&lt->lock, NULL);
+  pthread_cond_init(&lt->cond, NULL);
+  if (pthread_create(&lt->thread, NULL, loader_main, lt) == 0) return lt;
+  free(lt);
+  return NULL;
+}
+
+static void loader_thread_stop(loader_thread_t *lt) {
+  if (!lt) return;
+  pthread_mutex_lock(&lt->lock);
+  lt->quit = true;
+  pthread_cond_broadcast(&lt->cond);
+  pthread_mutex_unlock(&lt->lock);
+  pthread_join(lt->thread, NULL);
+  pthread_mutex_destroy(&lt->lock);
+  pthread_cond_destroy(&lt->cond);
+  free(lt);
+}
+
+static packload_batch_t *loader_thread_next(loader_thread_t *lt) {
+  pthread_mutex_lock(&lt->lock);
+  lt->requested = true;
+  lt->done = false;
+  pthread_cond_broadcast(&lt->cond);
+  while (!lt->done) pthread_cond_wait(&lt->cond, &lt->lock);
+  packload_batch_t *b = lt->batch;
+  pthread_mutex_unlock(&lt->lock);
+  return b;
+}
+
 typedef struct trainer {
   const rt_opts_t *o;
   const rt_layout_t *lay;
   packload_t *pl;
+  loader_thread_t *loader; /* NULL: hand-offs from this thread */
   ledger_t led;
   emu_model_t model;
   cpu_work_t *cpu;
@@ -134,7 +200,8 @@ static double emulated_seconds(const trainer_t *t, const packload_batch_t *b,
 /* One hand-off and its compute; returns the compute seconds. */
 static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
   double t0 = now_s();
-  packload_batch_t *b = packload_next(t->pl);
+  packload_batch_t *b = t->loader ? loader_thread_next(t->loader)
+                                  : packload_next(t->pl);
   double t1 = now_s();
   t->led.handoff_ms[step] += 1e3 * (t1 - t0);
   if (ledger_batch(&t->led, step, b, t->pl) < 0) {
@@ -190,10 +257,12 @@ static int trainer_init(trainer_t *t, const rt_opts_t *o,
   if (!t->grad) return -1;
   for (int64_t i = 0; i < t->ngrad; i++) t->grad[i] = 1.0f;
   if (o->mode == RT_CPU && !(t->cpu = cpu_work_new(o->cpu_dim))) return -1;
+  if (o->loader_thread && !(t->loader = loader_thread_start(pl))) return -1;
   return 0;
 }
 
 static void trainer_free(trainer_t *t) {
+  loader_thread_stop(t->loader);
   ledger_free(&t->led);
   cpu_work_free(t->cpu);
   free(t->grad);
