@@ -98,9 +98,10 @@ static void write_step(dpshim__state_t *st, const double *times) {
   if (!strcmp(decision, "skip") && rep->skip_reason)
     fprintf(f, ",\"reason\":\"%s\"", rep->skip_reason);
   if (s->balanced && rep->load_before) {
-    fprintf(f, ",\"imbalance_before\":%.6g,\"imbalance_after\":%.6g",
-            rep->imbalance_before,
-            rep->applied ? rep->imbalance_after : rep->imbalance_before);
+    fprintf(f, ",\"imbalance_before\":%.6g,\"imbalance_after\":%.6g,"
+            "\"lower_bound\":%.6g", rep->imbalance_before,
+            rep->applied ? rep->imbalance_after : rep->imbalance_before,
+            rep->lower_bound);
     json_array(f, "load_before", rep->load_before, n, 1, 1);
     json_array(f, "load_after", rep->applied ? rep->load_after
                                              : rep->load_before, n, 1, 1);

@@ -80,6 +80,7 @@ typedef struct dpshim__state {
   FILE *log;
   void *real_packload_next;
   int packload_missing; /* dlsym failed; said once */
+  int said_not_initialised;
 } dpshim__state_t;
 
 DPSHIM__HIDDEN extern dpshim__state_t dpshim__state;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dpshim needs, skipping those already present.
 # Run as root (or with sudo available) on Debian 12 or later.
+#   tools/deps.sh          build and test
+#   tools/deps.sh demo     also what tools/demo.sh plots with
 set -euo pipefail
 
 packages=(
@@ -9,7 +11,9 @@ packages=(
   libpapi-dev                   # warm-up timing (optional at run time)
   libnlopt-dev                  # bounded optimiser for the seed fit
   libcriterion-dev              # unit tests
+  python3                       # the MPI tests' driver (meson needs it too)
 )
+[ "${1:-}" = demo ] && packages+=(gnuplot-nox)  # the demo's plots
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,7 +12,13 @@
  * DP rank must call it once per hand-off. It moves whole samples between
  * ranks and repacks each field in place, within its capacity; offsets arrays
  * (cu_seqlens included) are rewritten in place, and nsamples updated. On any
- * problem every rank leaves its batch as it was.
+ * problem every rank leaves its batch as it was. List every per-sample
+ * array: one left out is not moved, and no longer matches the batch.
+ *
+ * The solver caps tokens only (DPSHIM_MAX_LEN_RATIO, and the smallest
+ * token-aligned capacity). Give fields with their own offsets, and the
+ * per-sample arrays, room for any batch that fits the token buffers: a plan
+ * that would overflow one is skipped on every rank (reason "capacity").
  *
  *   dpshim_field_t f[] = {
  *     {"tokens", b->tokens, sizeof(int32_t), b->cu_seqlens, b->cap_tokens},

@@ -1,0 +1,76 @@
+/* libdpshim_vlm.so: lets libdpshim.so balance a loader it does not know.
+ *
+ * Copy this file for your own loader. It defines the loader's hand-off
+ * symbol, vlmload_next(), with the same signature; preloaded, it takes
+ * precedence over the loader's own, which it calls, then describes the
+ * returned batch to dpshim_balance_batch() and hands the balanced batch to
+ * the trainer.
+ *
+ *   LD_PRELOAD=libdpshim.so:libdpshim_vlm.so mpirun ... ./vlmtrain
+ *
+ * libdpshim.so must be preloaded itself (it wraps MPI_Init and the gradient
+ * all-reduce, which needs it ahead of libmpi); this library only adds the
+ * hand-off. It works because the trainer calls vlmload_next() in
+ * libvlmload.so across a shared-object boundary: a call that stays inside
+ * one object cannot be interposed.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dpshim/batch.h"
+#include "vlmload.h"
+
+typedef vlm_batch_t *(*vlmload_next_fn)(vlmload_t *);
+
+static vlmload_next_fn real_vlmload_next;
+static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
+
+/* RTLD_NEXT: the next definition after this library, the loader's own.
+ * Resolved at the first call, not in a constructor: this library is also
+ * preloaded into mpirun, bash and whatever else the launch starts. */
+static void resolve(void) {
+  void *sym = dlsym(RTLD_NEXT, "vlmload_next");
+  if (!sym) {
+    const char *why = dlerror();
+    fprintf(stderr, "dpshim_vlm: cannot find the real vlmload_next (%s)\n",
+            why ? why : "not found");
+    return;
+  }
+  memcpy(&real_vlmload_next, &sym, sizeof sym); /* no void * -> fn cast */
+}
+
+/* The batch as dpshim fields. Token-aligned fields share cu_seqlens (the
+ * pointer itself: that is how the shim tells them apart); patches have
+ * their own offsets; NULL offsets mean one row per sample. Every field,
+ * including the ids, must be listed: the shim moves only what it is told
+ * about, and each capacity must be that of the buffer behind the field. */
+static void balance(vlm_batch_t *b) {
+  dpshim_field_t fields[] = {
+      {"input_ids", b->input_ids, sizeof *b->input_ids, b->cu_seqlens,
+       b->capacity_tokens},
+      {"position_ids", b->position_ids, sizeof *b->position_ids,
+       b->cu_seqlens, b->capacity_tokens},
+      {"patches", b->patches, VLMLOAD_PATCH_DIM * sizeof *b->patches,
+       b->patch_offsets, b->capacity_patches},
+      {"sample_ids", b->sample_ids, sizeof *b->sample_ids, NULL,
+       b->capacity_samples},
+  };
+  dpshim_batch_t batch = {b->nsamples, b->capacity_samples, b->cu_seqlens,
+                          (int32_t)(sizeof fields / sizeof *fields), fields};
+  /* Collective over the DP group; a no-op when balancing is off. On error
+   * every rank keeps its batch as it was, and the shim has said why, so
+   * the return code needs no handling here. */
+  dpshim_balance_batch(&batch);
+  /* The offsets arrays were rewritten in place; the count was not. */
+  b->nsamples = batch.nsamples;
+}
+
+VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
+  pthread_once(&resolve_once, resolve);
+  if (!real_vlmload_next) return NULL;
+  vlm_batch_t *b = real_vlmload_next(loader);
+  if (b) balance(b);
+  return b;
+}
