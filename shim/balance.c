@@ -231,6 +231,7 @@ static int64_t total_tokens(const dpshim__balancer_t *b, int64_t n) {
 static double cap_ratio(const dpshim__balancer_t *b,
                         const dpshim__layout_t *l, int64_t tokens) {
   double ratio = b->cfg.cap_ratio;
+  if (tokens <= 0) return ratio; /* no tokens: no buffer can overflow */
   for (int32_t f = 0; f < l->nfields; f++) {
     if (l->kind[f] != ROWS_TOKENS) continue;
     for (int32_t r = 0; r < b->size; r++) {
@@ -402,14 +403,41 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
 }
 
 /* Whether and why not to apply the solved plan: the same answer everywhere. */
+/* The original applies whatever it solves; every other algorithm must not
+ * raise the busiest rank's load. */
+static int raises_max(const dpshim__balancer_t *b) {
+  double before = 0, after = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    if (b->plan.load_before[r] > before) before = b->plan.load_before[r];
+    if (b->plan.load_after[r] > after) after = b->plan.load_after[r];
+  }
+  return b->cfg.algo != DPSHIM_ALGO_SEED && after > before;
+}
+
+static int moves_any(const dpshim__balancer_t *b) {
+  for (int64_t i = 0; i < b->first[b->size]; i++)
+    if (b->plan.dest[i] != b->samples[i].origin) return 1;
+  return 0;
+}
+
 static const char *skip_reason(dpshim__balancer_t *b,
                                const dpshim__layout_t *l, int32_t me) {
   int64_t n = b->first[b->size];
   if (b->plan.decision != DPSHIM_DECISION_APPLY)
     return dpshim_skip_reason_name(b->plan.reason);
+  if (raises_max(b)) return dpshim_skip_reason_name(DPSHIM_SKIP_NO_GAIN);
+  if (!moves_any(b)) return "no-move";
   const char *why = check_capacity(b, l, n);
   if (why) return why;
   return plan_counts(b, me) ? NULL : "exchange-too-large";
+}
+
+/* Whether some rank holds no sample: the solver keeps every rank busy, so
+ * it needs a sample on each to begin with. */
+static int has_empty_rank(const dpshim__balancer_t *b) {
+  for (int32_t r = 0; r < b->size; r++)
+    if (b->headers[r].nsamples == 0) return 1;
+  return 0;
 }
 
 /* A new step starts from no history. */
@@ -482,19 +510,22 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   }
   enter_step(b);
   rep->samples = n;
-  if (n < b->size) { /* the solver gives every rank a sample */
-    rep->skip_reason = "too-few-samples";
+  if (has_empty_rank(b)) {
+    rep->skip_reason = n < b->size ? "too-few-samples" : "empty-rank";
     return 0;
   }
   rc = plan_group(b, comm, batch, &l, rep);
   if (rc < 0) return rc;
   rep->skip_reason = skip_reason(b, &l, comm->rank);
-  memcpy(b->history, rep->skip_reason ? b->plan.load_before : b->plan.load_after,
-         (size_t)b->size * sizeof *b->history);
-  if (rep->skip_reason) return 0;
-  int32_t nsent, nrecv;
-  rc = exchange(b, comm, batch, &l, &nsent, &nrecv);
-  if (rc < 0) return rc;
-  rep->applied = 1;
-  return b->cfg.verify ? verify(b, comm, &l, nsent, nrecv, rep) : 0;
+  const double *loads = b->plan.load_before;
+  int32_t nsent = 0, nrecv = 0;
+  if (!rep->skip_reason) {
+    rc = exchange(b, comm, batch, &l, &nsent, &nrecv);
+    if (rc < 0) return rc;
+    rep->applied = 1;
+    loads = b->plan.load_after;
+  }
+  memcpy(b->history, loads, (size_t)b->size * sizeof *b->history);
+  if (!rep->applied || !b->cfg.verify) return 0;
+  return verify(b, comm, &l, nsent, nrecv, rep);
 }

@@ -49,7 +49,11 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
 
 /* Balances `batch` for step `step` (hand-offs of the same step share the
  * loads of the earlier ones, as history). Returns 0 (applied or skipped; see
- * rep) or the negative DPSHIM_E* code that every rank returns. */
+ * rep) or the negative DPSHIM_E* code that every rank returns. Skipped: the
+ * solver's reasons, "no-gain" (a plan other than seed's that would raise the
+ * maximum load), "no-move", "capacity", "exchange-too-large", "empty-rank",
+ * "too-few-samples". A verify error comes after the exchange: the batches
+ * are then already changed. */
 int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim_batch_t *batch, int64_t step,
                     dpshim__balance_report_t *rep);

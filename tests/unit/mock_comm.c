@@ -1,0 +1,319 @@
+/* Threads behind the comm seam; see mock_comm.h. */
+#include "mock_comm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dpshim/dpshim.h"
+
+/* What a rank posts for the others to read between the two barriers. */
+typedef struct slot {
+  mock_op_t op;
+  const unsigned char *send;
+  size_t bytes;             /* allgather */
+  const size_t *counts;     /* allgatherv: all counts; alltoallv: sendcounts */
+  const size_t *recvcounts; /* alltoallv */
+} slot_t;
+
+typedef struct world {
+  int size;
+  mock_opts_t opts;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived, exited;
+  unsigned long generation;
+  int broken, code; /* once broken, every collective returns code */
+  mock_stats_t stats;
+  slot_t slot[MOCK_MAX_RANKS];
+} world_t;
+
+typedef struct rank_ctx {
+  world_t *w;
+  dpshim__comm_t comm;
+  mock_fn_t fn;
+  void *arg;
+  pthread_t thread;
+} rank_ctx_t;
+
+/* Under w->mu. The first break sets the code and the message. */
+static void break_world(world_t *w, int code, int *flag, const char *fmt,
+                        ...) {
+  if (flag) *flag = 1;
+  if (!w->broken) {
+    w->broken = 1;
+    w->code = code;
+    if (fmt && !w->stats.message[0]) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(w->stats.message, sizeof w->stats.message, fmt, ap);
+      va_end(ap);
+    }
+  }
+  pthread_cond_broadcast(&w->cv);
+}
+
+/* Under w->mu: waits until every rank has arrived. 0, or the world's code. */
+static int barrier_locked(world_t *w, int rank) {
+  if (w->broken) return w->code;
+  unsigned long gen = w->generation;
+  if (++w->arrived == w->size) {
+    w->arrived = 0;
+    w->generation++;
+    pthread_cond_broadcast(&w->cv);
+    return 0;
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += MOCK_DEADLOCK_SECONDS;
+  while (gen == w->generation && !w->broken) {
+    if (w->exited > 0) {
+      break_world(w, DPSHIM_EINVAL, &w->stats.deadlock,
+                  "rank %d waits in a collective another rank never reaches "
+                  "(a rank returned)", rank);
+      break;
+    }
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &deadline) == ETIMEDOUT &&
+        gen == w->generation)
+      break_world(w, DPSHIM_EINVAL, &w->stats.deadlock,
+                  "rank %d waited %d s in a collective", rank,
+                  MOCK_DEADLOCK_SECONDS);
+  }
+  return gen != w->generation ? 0 : w->code;
+}
+
+static int barrier(world_t *w, int rank) {
+  pthread_mutex_lock(&w->mu);
+  int rc = barrier_locked(w, rank);
+  pthread_mutex_unlock(&w->mu);
+  return rc;
+}
+
+/* Posts this rank's slot (or fires the fault) and waits for every rank. */
+static int enter(world_t *w, int rank, const slot_t *s) {
+  long k = w->stats.calls[rank]++; /* only this rank's thread writes it */
+  pthread_mutex_lock(&w->mu);
+  int rc;
+  if (w->opts.fail_rank == rank && k == w->opts.fail_call) {
+    break_world(w, w->opts.fail_code, &w->stats.faulted, NULL);
+    rc = w->opts.fail_code;
+  } else if (w->broken) {
+    rc = w->code;
+  } else {
+    w->slot[rank] = *s;
+    rc = barrier_locked(w, rank);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return rc;
+}
+
+static const char *op_name(mock_op_t op) {
+  return op == MOCK_ALLGATHER ? "allgather"
+         : op == MOCK_ALLGATHERV ? "allgatherv"
+                                 : "alltoallv";
+}
+
+/* Between the barriers: whether the posted slots agree. Every rank computes
+ * the same answer from the same slots. Writes why into why. */
+static int slots_agree(const world_t *w, char *why, size_t len) {
+  const slot_t *s = w->slot;
+  int p = w->size;
+  for (int r = 0; r < p; r++) {
+    if (s[r].op != s[0].op) {
+      snprintf(why, len, "rank %d called %s while rank 0 called %s", r,
+               op_name(s[r].op), op_name(s[0].op));
+      return 0;
+    }
+  }
+  for (int r = 0; r < p; r++) {
+    switch (s[0].op) {
+    case MOCK_ALLGATHER:
+      if (s[r].bytes != s[0].bytes) {
+        snprintf(why, len, "allgather: rank %d sends %zu bytes, rank 0 %zu",
+                 r, s[r].bytes, s[0].bytes);
+        return 0;
+      }
+      if (s[r].bytes && !s[r].send) {
+        snprintf(why, len, "allgather: rank %d sends NULL", r);
+        return 0;
+      }
+      break;
+    case MOCK_ALLGATHERV:
+      for (int q = 0; q < p; q++) {
+        if (s[r].counts[q] != s[0].counts[q]) {
+          snprintf(why, len,
+                   "allgatherv: rank %d has counts[%d] = %zu, rank 0 %zu", r,
+                   q, s[r].counts[q], s[0].counts[q]);
+          return 0;
+        }
+      }
+      if (s[r].counts[r] && !s[r].send) {
+        snprintf(why, len, "allgatherv: rank %d sends NULL", r);
+        return 0;
+      }
+      break;
+    case MOCK_ALLTOALLV:
+      for (int q = 0; q < p; q++) {
+        if (s[r].counts[q] != s[q].recvcounts[r]) {
+          snprintf(why, len,
+                   "alltoallv: rank %d sends %zu bytes to rank %d, which "
+                   "expects %zu", r, s[r].counts[q], q, s[q].recvcounts[r]);
+          return 0;
+        }
+        if (s[r].counts[q] && !s[r].send) {
+          snprintf(why, len, "alltoallv: rank %d sends NULL", r);
+          return 0;
+        }
+      }
+      break;
+    }
+  }
+  return 1;
+}
+
+/* After the first barrier: check, copy, count, second barrier. */
+static int complete(world_t *w, int rank, unsigned char *recv) {
+  char why[256];
+  if (!slots_agree(w, why, sizeof why)) {
+    pthread_mutex_lock(&w->mu);
+    break_world(w, DPSHIM_EINVAL, &w->stats.mismatch, "%s", why);
+    pthread_mutex_unlock(&w->mu);
+    return barrier(w, rank);
+  }
+  const slot_t *s = w->slot, *me = &w->slot[rank];
+  int p = w->size;
+  size_t at = 0;
+  for (int r = 0; r < p; r++) {
+    const unsigned char *src = s[r].send;
+    size_t n;
+    switch (me->op) {
+    case MOCK_ALLGATHER:
+      n = me->bytes;
+      break;
+    case MOCK_ALLGATHERV:
+      n = me->counts[r];
+      break;
+    default: /* alltoallv: rank r's block for me follows its blocks for 0..me-1 */
+      n = me->recvcounts[r];
+      for (int q = 0; q < rank; q++) src += s[r].counts[q];
+      break;
+    }
+    if (n) memcpy(recv + at, src, n);
+    at += n;
+  }
+  if (me->op == MOCK_ALLTOALLV && w->opts.corrupt &&
+      rank == w->opts.corrupt_rank && at > 0) {
+    recv[0] ^= 0xff;
+    pthread_mutex_lock(&w->mu);
+    w->stats.corrupted = 1;
+    pthread_mutex_unlock(&w->mu);
+  }
+  if (rank == 0) {
+    pthread_mutex_lock(&w->mu);
+    w->stats.ops[me->op]++;
+    if (me->op == MOCK_ALLTOALLV) {
+      for (int r = 0; r < p; r++) {
+        for (int q = 0; q < p; q++) {
+          w->stats.alltoallv_total += s[r].counts[q];
+          if (q != r) w->stats.alltoallv_moved += s[r].counts[q];
+        }
+      }
+    }
+    pthread_mutex_unlock(&w->mu);
+  }
+  return barrier(w, rank);
+}
+
+static int mock_allgather(dpshim__comm_t *c, const void *send, size_t bytes,
+                          void *recv) {
+  slot_t s = {.op = MOCK_ALLGATHER, .send = send, .bytes = bytes};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, recv);
+}
+
+static int mock_allgatherv(dpshim__comm_t *c, const void *send, void *recv,
+                           const size_t *counts) {
+  slot_t s = {.op = MOCK_ALLGATHERV, .send = send, .counts = counts};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, recv);
+}
+
+static int mock_alltoallv(dpshim__comm_t *c, const void *send,
+                          const size_t *sendcounts, void *recv,
+                          const size_t *recvcounts) {
+  slot_t s = {.op = MOCK_ALLTOALLV,
+              .send = send,
+              .counts = sendcounts,
+              .recvcounts = recvcounts};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, recv);
+}
+
+static const dpshim__comm_ops_t mock_ops = {
+    .allgather = mock_allgather,
+    .allgatherv = mock_allgatherv,
+    .alltoallv = mock_alltoallv,
+};
+
+static void *rank_main(void *p) {
+  rank_ctx_t *c = p;
+  c->fn(&c->comm, c->comm.rank, c->arg);
+  world_t *w = c->w;
+  pthread_mutex_lock(&w->mu);
+  w->exited++;
+  pthread_cond_broadcast(&w->cv); /* ranks waiting for this one never finish */
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+int mock_run_ex(const mock_opts_t *opts, mock_fn_t fn, void *arg,
+                mock_stats_t *stats) {
+  if (opts->size < 1 || opts->size > MOCK_MAX_RANKS) return -1;
+  world_t *w = calloc(1, sizeof *w);
+  rank_ctx_t *ctx = calloc((size_t)opts->size, sizeof *ctx);
+  if (!w || !ctx) {
+    free(w);
+    free(ctx);
+    return -1;
+  }
+  w->size = opts->size;
+  w->opts = *opts;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  int started = 0, rc = 0;
+  for (int r = 0; r < w->size; r++) {
+    ctx[r] = (rank_ctx_t){.w = w,
+                          .comm = {.ops = &mock_ops, .impl = w, .rank = r,
+                                   .size = w->size},
+                          .fn = fn,
+                          .arg = arg};
+    if (pthread_create(&ctx[r].thread, NULL, rank_main, &ctx[r]) != 0) {
+      /* The started ranks find this one missing and break the world. */
+      pthread_mutex_lock(&w->mu);
+      w->exited++;
+      break_world(w, DPSHIM_ENOMEM, &w->stats.deadlock,
+                  "could not start rank %d", r);
+      pthread_mutex_unlock(&w->mu);
+      rc = -1;
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) pthread_join(ctx[r].thread, NULL);
+  if (w->stats.deadlock || w->stats.mismatch) rc = -1;
+  if (stats) *stats = w->stats;
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(ctx);
+  free(w);
+  return rc;
+}
+
+int mock_run(int size, mock_fn_t fn, void *arg) {
+  mock_opts_t o = {.size = size, .fail_rank = -1};
+  return mock_run_ex(&o, fn, arg, NULL);
+}

@@ -1,0 +1,1272 @@
+/* The balance pipeline end to end over the thread mock of the comm seam:
+ * depack -> gather -> plan -> exchange -> repack on 1 to 8 ranks.
+ *
+ * Each rank holds a packed batch of four fields: token-aligned int32 tokens
+ * and float weights (offsets = cu_seqlens), one uint64 id per sample (NULL
+ * offsets) and 'pixels', 3-byte rows with offsets of their own. Every byte
+ * of a sample is a function of its id, so after balancing each sample can be
+ * found, counted and checked wherever it landed. Buffers are allocated at
+ * exactly their capacity, so a write past one is caught under ASan.
+ *
+ * The rank threads only record; every assertion runs in the test's thread.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "balance.h"
+#include "mock_comm.h"
+#include "plan_fixture.h"
+
+#define MAXP 8
+#define MAXS 64 /* samples one rank may start with */
+#define PIX_BYTES 3
+
+/* ---- sample contents: a function of the id -------------------------------- */
+
+static uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int32_t token_of(uint64_t id, int64_t t) {
+  return (int32_t)(uint32_t)mix(id * 0x100000001b3ull + (uint64_t)t);
+}
+
+static float weight_of(uint64_t id, int64_t t) {
+  return (float)(mix(id ^ ((uint64_t)t << 32) ^ 0x5eedull) % 1000003u) * 0.25f;
+}
+
+static unsigned char pixel_of(uint64_t id, int64_t byte) {
+  return (unsigned char)mix(id + 0x9e3779b97f4a7c15ull * (uint64_t)(byte + 1));
+}
+
+/* Ids: a tag (one per generation of batches), the original rank, the index. */
+static uint64_t make_id(uint32_t tag, int rank, int i) {
+  return ((uint64_t)tag << 40) | ((uint64_t)rank << 24) | (uint64_t)i;
+}
+static int id_rank(uint64_t id) { return (int)((id >> 24) & 0xffff); }
+static int id_index(uint64_t id) { return (int)(id & 0xffffff); }
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---- one rank's batch ------------------------------------------------------ */
+
+typedef struct sample_spec {
+  uint64_t id;
+  int32_t len, npix;
+  uint64_t sum; /* checksum of the sample's rows, taken from the buffers */
+} sample_spec_t;
+
+typedef struct caps {
+  int32_t samples;
+  int64_t tokens, ids, pixels;
+} caps_t;
+
+typedef struct rank_batch {
+  dpshim_batch_t batch;
+  dpshim_field_t fields[4];
+  caps_t cap;
+  int32_t *cu, *pix_off;
+  int32_t *tokens;
+  float *weights;
+  uint64_t *ids;
+  unsigned char *pixels;
+  /* The state before balancing, for "untouched" checks. */
+  struct {
+    dpshim_batch_t batch;
+    dpshim_field_t fields[4];
+    int32_t *cu, *pix_off, *tokens;
+    float *weights;
+    uint64_t *ids;
+    unsigned char *pixels;
+  } snap;
+} rank_batch_t;
+
+static void *xalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  cr_assert(p != NULL, "out of memory");
+  return p;
+}
+
+static void *dup_bytes(const void *p, size_t n) {
+  void *q = xalloc(n);
+  if (n) memcpy(q, p, n);
+  return q;
+}
+
+/* Buffers of exactly the capacities, filled with a pattern. */
+static void rb_alloc(rank_batch_t *rb, caps_t c) {
+  memset(rb, 0, sizeof *rb);
+  rb->cap = c;
+  size_t off = ((size_t)c.samples + 1) * sizeof(int32_t);
+  rb->cu = xalloc(off);
+  rb->pix_off = xalloc(off);
+  rb->tokens = xalloc((size_t)c.tokens * sizeof(int32_t));
+  rb->weights = xalloc((size_t)c.tokens * sizeof(float));
+  rb->ids = xalloc((size_t)c.ids * sizeof(uint64_t));
+  rb->pixels = xalloc((size_t)c.pixels * PIX_BYTES);
+  memset(rb->cu, 0xa5, off);
+  memset(rb->pix_off, 0xa5, off);
+  memset(rb->tokens, 0xa5, (size_t)c.tokens * sizeof(int32_t));
+  memset(rb->weights, 0xa5, (size_t)c.tokens * sizeof(float));
+  memset(rb->ids, 0xa5, (size_t)c.ids * sizeof(uint64_t));
+  memset(rb->pixels, 0xa5, (size_t)c.pixels * PIX_BYTES);
+  rb->fields[0] = (dpshim_field_t){"tokens", rb->tokens, sizeof(int32_t),
+                                   rb->cu, c.tokens};
+  rb->fields[1] = (dpshim_field_t){"weights", rb->weights, sizeof(float),
+                                   rb->cu, c.tokens};
+  rb->fields[2] = (dpshim_field_t){"ids", rb->ids, sizeof(uint64_t), NULL,
+                                   c.ids};
+  rb->fields[3] = (dpshim_field_t){"pixels", rb->pixels, PIX_BYTES,
+                                   rb->pix_off, c.pixels};
+  rb->batch = (dpshim_batch_t){0, c.samples, rb->cu, 4, rb->fields};
+}
+
+static void rb_free(rank_batch_t *rb) {
+  free(rb->cu);
+  free(rb->pix_off);
+  free(rb->tokens);
+  free(rb->weights);
+  free(rb->ids);
+  free(rb->pixels);
+  free(rb->snap.cu);
+  free(rb->snap.pix_off);
+  free(rb->snap.tokens);
+  free(rb->snap.weights);
+  free(rb->snap.ids);
+  free(rb->snap.pixels);
+  memset(rb, 0, sizeof *rb);
+}
+
+/* Checksum of sample k of the batch as it is now. */
+static uint64_t rb_sample_sum(const rank_batch_t *rb, int32_t k) {
+  int32_t t0 = rb->cu[k], t1 = rb->cu[k + 1];
+  int32_t p0 = rb->pix_off[k], p1 = rb->pix_off[k + 1];
+  uint64_t h = 1469598103934665603ull;
+  h = fnv(h, rb->tokens + t0, (size_t)(t1 - t0) * sizeof(int32_t));
+  h = fnv(h, rb->weights + t0, (size_t)(t1 - t0) * sizeof(float));
+  h = fnv(h, rb->ids + k, sizeof(uint64_t));
+  h = fnv(h, rb->pixels + (size_t)p0 * PIX_BYTES, (size_t)(p1 - p0) * PIX_BYTES);
+  return h;
+}
+
+/* Packs spec[0 .. n) into the batch; sets each spec's checksum. */
+static void rb_fill(rank_batch_t *rb, sample_spec_t *spec, int32_t n) {
+  rb->cu[0] = rb->pix_off[0] = 0;
+  for (int32_t k = 0; k < n; k++) {
+    const sample_spec_t *s = &spec[k];
+    int32_t t0 = rb->cu[k], p0 = rb->pix_off[k];
+    cr_assert_leq(t0 + s->len, rb->cap.tokens);
+    cr_assert_leq(p0 + s->npix, rb->cap.pixels);
+    for (int32_t t = 0; t < s->len; t++) {
+      rb->tokens[t0 + t] = token_of(s->id, t);
+      rb->weights[t0 + t] = weight_of(s->id, t);
+    }
+    for (int32_t b = 0; b < s->npix * PIX_BYTES; b++)
+      rb->pixels[(size_t)p0 * PIX_BYTES + (size_t)b] = pixel_of(s->id, b);
+    rb->ids[k] = s->id;
+    rb->cu[k + 1] = t0 + s->len;
+    rb->pix_off[k + 1] = p0 + s->npix;
+  }
+  rb->batch.nsamples = n;
+  for (int32_t k = 0; k < n; k++) spec[k].sum = rb_sample_sum(rb, k);
+}
+
+static void rb_snapshot(rank_batch_t *rb) {
+  caps_t c = rb->cap;
+  size_t off = ((size_t)c.samples + 1) * sizeof(int32_t);
+  free(rb->snap.cu);
+  free(rb->snap.pix_off);
+  free(rb->snap.tokens);
+  free(rb->snap.weights);
+  free(rb->snap.ids);
+  free(rb->snap.pixels);
+  rb->snap.batch = rb->batch;
+  memcpy(rb->snap.fields, rb->fields, sizeof rb->fields);
+  rb->snap.cu = dup_bytes(rb->cu, off);
+  rb->snap.pix_off = dup_bytes(rb->pix_off, off);
+  rb->snap.tokens = dup_bytes(rb->tokens, (size_t)c.tokens * sizeof(int32_t));
+  rb->snap.weights = dup_bytes(rb->weights, (size_t)c.tokens * sizeof(float));
+  rb->snap.ids = dup_bytes(rb->ids, (size_t)c.ids * sizeof(uint64_t));
+  rb->snap.pixels = dup_bytes(rb->pixels, (size_t)c.pixels * PIX_BYTES);
+}
+
+/* NULL when byte for byte as snapshotted, else what changed. */
+static const char *rb_changed(const rank_batch_t *rb) {
+  caps_t c = rb->cap;
+  size_t off = ((size_t)c.samples + 1) * sizeof(int32_t);
+  if (memcmp(&rb->batch, &rb->snap.batch, sizeof rb->batch)) return "batch";
+  if (memcmp(rb->fields, rb->snap.fields, sizeof rb->fields)) return "fields";
+  if (memcmp(rb->cu, rb->snap.cu, off)) return "cu_seqlens";
+  if (memcmp(rb->pix_off, rb->snap.pix_off, off)) return "pixel offsets";
+  if (memcmp(rb->tokens, rb->snap.tokens, (size_t)c.tokens * sizeof(int32_t)))
+    return "tokens";
+  if (memcmp(rb->weights, rb->snap.weights, (size_t)c.tokens * sizeof(float)))
+    return "weights";
+  if (memcmp(rb->ids, rb->snap.ids, (size_t)c.ids * sizeof(uint64_t)))
+    return "ids";
+  if (memcmp(rb->pixels, rb->snap.pixels, (size_t)c.pixels * PIX_BYTES))
+    return "pixels";
+  return NULL;
+}
+
+/* ---- a group of ranks ------------------------------------------------------ */
+
+typedef struct inst {
+  int P;
+  dpshim_algo_t algo;
+  int64_t step;
+  rank_batch_t rb[MAXP];
+  int32_t n[MAXP];
+  sample_spec_t spec[MAXP][MAXS];
+  dpshim__balancer_t *bal[MAXP];
+  mock_opts_t opts;
+  /* What each rank saw. */
+  int rc[MAXP];
+  dpshim__balance_report_t rep[MAXP];
+  int has_loads[MAXP];
+  double load_before[MAXP][MAXP], load_after[MAXP][MAXP];
+  mock_stats_t stats;
+  int mock_rc;
+} inst_t;
+
+static const dpshim_cost_model_t QUADRATIC = {1, 0, 0};
+
+static dpshim__balance_config_t base_config(void) {
+  return (dpshim__balance_config_t){.algo = DPSHIM_ALGO_DEFAULT,
+                                    .cap_ratio = 0,
+                                    .threshold = 0,
+                                    .model = QUADRATIC,
+                                    .verify = 0};
+}
+
+/* Instances not freed yet: a failed assertion leaves the test early, and
+ * the suites' fini frees them, so that LeakSanitizer reports real leaks. */
+#define MAX_LIVE 8
+static inst_t *live[MAX_LIVE];
+
+static void inst_free(inst_t *x);
+
+static void free_live(void) {
+  for (int k = 0; k < MAX_LIVE; k++)
+    if (live[k]) inst_free(live[k]);
+}
+
+static inst_t *inst_new(int P, const dpshim__balance_config_t *cfg) {
+  inst_t *x = calloc(1, sizeof *x);
+  cr_assert(x != NULL);
+  int k = 0;
+  while (k < MAX_LIVE && live[k]) k++;
+  cr_assert_lt(k, MAX_LIVE, "too many live instances");
+  live[k] = x;
+  x->P = P;
+  x->algo = cfg->algo;
+  x->opts = (mock_opts_t){.size = P, .fail_rank = -1};
+  for (int r = 0; r < P; r++) {
+    x->bal[r] = dpshim__balancer_new(cfg);
+    cr_assert(x->bal[r] != NULL);
+  }
+  return x;
+}
+
+static void inst_free_batches(inst_t *x) {
+  for (int r = 0; r < x->P; r++) rb_free(&x->rb[r]);
+}
+
+static void inst_free(inst_t *x) {
+  for (int k = 0; k < MAX_LIVE; k++)
+    if (live[k] == x) live[k] = NULL;
+  inst_free_batches(x);
+  for (int r = 0; r < x->P; r++) dpshim__balancer_free(x->bal[r]);
+  free(x);
+}
+
+/* Rank r's use of each buffer, from its specs. */
+static caps_t use_of(const inst_t *x, int r) {
+  caps_t u = {x->n[r], 0, x->n[r], 0};
+  for (int32_t i = 0; i < x->n[r]; i++) {
+    u.tokens += x->spec[r][i].len;
+    u.pixels += x->spec[r][i].npix;
+  }
+  return u;
+}
+
+static caps_t total_use(const inst_t *x) {
+  caps_t t = {0, 0, 0, 0};
+  for (int r = 0; r < x->P; r++) {
+    caps_t u = use_of(x, r);
+    t.samples += u.samples;
+    t.tokens += u.tokens;
+    t.ids += u.ids;
+    t.pixels += u.pixels;
+  }
+  return t;
+}
+
+/* Allocates and fills every rank's batch from x->spec and x->n: capacities
+ * the group totals (generous), or each rank's own use plus 0 .. slack of
+ * each (slack >= 0). Snapshots them. */
+static void inst_pack(inst_t *x, int slack, prng_t *g) {
+  inst_free_batches(x);
+  caps_t all = total_use(x);
+  for (int r = 0; r < x->P; r++) {
+    caps_t c = all;
+    if (slack >= 0) {
+      c = use_of(x, r);
+      c.samples += (int32_t)prng_range(g, 0, slack);
+      c.ids = c.samples + prng_range(g, 0, slack);
+      c.tokens += prng_range(g, 0, 8 * slack);
+      c.pixels += prng_range(g, 0, 2 * slack);
+    }
+    rb_alloc(&x->rb[r], c);
+    rb_fill(&x->rb[r], x->spec[r], x->n[r]);
+    rb_snapshot(&x->rb[r]);
+  }
+}
+
+/* Allocates and fills every rank's batch with capacities caps[r]. */
+static void inst_pack_caps(inst_t *x, const caps_t *caps) {
+  inst_free_batches(x);
+  for (int r = 0; r < x->P; r++) {
+    rb_alloc(&x->rb[r], caps[r]);
+    rb_fill(&x->rb[r], x->spec[r], x->n[r]);
+    rb_snapshot(&x->rb[r]);
+  }
+}
+
+/* Sets sample i of rank r. */
+static void inst_set(inst_t *x, uint32_t tag, int r, int i, int32_t len,
+                     int32_t npix) {
+  x->spec[r][i] = (sample_spec_t){make_id(tag, r, i), len, npix, 0};
+  if (x->n[r] <= i) x->n[r] = i + 1;
+}
+
+/* Random skewed samples: each rank holds min_n .. max_n, lengths up to
+ * max_len, one or two "hot" ranks with lengths up to 8x that. */
+static void inst_random(inst_t *x, uint32_t tag, prng_t *g, int min_n,
+                        int max_n, int32_t max_len) {
+  int hot = (int)prng_range(g, 0, x->P - 1);
+  int hot2 = prng_range(g, 0, 2) == 0 ? (int)prng_range(g, 0, x->P - 1) : hot;
+  for (int r = 0; r < x->P; r++) {
+    x->n[r] = 0;
+    int n = (int)prng_range(g, min_n, max_n);
+    int32_t top = (r == hot || r == hot2) ? 8 * max_len : max_len;
+    for (int i = 0; i < n; i++) {
+      int32_t len = (int32_t)prng_range(g, 0, top);
+      if (prng_range(g, 0, 9) == 0) len = 0; /* empty samples too */
+      int32_t npix = prng_range(g, 0, 3) == 0 ? 0 : (int32_t)prng_range(g, 1, 7);
+      inst_set(x, tag, r, i, len, npix);
+    }
+  }
+}
+
+static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
+  inst_t *x = arg;
+  dpshim__balance_report_t *rep = &x->rep[rank];
+  x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch,
+                                x->step, rep);
+  /* The load arrays live until the next call: copy them now. */
+  x->has_loads[rank] = rep->load_before != NULL;
+  if (rep->load_before) {
+    memcpy(x->load_before[rank], rep->load_before, sizeof(double) * (size_t)x->P);
+    memcpy(x->load_after[rank], rep->load_after, sizeof(double) * (size_t)x->P);
+  }
+}
+
+static void inst_run(inst_t *x) {
+  memset(x->rc, 0x7f, sizeof x->rc);
+  x->mock_rc = mock_run_ex(&x->opts, balance_rank, x, &x->stats);
+  cr_assert_eq(x->mock_rc, 0, "mock: %s", x->stats.message);
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static int same_str(const char *a, const char *b) {
+  return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Every rank returned the same code and the same report. */
+static void assert_same_reports(const inst_t *x) {
+  const dpshim__balance_report_t *a = &x->rep[0];
+  for (int r = 1; r < x->P; r++) {
+    const dpshim__balance_report_t *b = &x->rep[r];
+    cr_assert_eq(x->rc[r], x->rc[0], "rank %d returned %d, rank 0 %d", r,
+                 x->rc[r], x->rc[0]);
+    cr_assert_eq(b->applied, a->applied, "rank %d applied %d, rank 0 %d", r,
+                 b->applied, a->applied);
+    cr_assert(same_str(b->skip_reason, a->skip_reason),
+              "rank %d skip_reason %s, rank 0 %s", r,
+              b->skip_reason ? b->skip_reason : "NULL",
+              a->skip_reason ? a->skip_reason : "NULL");
+    cr_assert_str_eq(b->message, a->message, "rank %d", r);
+    cr_assert_eq(b->samples, a->samples);
+    cr_assert_eq(b->tokens, a->tokens);
+    cr_assert_eq(b->bytes_moved, a->bytes_moved, "rank %d", r);
+    cr_assert_eq(b->bytes_total, a->bytes_total, "rank %d", r);
+    cr_assert(b->imbalance_before == a->imbalance_before, "rank %d", r);
+    cr_assert(b->imbalance_after == a->imbalance_after, "rank %d", r);
+    cr_assert(b->lower_bound == a->lower_bound, "rank %d", r);
+    cr_assert_eq(x->has_loads[r], x->has_loads[0]);
+    if (x->has_loads[0]) {
+      cr_assert(!memcmp(x->load_before[r], x->load_before[0],
+                        sizeof(double) * (size_t)x->P), "rank %d", r);
+      cr_assert(!memcmp(x->load_after[r], x->load_after[0],
+                        sizeof(double) * (size_t)x->P), "rank %d", r);
+    }
+  }
+}
+
+static void assert_untouched(const inst_t *x) {
+  for (int r = 0; r < x->P; r++) {
+    const char *what = rb_changed(&x->rb[r]);
+    cr_assert(what == NULL, "rank %d's %s changed although the plan was not "
+              "applied (rc %d, skip %s)", r, what, x->rc[r],
+              x->rep[r].skip_reason ? x->rep[r].skip_reason : "NULL");
+  }
+}
+
+static int64_t sample_bytes(const sample_spec_t *s) {
+  return (int64_t)s->len * (int64_t)(sizeof(int32_t) + sizeof(float)) +
+         (int64_t)sizeof(uint64_t) + (int64_t)s->npix * PIX_BYTES;
+}
+
+static const sample_spec_t *spec_of(const inst_t *x, uint64_t id) {
+  int r = id_rank(id), i = id_index(id);
+  if (r < 0 || r >= x->P || i < 0 || i >= x->n[r]) return NULL;
+  if (x->spec[r][i].id != id) return NULL;
+  return &x->spec[r][i];
+}
+
+/* Each rank's batch is well formed within its capacities; every original
+ * sample is found exactly once, with its rows intact. where[r][i] gets the
+ * rank holding rank r's original sample i. */
+static void assert_consistent(const inst_t *x, int where[MAXP][MAXS]) {
+  int seen[MAXP][MAXS];
+  memset(seen, 0, sizeof seen);
+  for (int r = 0; r < x->P; r++) {
+    const rank_batch_t *rb = &x->rb[r];
+    const dpshim_batch_t *b = &rb->batch;
+    int32_t n = b->nsamples;
+    cr_assert(n >= 0 && n <= rb->cap.samples, "rank %d: nsamples %d, cap %d",
+              r, n, rb->cap.samples);
+    cr_assert_leq(n, rb->cap.ids, "rank %d: %d ids exceed capacity", r, n);
+    cr_assert_eq(b->cu_seqlens, rb->cu);
+    cr_assert_eq(b->nfields, 4);
+    cr_assert_eq(b->capacity_samples, rb->cap.samples);
+    cr_assert_eq(rb->cu[0], 0, "rank %d", r);
+    cr_assert_eq(rb->pix_off[0], 0, "rank %d", r);
+    for (int32_t k = 0; k < n; k++) {
+      cr_assert_geq(rb->cu[k + 1], rb->cu[k], "rank %d cu_seqlens[%d]", r, k + 1);
+      cr_assert_geq(rb->pix_off[k + 1], rb->pix_off[k], "rank %d pixel offsets", r);
+    }
+    cr_assert_leq(rb->cu[n], rb->cap.tokens, "rank %d: tokens over capacity", r);
+    cr_assert_leq(rb->pix_off[n], rb->cap.pixels, "rank %d: pixels over capacity", r);
+    for (int32_t k = 0; k < n; k++) {
+      uint64_t id = rb->ids[k];
+      const sample_spec_t *s = spec_of(x, id);
+      cr_assert(s != NULL, "rank %d sample %d: unknown id %#llx", r, k,
+                (unsigned long long)id);
+      int orig = id_rank(id), i = id_index(id);
+      cr_assert_eq(seen[orig][i], 0, "id %#llx found twice (rank %d)",
+                   (unsigned long long)id, r);
+      seen[orig][i] = 1;
+      where[orig][i] = r;
+      int32_t len = rb->cu[k + 1] - rb->cu[k];
+      int32_t npix = rb->pix_off[k + 1] - rb->pix_off[k];
+      cr_assert_eq(len, s->len, "id %#llx: len %d, expected %d",
+                   (unsigned long long)id, len, s->len);
+      cr_assert_eq(npix, s->npix, "id %#llx: %d pixel rows, expected %d",
+                   (unsigned long long)id, npix, s->npix);
+      cr_assert_eq(rb_sample_sum(rb, k), s->sum, "id %#llx: payload changed",
+                   (unsigned long long)id);
+      int32_t t0 = rb->cu[k], p0 = rb->pix_off[k];
+      for (int32_t t = 0; t < len; t++) {
+        cr_assert_eq(rb->tokens[t0 + t], token_of(id, t), "id %#llx token %d",
+                     (unsigned long long)id, t);
+        float w = weight_of(id, t);
+        cr_assert(!memcmp(&rb->weights[t0 + t], &w, sizeof w),
+                  "id %#llx weight %d", (unsigned long long)id, t);
+      }
+      for (int32_t q = 0; q < npix * PIX_BYTES; q++)
+        cr_assert_eq(rb->pixels[(size_t)p0 * PIX_BYTES + (size_t)q],
+                     pixel_of(id, q), "id %#llx pixel byte %d",
+                     (unsigned long long)id, q);
+    }
+  }
+  for (int r = 0; r < x->P; r++)
+    for (int32_t i = 0; i < x->n[r]; i++)
+      cr_assert(seen[r][i], "rank %d's sample %d (id %#llx) is lost", r, i,
+                (unsigned long long)x->spec[r][i].id);
+}
+
+static double cost_of(int32_t len) {
+  return QUADRATIC.a * (double)len * len + QUADRATIC.b * len + QUADRATIC.c;
+}
+
+/* The loads the report gives: history + cost of what each rank holds before
+ * and after. Also the imbalances, bytes and totals. */
+static void assert_numbers(const inst_t *x, const double *history,
+                           int where[MAXP][MAXS]) {
+  const dpshim__balance_report_t *rep = &x->rep[0];
+  double before[MAXP], after[MAXP];
+  int64_t moved = 0, total = 0, tokens = 0, samples = 0;
+  for (int r = 0; r < x->P; r++) before[r] = after[r] = history ? history[r] : 0;
+  for (int r = 0; r < x->P; r++) {
+    for (int32_t i = 0; i < x->n[r]; i++) {
+      const sample_spec_t *s = &x->spec[r][i];
+      int to = where ? where[r][i] : r;
+      before[r] += cost_of(s->len);
+      after[to] += cost_of(s->len);
+      total += sample_bytes(s);
+      if (to != r) moved += sample_bytes(s);
+      tokens += s->len;
+      samples++;
+    }
+  }
+  cr_assert_eq(rep->samples, samples);
+  cr_assert(x->has_loads[0], "a solved plan reports its loads");
+  cr_assert_eq(rep->tokens, tokens);
+  cr_assert_eq(rep->bytes_total, total, "bytes_total %lld, expected %lld",
+               (long long)rep->bytes_total, (long long)total);
+  for (int r = 0; r < x->P; r++)
+    cr_assert(x->load_before[0][r] == before[r],
+              "load_before[%d] = %.17g, expected %.17g", r,
+              x->load_before[0][r], before[r]);
+  double sum = 0, max = 0;
+  for (int r = 0; r < x->P; r++) sum += before[r], max = fmax(max, before[r]);
+  double imb = sum > 0 ? max / (sum / x->P) - 1 : 0;
+  cr_assert(fabs(rep->imbalance_before - imb) <= 1e-12 * (1 + imb),
+            "imbalance_before %.17g, expected %.17g", rep->imbalance_before, imb);
+  if (!rep->applied) {
+    cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0, "skipped, yet exchanged");
+    return;
+  }
+  cr_assert_eq(rep->bytes_moved, moved, "bytes_moved %lld, expected %lld",
+               (long long)rep->bytes_moved, (long long)moved);
+  cr_assert_eq((int64_t)x->stats.alltoallv_moved, moved,
+               "the exchange moved %zu bytes between ranks, expected %lld",
+               x->stats.alltoallv_moved, (long long)moved);
+  /* Samples that stay are kept in place, not sent to their own rank. */
+  cr_assert_eq(x->stats.alltoallv_total, x->stats.alltoallv_moved,
+               "%zu bytes sent by ranks to themselves",
+               x->stats.alltoallv_total - x->stats.alltoallv_moved);
+  for (int r = 0; r < x->P; r++)
+    cr_assert(x->load_after[0][r] == after[r],
+              "load_after[%d] = %.17g, expected %.17g", r, x->load_after[0][r],
+              after[r]);
+  if (x->algo == DPSHIM_ALGO_DEFAULT) {
+    cr_assert_leq(rep->imbalance_after, rep->imbalance_before,
+                  "applied a plan that raises the imbalance");
+    cr_assert_gt(moved, 0, "applied a plan that moves nothing");
+  }
+}
+
+/* After an applied plan each rank holds the samples it kept, in their old
+ * order, then those it received, by source rank then index (balance.c's
+ * exchange): the same input gives the same batch. */
+static void assert_order(const inst_t *x) {
+  for (int r = 0; r < x->P; r++) {
+    const rank_batch_t *rb = &x->rb[r];
+    uint64_t prev = 0;
+    int received = 0;
+    for (int32_t k = 0; k < rb->batch.nsamples; k++) {
+      uint64_t id = rb->ids[k];
+      int from = id_rank(id);
+      if (from != r) {
+        /* (source rank, index) ascends, and so does the id. */
+        cr_assert(!received || id > prev, "rank %d: received samples out of "
+                  "order at %d", r, k);
+        received = 1;
+        prev = id;
+      } else {
+        cr_assert(!received, "rank %d: a kept sample after a received one", r);
+        cr_assert(k == 0 || id > rb->ids[k - 1], "rank %d: kept samples "
+                  "reordered at %d", r, k);
+      }
+    }
+  }
+}
+
+/* The whole check of one run that returned 0. */
+static void assert_ok_run(const inst_t *x, const double *history) {
+  int where[MAXP][MAXS];
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0, "rc %d: %s", x->rc[0], x->rep[0].message);
+  cr_assert_str_eq(x->rep[0].message, "");
+  cr_assert(x->rep[0].applied == (x->rep[0].skip_reason == NULL),
+            "applied %d with skip_reason %s", x->rep[0].applied,
+            x->rep[0].skip_reason ? x->rep[0].skip_reason : "NULL");
+  if (!x->rep[0].applied) {
+    assert_untouched(x);
+    assert_consistent(x, where);
+    if (x->has_loads[0]) assert_numbers(x, history, NULL);
+    return;
+  }
+  assert_consistent(x, where);
+  assert_order(x);
+  assert_numbers(x, history, where);
+}
+
+TestSuite(shim_balance, .fini = free_live);
+TestSuite(shim_balance_edges, .fini = free_live);
+
+/* ---- the property: every sample exactly once ------------------------------ */
+
+static const int SIZES[] = {1, 2, 3, 4, 8};
+
+/* `count` random instances per group size; returns how many were applied,
+ * skipped for capacity, and skipped otherwise. */
+static void random_instances(int count, int slack, int verify, int64_t *applied,
+                             int64_t *capacity, int64_t *other) {
+  *applied = *capacity = *other = 0;
+  for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++) {
+    int P = SIZES[k];
+    for (int seed = 0; seed < count; seed++) {
+      prng_t g = {(uint64_t)seed * 7919 + (uint64_t)P};
+      dpshim__balance_config_t cfg = base_config();
+      cfg.verify = verify;
+      switch (seed % 5) { /* vary the solver and the configured cap */
+      case 1: cfg.cap_ratio = 1.2; break;
+      case 2: cfg.algo = DPSHIM_ALGO_KK; break;
+      case 3: cfg.algo = DPSHIM_ALGO_SEED; break;
+      case 4: cfg.cap_ratio = 2.5; break;
+      default: break;
+      }
+      inst_t *x = inst_new(P, &cfg);
+      x->step = seed;
+      inst_random(x, (uint32_t)seed + 1, &g, 1, P == 1 ? 12 : 10, 24);
+      inst_pack(x, slack, &g);
+      inst_run(x);
+      assert_ok_run(x, NULL);
+      const char *why = x->rep[0].skip_reason;
+      if (!why) ++*applied;
+      else if (!strcmp(why, "capacity")) ++*capacity;
+      else ++*other;
+      if (P == 1 && cfg.algo == DPSHIM_ALGO_DEFAULT)
+        cr_assert(why != NULL, "one rank: nothing to move, yet applied");
+      inst_free(x);
+    }
+  }
+}
+
+Test(shim_balance, exactly_once_generous_capacity) {
+  int64_t applied, capacity, other;
+  random_instances(200, -1, 0, &applied, &capacity, &other);
+  cr_assert_eq(capacity, 0, "capacities hold everything, yet %lld skipped",
+               (long long)capacity);
+  /* 4 group sizes above one rank, 200 skewed instances each: most apply. */
+  cr_assert_gt(applied, 400, "only %lld of 1000 applied", (long long)applied);
+}
+
+Test(shim_balance, exactly_once_tight_capacity) {
+  int64_t applied, capacity, other;
+  random_instances(200, 2, 0, &applied, &capacity, &other);
+  /* Both outcomes must occur, or this test exercises only one of them. */
+  cr_assert_gt(applied, 0, "no instance fit its tight buffers");
+  cr_assert_gt(capacity, 0, "no instance was skipped for capacity");
+}
+
+Test(shim_balance, exactly_once_zero_slack) {
+  int64_t applied, capacity, other;
+  random_instances(100, 0, 0, &applied, &capacity, &other);
+  cr_assert_gt(capacity, 0, "no instance was skipped for capacity");
+}
+
+Test(shim_balance, verify_passes_on_correct_exchange) {
+  int64_t applied, capacity, other;
+  random_instances(60, -1, 1, &applied, &capacity, &other);
+  cr_assert_gt(applied, 100);
+}
+
+/* ---- capacity skips, built by hand ---------------------------------------- */
+
+/* Rank 0: two 100-token samples with 4 pixel rows each; rank 1: two 1-token
+ * samples without pixels. Any useful plan moves a long sample to rank 1. */
+static inst_t *two_heavy(const dpshim__balance_config_t *cfg) {
+  inst_t *x = inst_new(2, cfg);
+  inst_set(x, 1, 0, 0, 100, 4);
+  inst_set(x, 1, 0, 1, 100, 4);
+  inst_set(x, 1, 1, 0, 1, 0);
+  inst_set(x, 1, 1, 1, 1, 0);
+  return x;
+}
+
+static void run_expect_skip(inst_t *x, const char *reason) {
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert(x->rep[0].skip_reason != NULL, "applied; expected skip %s", reason);
+  cr_assert_str_eq(x->rep[0].skip_reason, reason);
+  assert_untouched(x);
+}
+
+Test(shim_balance, generous_two_heavy_applies) {
+  /* The control for the capacity cases below. */
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert_eq(x->rep[0].applied, 1);
+  inst_free(x);
+}
+
+Test(shim_balance, own_offsets_field_full_skips_capacity) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = two_heavy(&cfg);
+  /* Every buffer has room for everything, but rank 1's pixels for none. */
+  caps_t all = total_use(x), c[2] = {all, all};
+  c[1].pixels = 0;
+  inst_pack_caps(x, c);
+  run_expect_skip(x, "capacity");
+  inst_free(x);
+}
+
+Test(shim_balance, capacity_samples_full_skips_capacity) {
+  /* Rank 1 holds a single empty sample and room for one: the long sample it
+   * must receive does not fit (swapping the empty one out gains nothing). */
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 100, 1);
+  inst_set(x, 1, 0, 1, 100, 1);
+  inst_set(x, 1, 1, 0, 0, 0);
+  caps_t all = total_use(x);
+  caps_t c[2] = {all, all};
+  c[1].samples = 1;
+  inst_pack_caps(x, c);
+  run_expect_skip(x, "capacity");
+  inst_free(x);
+}
+
+Test(shim_balance, ids_field_full_skips_capacity) {
+  /* The one-row-per-sample field is what runs out. */
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 100, 1);
+  inst_set(x, 1, 0, 1, 100, 1);
+  inst_set(x, 1, 1, 0, 0, 0);
+  caps_t all = total_use(x);
+  caps_t c[2] = {all, all};
+  c[1].ids = 1;
+  inst_pack_caps(x, c);
+  run_expect_skip(x, "capacity");
+  inst_free(x);
+}
+
+Test(shim_balance, token_buffer_full_never_overflows) {
+  /* Rank 1's token buffers hold only its own 2 tokens. The plan must either
+   * fit them or be skipped; buffers are exact, so ASan sees any overflow. */
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = two_heavy(&cfg);
+  caps_t all = total_use(x);
+  caps_t c[2] = {all, all};
+  c[1].tokens = 2;
+  inst_pack_caps(x, c);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert(x->rep[0].skip_reason != NULL, "the long samples cannot move");
+  assert_untouched(x);
+  inst_free(x);
+}
+
+/* ---- other skips ----------------------------------------------------------- */
+
+Test(shim_balance, threshold_high_skips_balanced) {
+  for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++) {
+    int P = SIZES[k];
+    if (P == 1) continue;
+    prng_t g = {(uint64_t)P};
+    dpshim__balance_config_t cfg = base_config();
+    cfg.threshold = 1e9;
+    inst_t *x = inst_new(P, &cfg);
+    inst_random(x, 1, &g, 1, 8, 30);
+    inst_pack(x, -1, &g);
+    run_expect_skip(x, "balanced");
+    cr_assert(x->has_loads[0]);
+    cr_assert_gt(x->rep[0].imbalance_before, 0);
+    cr_assert_eq(x->rep[0].bytes_moved, 0);
+    cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0);
+    inst_free(x);
+  }
+}
+
+Test(shim_balance, algo_none_skips) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.algo = DPSHIM_ALGO_NONE;
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  run_expect_skip(x, "algo-none");
+  inst_free(x);
+}
+
+Test(shim_balance, fewer_samples_than_ranks) {
+  for (int P = 2; P <= MAXP; P *= 2) {
+    dpshim__balance_config_t cfg = base_config();
+    inst_t *x = inst_new(P, &cfg);
+    /* One sample on each rank but the last: P - 1 samples. */
+    for (int r = 0; r < P - 1; r++) inst_set(x, 1, r, 0, 10 * (r + 1), 1);
+    inst_pack(x, -1, NULL);
+    inst_run(x);
+    assert_same_reports(x);
+    cr_assert_eq(x->rc[0], 0);
+    cr_assert_eq(x->rep[0].applied, 0);
+    cr_assert_str_eq(x->rep[0].skip_reason, "too-few-samples");
+    cr_assert_eq(x->rep[0].samples, P - 1);
+    assert_untouched(x);
+    inst_free(x);
+  }
+}
+
+Test(shim_balance, all_empty_batches) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(4, &cfg);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
+  cr_assert_str_eq(x->rep[0].skip_reason, "too-few-samples");
+  assert_untouched(x);
+  inst_free(x);
+}
+
+/* ---- errors: every rank returns the same code, nothing is touched ---------- */
+
+/* Runs, then checks that every rank failed with `code`, with one message
+ * naming each of the `needles`, and that no batch changed. */
+static void expect_error(inst_t *x, int code, const char *const *needles) {
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], code, "rc %d, expected %d (message \"%s\")", x->rc[0],
+               code, x->rep[0].message);
+  cr_assert_eq(x->rep[0].applied, 0);
+  for (const char *const *s = needles; *s; s++)
+    cr_assert(strstr(x->rep[0].message, *s) != NULL,
+              "message \"%s\" does not name \"%s\"", x->rep[0].message, *s);
+  assert_untouched(x);
+}
+
+static inst_t *random_group(int P, uint64_t seed) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(P, &cfg);
+  prng_t g = {seed};
+  inst_random(x, 1, &g, 2, 6, 20);
+  inst_pack(x, -1, &g);
+  return x;
+}
+
+Test(shim_balance, decreasing_cu_seqlens_on_one_rank) {
+  for (int P = 2; P <= MAXP; P++) {
+    for (int bad = 0; bad < P; bad += (P > 2 ? P - 1 : 1)) {
+      inst_t *x = random_group(P, (uint64_t)(P * 31 + bad));
+      rank_batch_t *rb = &x->rb[bad];
+      rb->cu[1] = rb->cu[2] + 1; /* cu_seqlens[2] < cu_seqlens[1] */
+      rb_snapshot(rb);
+      char rank[32];
+      snprintf(rank, sizeof rank, "rank %d", bad);
+      const char *needles[] = {rank, "cu_seqlens", NULL};
+      expect_error(x, DPSHIM_EINVAL, needles);
+      inst_free(x);
+    }
+  }
+}
+
+Test(shim_balance, row_bytes_zero_on_one_rank) {
+  inst_t *x = random_group(4, 7);
+  x->rb[2].fields[3].row_bytes = 0;
+  rb_snapshot(&x->rb[2]);
+  const char *needles[] = {"rank 2", "pixels", "row_bytes", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, own_offsets_over_capacity_on_one_rank) {
+  inst_t *x = random_group(3, 8);
+  rank_batch_t *rb = &x->rb[1];
+  rb->fields[3].capacity_rows = rb->pix_off[rb->batch.nsamples] - 1;
+  rb_snapshot(rb);
+  const char *needles[] = {"rank 1", "pixels", "capacity", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, nsamples_over_capacity_on_one_rank) {
+  inst_t *x = random_group(2, 9);
+  x->rb[1].batch.capacity_samples = x->rb[1].batch.nsamples - 1;
+  rb_snapshot(&x->rb[1]);
+  const char *needles[] = {"rank 1", "nsamples", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, two_ranks_invalid_first_is_named) {
+  inst_t *x = random_group(4, 10);
+  x->rb[3].fields[0].row_bytes = 0;
+  x->rb[1].fields[3].row_bytes = 0;
+  rb_snapshot(&x->rb[1]);
+  rb_snapshot(&x->rb[3]);
+  const char *needles[] = {"rank 1", "pixels", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, ranks_disagree_on_row_bytes) {
+  inst_t *x = random_group(4, 11);
+  /* Rank 3's pixels have 1-byte rows: valid alone, not with the others. */
+  x->rb[3].fields[3].row_bytes = 1;
+  rb_snapshot(&x->rb[3]);
+  const char *needles[] = {"rank 3", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, ranks_disagree_on_field_count) {
+  inst_t *x = random_group(3, 12);
+  x->rb[2].batch.nfields = 3; /* no pixels on rank 2 */
+  rb_snapshot(&x->rb[2]);
+  const char *needles[] = {"rank 2", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+Test(shim_balance, ranks_disagree_on_field_kind) {
+  inst_t *x = random_group(2, 13);
+  /* Rank 0's weights get offsets of their own (the pixel offsets' values
+   * would not fit, so a copy of cu_seqlens): same bytes, another kind. */
+  rank_batch_t *rb = &x->rb[0];
+  static int32_t own[MAXS + 1];
+  memcpy(own, rb->cu, sizeof(int32_t) * ((size_t)rb->batch.nsamples + 1));
+  rb->fields[1].offsets = own;
+  rb_snapshot(rb);
+  const char *needles[] = {"rank 1", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
+}
+
+/* ---- micro-batches: history within a step ---------------------------------- */
+
+Test(shim_balance, micro_batches_share_history_within_a_step) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(4, &cfg);
+  prng_t g = {42};
+  double history[MAXP];
+
+  /* First hand-off of step 7: no history. */
+  x->step = 7;
+  inst_random(x, 1, &g, 2, 6, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert_eq(x->rep[0].applied, 1, "the first hand-off should apply");
+  memcpy(history, x->load_after[0], sizeof history);
+
+  /* Second hand-off of step 7: its loads start from the first's. */
+  inst_random(x, 2, &g, 2, 6, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, history);
+  double h2[MAXP];
+  memcpy(h2, x->rep[0].applied ? x->load_after[0] : x->load_before[0], sizeof h2);
+  for (int r = 0; r < 4; r++) cr_assert_gt(x->load_before[0][r], history[r]);
+
+  /* A third adds to both. */
+  inst_random(x, 3, &g, 2, 6, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, h2);
+
+  /* Step 8 starts afresh. */
+  x->step = 8;
+  inst_random(x, 4, &g, 2, 6, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  inst_free(x);
+}
+
+Test(shim_balance, skipped_hand_off_counts_as_history) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.threshold = 1e9; /* every plan skipped as balanced */
+  inst_t *x = inst_new(3, &cfg);
+  prng_t g = {5};
+  x->step = 1;
+  inst_random(x, 1, &g, 2, 5, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert_str_eq(x->rep[0].skip_reason, "balanced");
+  double history[MAXP];
+  memcpy(history, x->load_before[0], sizeof history);
+  inst_random(x, 2, &g, 2, 5, 30);
+  inst_pack(x, -1, &g);
+  inst_run(x);
+  assert_ok_run(x, history);
+  inst_free(x);
+}
+
+/* ---- edge cases that once made every rank fail or misreport ---------------- */
+
+/* A rank whose batch is empty is valid; the solver requires a sample on
+ * every rank, so the group skips instead of failing. */
+Test(shim_balance_edges, a_rank_with_an_empty_batch_is_not_an_error) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(2, &cfg);
+  for (int i = 0; i < 4; i++) inst_set(x, 1, 0, i, 10 + i, 1);
+  x->n[1] = 0;
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0, "rc %d: %s", x->rc[0], x->rep[0].message);
+  assert_ok_run(x, NULL);
+  inst_free(x);
+}
+
+/* With cap_ratio 0 (DPSHIM_MAX_LEN_RATIO=none) and a token-aligned field,
+ * cap_ratio() in balance.c divides the token capacity by the group's token
+ * count; when every sample is empty that is x / 0 = inf (or 0 / 0 = NaN),
+ * the solver rejects cap_ratio = inf, and every rank gets DPSHIM_EINVAL. */
+Test(shim_balance_edges, samples_without_tokens_are_not_an_error) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 0, 3);
+  inst_set(x, 1, 0, 1, 0, 2);
+  inst_set(x, 1, 1, 0, 0, 1);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0, "rc %d: %s", x->rc[0], x->rep[0].message);
+  assert_ok_run(x, NULL);
+  inst_free(x);
+}
+
+/* kk (and seed) re-place every sample and always answer "apply"; the
+ * balancer applies the plan even when it moves nothing (one rank, or ranks
+ * already holding KK's partition): report.applied is documented as "the
+ * plan moved samples", and an empty all-to-all runs for nothing. */
+Test(shim_balance_edges, a_plan_that_moves_nothing_is_not_applied) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.algo = DPSHIM_ALGO_KK;
+  inst_t *x = inst_new(1, &cfg);
+  inst_set(x, 1, 0, 0, 10, 1);
+  inst_set(x, 1, 0, 1, 20, 1);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0);
+  cr_assert(!x->rep[0].applied || x->rep[0].bytes_moved > 0,
+            "applied with bytes_moved 0 (skip_reason NULL)");
+  inst_free(x);
+}
+
+/* kk re-partitions from scratch and always answers "apply", so an already
+ * perfect assignment is replaced by a worse one. Linear cost, 2 ranks:
+ * {4, 5, 6} | {7, 8} is 15 | 15; Karmarkar-Karp differencing gives 16 | 14. */
+Test(shim_balance_edges, kk_plan_never_raises_the_imbalance) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.algo = DPSHIM_ALGO_KK;
+  cfg.model = (dpshim_cost_model_t){0, 1, 0};
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 4, 0);
+  inst_set(x, 1, 0, 1, 5, 0);
+  inst_set(x, 1, 0, 2, 6, 0);
+  inst_set(x, 1, 1, 0, 7, 0);
+  inst_set(x, 1, 1, 1, 8, 0);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0);
+  cr_assert(!x->rep[0].applied ||
+            x->rep[0].imbalance_after <= x->rep[0].imbalance_before,
+            "applied: imbalance %g -> %g", x->rep[0].imbalance_before,
+            x->rep[0].imbalance_after);
+  inst_free(x);
+}
+
+/* ---- faults in the collectives -------------------------------------------- */
+
+Test(shim_balance, collective_failure_fails_every_rank_untouched) {
+  for (int P = 2; P <= 4; P += 2) {
+    /* Count the collectives of a clean applied run. */
+    inst_t *x = random_group(P, 77);
+    inst_run(x);
+    assert_ok_run(x, NULL);
+    cr_assert_eq(x->rep[0].applied, 1);
+    long calls = x->stats.calls[0];
+    for (int r = 1; r < P; r++) cr_assert_eq(x->stats.calls[r], calls);
+    cr_assert_geq(calls, 3);
+    inst_free(x);
+    for (long k = 0; k < calls; k++) {
+      x = random_group(P, 77);
+      x->opts.fail_rank = (int)(k % P);
+      x->opts.fail_call = (int)k;
+      x->opts.fail_code = DPSHIM_ENOMEM;
+      inst_run(x);
+      cr_assert(x->stats.faulted, "call %ld never happened", k);
+      for (int r = 0; r < P; r++)
+        cr_assert_eq(x->rc[r], DPSHIM_ENOMEM, "P %d fault at call %ld: rank %d "
+                     "returned %d", P, k, r, x->rc[r]);
+      assert_untouched(x);
+      /* The balancers still work afterwards (on a new step). */
+      x->opts.fail_rank = -1;
+      x->step = 1;
+      inst_run(x);
+      assert_ok_run(x, NULL);
+      inst_free(x);
+    }
+  }
+}
+
+Test(shim_balance, verify_catches_a_corrupted_exchange) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.verify = 1;
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  x->opts.corrupt = 1;
+  x->opts.corrupt_rank = 1; /* receives a long sample */
+  inst_run(x);
+  cr_assert(x->stats.corrupted);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], DPSHIM_EINVAL, "rc %d", x->rc[0]);
+  cr_assert(strstr(x->rep[0].message, "verify") != NULL, "%s",
+            x->rep[0].message);
+  inst_free(x);
+}
+
+Test(shim_balance, corruption_goes_unseen_without_verify) {
+  /* The control: the flipped byte is real, and only verify reports it. */
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  x->opts.corrupt = 1;
+  x->opts.corrupt_rank = 1;
+  inst_run(x);
+  cr_assert(x->stats.corrupted);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0);
+  cr_assert_eq(x->rep[0].applied, 1);
+  /* Rank 1's received sample comes after its two kept ones: its first token
+   * has a flipped byte. */
+  const rank_batch_t *rb = &x->rb[1];
+  cr_assert_eq(rb->batch.nsamples, 3);
+  uint64_t id = rb->ids[2];
+  cr_assert_neq(rb->tokens[rb->cu[2]], token_of(id, 0));
+  inst_free(x);
+}
+
+/* ---- the mock itself ------------------------------------------------------- */
+
+typedef struct mock_probe {
+  int rc[MAXP][3];
+  unsigned char gathered[MAXP][MAXP * 4];
+  unsigned char gatheredv[MAXP][64];
+  unsigned char exchanged[MAXP][64];
+  int bad_rank;     /* this rank sends a count the others do not expect */
+  int early_rank;   /* this rank returns before the second collective */
+} mock_probe_t;
+
+/* rank r sends (r + 1) bytes of value r to each q in alltoallv; in
+ * allgatherv it sends r + 1 bytes of value 10 + r. */
+static void probe_rank(dpshim__comm_t *c, int rank, void *arg) {
+  mock_probe_t *p = arg;
+  int P = c->size;
+  unsigned char mine[4] = {(unsigned char)rank, 1, 2, (unsigned char)(3 * rank)};
+  p->rc[rank][0] = c->ops->allgather(c, mine, 4, p->gathered[rank]);
+  if (rank == p->early_rank) return;
+  size_t counts[MAXP];
+  unsigned char v[MAXP];
+  for (int q = 0; q < P; q++) counts[q] = (size_t)q + 1;
+  if (rank == p->bad_rank) counts[0]++;
+  memset(v, 10 + rank, sizeof v);
+  p->rc[rank][1] = c->ops->allgatherv(c, v, p->gatheredv[rank], counts);
+  size_t send[MAXP], recv[MAXP];
+  unsigned char out[64];
+  size_t at = 0;
+  for (int q = 0; q < P; q++) {
+    send[q] = (size_t)rank + 1;
+    recv[q] = (size_t)q + 1;
+    for (size_t b = 0; b < send[q]; b++) out[at++] = (unsigned char)(16 * rank + q);
+  }
+  p->rc[rank][2] = c->ops->alltoallv(c, out, send, p->exchanged[rank], recv);
+}
+
+Test(shim_mock, collectives_deliver_in_rank_order) {
+  for (int P = 1; P <= MAXP; P++) {
+    mock_probe_t p;
+    memset(&p, 0, sizeof p);
+    p.bad_rank = p.early_rank = -1;
+    mock_stats_t st;
+    mock_opts_t o = {.size = P, .fail_rank = -1};
+    cr_assert_eq(mock_run_ex(&o, probe_rank, &p, &st), 0, "%s", st.message);
+    for (int r = 0; r < P; r++) {
+      for (int k = 0; k < 3; k++) cr_assert_eq(p.rc[r][k], 0);
+      for (int q = 0; q < P; q++) {
+        cr_assert_eq(p.gathered[r][4 * q], q);
+        cr_assert_eq(p.gathered[r][4 * q + 3], 3 * q);
+      }
+      size_t at = 0;
+      for (int q = 0; q < P; q++)
+        for (int b = 0; b <= q; b++) cr_assert_eq(p.gatheredv[r][at++], 10 + q);
+      at = 0;
+      for (int q = 0; q < P; q++)
+        for (int b = 0; b <= q; b++)
+          cr_assert_eq(p.exchanged[r][at++], 16 * q + r,
+                       "P %d: rank %d's block from %d", P, r, q);
+    }
+    cr_assert_eq(st.ops[MOCK_ALLGATHER], 1);
+    cr_assert_eq(st.ops[MOCK_ALLGATHERV], 1);
+    cr_assert_eq(st.ops[MOCK_ALLTOALLV], 1);
+    size_t moved = 0;
+    for (int r = 0; r < P; r++) moved += (size_t)(r + 1) * (size_t)(P - 1);
+    cr_assert_eq(st.alltoallv_moved, moved);
+  }
+}
+
+Test(shim_mock, disagreeing_counts_are_caught) {
+  mock_probe_t p;
+  memset(&p, 0, sizeof p);
+  p.bad_rank = 2;
+  p.early_rank = -1;
+  mock_stats_t st;
+  mock_opts_t o = {.size = 4, .fail_rank = -1};
+  cr_assert_eq(mock_run_ex(&o, probe_rank, &p, &st), -1);
+  cr_assert(st.mismatch);
+  cr_assert(strstr(st.message, "allgatherv") != NULL, "%s", st.message);
+  for (int r = 0; r < 4; r++) {
+    cr_assert_eq(p.rc[r][1], DPSHIM_EINVAL);
+    cr_assert_eq(p.rc[r][2], DPSHIM_EINVAL);
+  }
+}
+
+Test(shim_mock, a_rank_that_leaves_is_caught) {
+  mock_probe_t p;
+  memset(&p, 0, sizeof p);
+  p.bad_rank = -1;
+  p.early_rank = 1;
+  mock_stats_t st;
+  mock_opts_t o = {.size = 3, .fail_rank = -1};
+  cr_assert_eq(mock_run_ex(&o, probe_rank, &p, &st), -1);
+  cr_assert(st.deadlock, "%s", st.message);
+  cr_assert_eq(p.rc[0][1], DPSHIM_EINVAL);
+}
+
+Test(shim_mock, injected_fault_reaches_every_rank) {
+  mock_probe_t p;
+  memset(&p, 0, sizeof p);
+  p.bad_rank = p.early_rank = -1;
+  mock_stats_t st;
+  mock_opts_t o = {.size = 3, .fail_rank = 2, .fail_call = 1,
+                   .fail_code = DPSHIM_ENOMEM};
+  cr_assert_eq(mock_run_ex(&o, probe_rank, &p, &st), 0);
+  cr_assert(st.faulted);
+  for (int r = 0; r < 3; r++) {
+    cr_assert_eq(p.rc[r][0], 0);
+    cr_assert_eq(p.rc[r][1], DPSHIM_ENOMEM);
+    cr_assert_eq(p.rc[r][2], DPSHIM_ENOMEM);
+  }
+}
