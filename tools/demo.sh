@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "demo: $*" >&2; exit 2; }
 
-profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=26 warmup=2-11
-time_scale=3 out=demo-out
+profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=24 warmup=2-11
+time_scale=5 out=demo-out
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) dps="4 8" steps=10 warmup=2-5 time_scale=1 ;;
