@@ -20,6 +20,7 @@ typedef struct header {
   uint64_t signature;
   int64_t step;
   int64_t reserved; /* gathered samples it can hold without allocating */
+  double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
 } header_t;
 
@@ -35,6 +36,7 @@ struct dpshim__balancer {
   int32_t *status;  /* [size] */
   char *messages;   /* [size * MESSAGE_BYTES] */
   uint64_t *checks; /* [3 * size]: verify's plan hash, sent, received */
+  double *notes;    /* [size * DPSHIM__NOTES] */
   int32_t *meta;    /* every sample's meta, in rank order */
   dpshim_sample_t *samples;
   int32_t *order;   /* this rank's samples by destination */
@@ -74,6 +76,7 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->messages);
   free(b->checks);
   free(b->use);
+  free(b->notes);
 }
 
 void dpshim__balancer_free(dpshim__balancer_t *b) {
@@ -107,8 +110,9 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->messages = calloc((size_t)size, MESSAGE_BYTES);
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
   b->use = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->use);
+  b->notes = calloc((size_t)size * DPSHIM__NOTES, sizeof *b->notes);
   if (b->history && b->headers && b->counts && b->first && b->status &&
-      b->messages && b->checks && b->use)
+      b->messages && b->checks && b->use && b->notes)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -487,7 +491,7 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
 
 int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim_batch_t *batch, int64_t step,
-                    dpshim__balance_report_t *rep) {
+                    const double *note, dpshim__balance_report_t *rep) {
   char msg[MESSAGE_BYTES] = "";
   dpshim__layout_t l;
   header_t h;
@@ -497,10 +501,15 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rc < 0) return rc;
   int32_t status = local_header(b, batch, step, &l, &h, msg);
   h.status = status;
+  if (note) memcpy(h.note, note, sizeof h.note);
   double arrived = b->cfg.clock ? b->cfg.clock() : 0;
   rc = comm->ops->allgather(comm, &h, sizeof h, b->headers);
   if (rc < 0) return rc;
   if (b->cfg.clock) rep->arrival_wait = b->cfg.clock() - arrived;
+  for (int32_t r = 0; r < b->size; r++)
+    memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
+           sizeof b->headers[r].note);
+  rep->notes = b->notes;
   for (int32_t r = 0; r < b->size; r++) b->status[r] = b->headers[r].status;
   rc = settle(b, comm, msg, rep);
   if (rc < 0) return rc;

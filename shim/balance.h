@@ -18,6 +18,9 @@
 #include "dpshim/batch.h"
 #include "dpshim/solver.h"
 
+/* Numbers each rank may pass along with its header, gathered for free. */
+#define DPSHIM__NOTES 4
+
 typedef struct dpshim__balance_config {
   dpshim_algo_t algo;
   double cap_ratio; /* x mean tokens per rank; 0 = only the buffers' capacity */
@@ -38,6 +41,9 @@ typedef struct dpshim__balance_report {
    * the hand-off, time they would otherwise have waited at the sync. */
   double arrival_wait;
   const double *load_before, *load_after; /* [group size], until next call */
+  /* [size * DPSHIM__NOTES]: every rank's note, in rank order, or NULL when
+   * the headers were not gathered. Valid until the next call. */
+  const double *notes;
 } dpshim__balance_report_t;
 
 typedef struct dpshim__balancer dpshim__balancer_t;
@@ -48,7 +54,8 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model);
 
 /* Balances `batch` for step `step` (hand-offs of the same step share the
- * loads of the earlier ones, as history). Returns 0 (applied or skipped; see
+ * loads of the earlier ones, as history). `note` (DPSHIM__NOTES numbers, or
+ * NULL for zeros) travels with this rank's header to every rank. Returns 0 (applied or skipped; see
  * rep) or the negative DPSHIM_E* code that every rank returns. Skipped: the
  * solver's reasons, "no-gain" (a plan other than seed's that would raise the
  * maximum load), "no-move", "capacity", "exchange-too-large", "empty-rank",
@@ -56,6 +63,6 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
  * are then already changed. */
 int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim_batch_t *batch, int64_t step,
-                    dpshim__balance_report_t *rep);
+                    const double *note, dpshim__balance_report_t *rep);
 
 #endif

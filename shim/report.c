@@ -87,43 +87,104 @@ static const char *step_decision(const dpshim__state_t *st) {
   return s->last.applied ? "apply" : "skip";
 }
 
-static void write_step(dpshim__state_t *st, const double *times) {
+/* Everything of a step's line but the per-rank times, as the step ends. */
+static void write_prefix(const dpshim__state_t *st, FILE *f) {
   const dpshim__step_t *s = &st->step;
   const dpshim__balance_report_t *rep = &s->last;
   int n = st->dp_size;
-  FILE *f = st->log;
   const char *decision = step_decision(st);
   fprintf(f, "{\"step\":%lld,\"group\":%d,\"ranks\":%d,\"decision\":\"%s\"",
           (long long)s->index, st->dp_group, n, decision);
   if (!strcmp(decision, "skip") && rep->skip_reason)
     fprintf(f, ",\"reason\":\"%s\"", rep->skip_reason);
-  if (s->balanced && rep->load_before) {
-    fprintf(f, ",\"imbalance_before\":%.6g,\"imbalance_after\":%.6g,"
-            "\"lower_bound\":%.6g", rep->imbalance_before,
-            rep->applied ? rep->imbalance_after : rep->imbalance_before,
-            rep->lower_bound);
-    json_array(f, "load_before", rep->load_before, n, 1, 1);
-    json_array(f, "load_after", rep->applied ? rep->load_after
-                                             : rep->load_before, n, 1, 1);
-    fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%lld", s->bytes_moved,
-            (long long)rep->bytes_total);
+  if (!s->balanced || !rep->load_before) return;
+  fprintf(f, ",\"imbalance_before\":%.6g,\"imbalance_after\":%.6g,"
+          "\"lower_bound\":%.6g", rep->imbalance_before,
+          rep->applied ? rep->imbalance_after : rep->imbalance_before,
+          rep->lower_bound);
+  json_array(f, "load_before", rep->load_before, n, 1, 1);
+  json_array(f, "load_after", rep->applied ? rep->load_after
+                                           : rep->load_before, n, 1, 1);
+  fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%lld", s->bytes_moved,
+          (long long)rep->bytes_total);
+}
+
+/* DP rank 0: the pending line with every rank's times. */
+static void write_line(dpshim__state_t *st, const double *times) {
+  dpshim__logline_t *line = &st->line;
+  int n = st->dp_size;
+  FILE *f = st->log;
+  if (f && line->prefix) {
+    fputs(line->prefix, f);
+    json_array(f, "compute_ms", times, n, DPSHIM__NOTES, 1e3);
+    json_array(f, "wait_ms", times + 1, n, DPSHIM__NOTES, 1e3);
+    json_array(f, "shim_ms", times + 2, n, DPSHIM__NOTES, 1e3);
+    json_array(f, "arrival_ms", times + 3, n, DPSHIM__NOTES, 1e3);
+    fputs("}\n", f);
+    fflush(f);
   }
-  json_array(f, "compute_ms", times, n, 4, 1e3);
-  json_array(f, "wait_ms", times + 1, n, 4, 1e3);
-  json_array(f, "shim_ms", times + 2, n, 4, 1e3);
-  json_array(f, "arrival_ms", times + 3, n, 4, 1e3);
-  fputs("}\n", f);
-  fflush(f);
+  free(line->prefix);
+  line->prefix = NULL;
+  line->pending = 0;
+}
+
+/* Collective over the DP group: gathers the times, writes the line. */
+static void flush_line(dpshim__state_t *st) {
+  double *all = st->dp_rank == 0
+                    ? calloc(DPSHIM__NOTES * (size_t)st->dp_size, sizeof *all)
+                    : NULL;
+  PMPI_Gather(st->line.times, DPSHIM__NOTES, MPI_DOUBLE, all, DPSHIM__NOTES,
+              MPI_DOUBLE, 0, st->steps);
+  if (all) write_line(st, all);
+  st->line.pending = 0;
+  free(all);
+}
+
+/* Whether the next hand-off will gather every rank's header anyway: then
+ * the times travel with it, and logging costs no collective of its own.
+ * Not with a loader thread, whose hand-offs do not follow the steps. */
+static int rides_next_handoff(const dpshim__state_t *st) {
+  int first;
+  int64_t next = st->step.index + 1;
+  int warm = !st->cfg.have_coefs &&
+             dpshim__config_is_warmup(&st->cfg, next, &first);
+  return !st->threaded && !warm;
 }
 
 void dpshim__report_step(dpshim__state_t *st, double wait) {
   if (!st->cfg.log_path[0]) return;
-  double mine[4] = {st->step.compute, wait, st->step.shim, st->step.arrival};
-  double *all = st->dp_rank == 0 ? calloc(4 * (size_t)st->dp_size,
-                                          sizeof *all) : NULL;
-  PMPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, st->steps);
-  if (all && st->log) write_step(st, all);
-  free(all);
+  dpshim__logline_t *line = &st->line;
+  const dpshim__step_t *s = &st->step;
+  double times[DPSHIM__NOTES] = {s->compute, wait, s->shim, s->arrival};
+  memcpy(line->times, times, sizeof times);
+  line->pending = 1;
+  if (st->dp_rank == 0 && st->log) {
+    size_t size;
+    FILE *f = open_memstream(&line->prefix, &size);
+    if (f) {
+      write_prefix(st, f);
+      fclose(f);
+    }
+  }
+  if (!rides_next_handoff(st)) flush_line(st);
+}
+
+const double *dpshim__report_note(const dpshim__state_t *st) {
+  return st->line.pending ? st->line.times : NULL;
+}
+
+void dpshim__report_notes(dpshim__state_t *st, const double *notes) {
+  if (!st->line.pending) return;
+  if (notes) write_line(st, notes);
+  /* Without notes the balancer failed before gathering: the line is lost,
+   * and no rank may start a collective of its own here. */
+  free(st->line.prefix);
+  st->line.prefix = NULL;
+  st->line.pending = 0;
+}
+
+void dpshim__report_flush(dpshim__state_t *st) {
+  if (st->line.pending) flush_line(st);
 }
 
 /* ---- the summary at MPI_Finalize ------------------------------------------- */

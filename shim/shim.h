@@ -41,6 +41,13 @@ typedef struct dpshim__step {
   double bytes_moved;
 } dpshim__step_t;
 
+/* A finished step's DPSHIM_LOG line, until every rank's times arrive. */
+typedef struct dpshim__logline {
+  int pending;
+  double times[DPSHIM__NOTES]; /* compute, wait, shim, arrival (seconds) */
+  char *prefix;                /* DP rank 0: the line without the times */
+} dpshim__logline_t;
+
 /* Totals for the summary at MPI_Finalize. The balancing ones are the same on
  * every rank of a group; the timing ones are this rank's. */
 typedef struct dpshim__stats {
@@ -78,6 +85,7 @@ typedef struct dpshim__state {
   int32_t npoints;
   dpshim__stats_t stats;
   FILE *log;
+  dpshim__logline_t line;
   void *real_packload_next;
   int packload_missing; /* dlsym failed; said once */
   int said_not_initialised;
@@ -114,9 +122,16 @@ DPSHIM__HIDDEN int dpshim__fit_warmup(dpshim__state_t *st);
  * rank 0. rc is what dpshim__balance() returned. */
 DPSHIM__HIDDEN void dpshim__report_handoff(dpshim__state_t *st, int rc,
                                            const dpshim__balance_report_t *rep);
-/* At each step's end, before its times are cleared: the DPSHIM_LOG line
- * (collective over the DP group when logging). */
+/* DPSHIM_LOG. At each step's end, before its times are cleared, the step's
+ * line is made; every rank's times reach DP rank 0 with the next hand-off's
+ * gather (report_note() is this rank's, report_notes() receives them all),
+ * or else by a gather of their own (collective over the DP group). */
 DPSHIM__HIDDEN void dpshim__report_step(dpshim__state_t *st, double wait);
+DPSHIM__HIDDEN const double *dpshim__report_note(const dpshim__state_t *st);
+DPSHIM__HIDDEN void dpshim__report_notes(dpshim__state_t *st,
+                                         const double *notes);
+/* Collective over the DP group: a line still pending, at MPI_Finalize. */
+DPSHIM__HIDDEN void dpshim__report_flush(dpshim__state_t *st);
 /* Collective over the world: the summary, printed by rank 0. */
 DPSHIM__HIDDEN void dpshim__report_summary(dpshim__state_t *st);
 

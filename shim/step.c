@@ -208,7 +208,9 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   double arrival = 0;
   if (!warming(st, index, NULL)) {
     dpshim__balance_report_t rep;
-    rc = dpshim__balance(st->balancer, &st->dp, batch, history_key, &rep);
+    rc = dpshim__balance(st->balancer, &st->dp, batch, history_key,
+                         dpshim__report_note(st), &rep);
+    dpshim__report_notes(st, rep.notes);
     pthread_mutex_lock(&st->lock);
     count_handoff(st, rc, &rep);
     pthread_mutex_unlock(&st->lock);
@@ -287,7 +289,10 @@ void dpshim__on_sync_exit(void) {
 void dpshim__on_finalize(void) {
   dpshim__state_t *st = &dpshim__state;
   if (!st->mpi_up) return;
-  if (st->active) dpshim__report_summary(st);
+  if (st->active) {
+    if (st->cfg.log_path[0]) dpshim__report_flush(st);
+    dpshim__report_summary(st);
+  }
   if (st->dp.impl) {
     dpshim__comm_mpi_close(&st->dp);
     PMPI_Comm_free(&st->steps);

@@ -234,6 +234,7 @@ typedef struct inst {
   dpshim__balance_report_t rep[MAXP];
   int has_loads[MAXP];
   double load_before[MAXP][MAXP], load_after[MAXP][MAXP];
+  double notes[MAXP][MAXP * DPSHIM__NOTES]; /* as each rank received them */
   mock_stats_t stats;
   int mock_rc;
 } inst_t;
@@ -371,8 +372,12 @@ static void inst_random(inst_t *x, uint32_t tag, prng_t *g, int min_n,
 static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
   dpshim__balance_report_t *rep = &x->rep[rank];
+  double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5};
   x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch,
-                                x->step, rep);
+                                x->step, note, rep);
+  if (rep->notes)
+    memcpy(x->notes[rank], rep->notes,
+           sizeof(double) * DPSHIM__NOTES * (size_t)x->P);
   /* The load arrays live until the next call: copy them now. */
   x->has_loads[rank] = rep->load_before != NULL;
   if (rep->load_before) {
@@ -1061,6 +1066,28 @@ Test(shim_balance_edges, a_plan_that_moves_nothing_is_not_applied) {
   cr_assert_eq(x->rc[0], 0);
   cr_assert(!x->rep[0].applied || x->rep[0].bytes_moved > 0,
             "applied with bytes_moved 0 (skip_reason NULL)");
+  inst_free(x);
+}
+
+/* The notes ride with the headers: every rank gets every rank's, in rank
+ * order, whatever the decision. */
+Test(shim_balance_edges, every_rank_gets_every_note) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(3, &cfg);
+  prng_t g = {7};
+  x->step = 4;
+  inst_random(x, 1, &g, 1, 6, 50);
+  inst_pack(x, -1, NULL);
+  inst_run(x);
+  for (int r = 0; r < x->P; r++) {
+    cr_assert_not_null(x->rep[r].notes);
+    for (int from = 0; from < x->P; from++) {
+      const double *n = x->notes[r] + from * DPSHIM__NOTES;
+      cr_assert(n[0] == from && n[1] == 4 && n[2] == -from && n[3] == 0.5,
+                "rank %d got rank %d's note as %g %g %g %g", r, from, n[0],
+                n[1], n[2], n[3]);
+    }
+  }
   inst_free(x);
 }
 
