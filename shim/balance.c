@@ -10,6 +10,7 @@
 #include "batch_view.h"
 
 #define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
+#define RECORD(slot) (sizeof(header_t) + (slot))
 
 /* What each rank tells the others before anything else. */
 typedef struct header {
@@ -37,6 +38,12 @@ struct dpshim__balancer {
   char *messages;   /* [size * MESSAGE_BYTES] */
   uint64_t *checks; /* [3 * size]: verify's plan hash, sent, received */
   double *notes;    /* [size * DPSHIM__NOTES] */
+  /* Each rank's header travels with its samples' metas when they fit in
+   * `slot` bytes: one collective instead of two. The slot grows, agreed,
+   * when some rank's metas did not fit. */
+  size_t slot, next_slot;
+  unsigned char *post;  /* [RECORD(slot)]: this rank's header and metas */
+  unsigned char *board; /* [size * RECORD(slot)]: every rank's */
   int32_t *meta;    /* every sample's meta, in rank order */
   dpshim_sample_t *samples;
   int32_t *order;   /* this rank's samples by destination */
@@ -77,6 +84,8 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->checks);
   free(b->use);
   free(b->notes);
+  free(b->post);
+  free(b->board);
 }
 
 void dpshim__balancer_free(dpshim__balancer_t *b) {
@@ -111,8 +120,11 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
   b->use = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->use);
   b->notes = calloc((size_t)size * DPSHIM__NOTES, sizeof *b->notes);
+  b->slot = b->next_slot = 0;
+  b->post = calloc(1, RECORD(0));
+  b->board = calloc((size_t)size, RECORD(0));
   if (b->history && b->headers && b->counts && b->first && b->status &&
-      b->messages && b->checks && b->use && b->notes)
+      b->messages && b->checks && b->use && b->notes && b->post && b->board)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -203,17 +215,36 @@ static int check_headers(const dpshim__balancer_t *b, int64_t *nsamples,
   return 0;
 }
 
-/* All metas into b->meta, in rank order; samples[] from them. */
+static size_t meta_bytes(const header_t *h) {
+  return (size_t)h->nsamples * (size_t)h->width * sizeof(int32_t);
+}
+
+/* Whether every rank's metas came with its header. */
+static int metas_posted(const dpshim__balancer_t *b) {
+  for (int32_t r = 0; r < b->size; r++)
+    if (meta_bytes(&b->headers[r]) > b->slot) return 0;
+  return 1;
+}
+
+/* All metas into b->meta, in rank order, from the board or by a gather of
+ * their own; samples[] from them. */
 static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
                        const dpshim_batch_t *batch, const dpshim__layout_t *l) {
   size_t width = (size_t)l->width;
-  int32_t *mine = b->recv_meta; /* free until the exchange */
-  for (int32_t i = 0; i < batch->nsamples; i++)
-    dpshim__meta_of(batch, l, i, mine + (size_t)i * width);
-  for (int32_t r = 0; r < b->size; r++)
-    b->counts[r] = (size_t)b->headers[r].nsamples * width * sizeof(int32_t);
-  int rc = comm->ops->allgatherv(comm, mine, b->meta, b->counts);
-  if (rc < 0) return rc;
+  if (metas_posted(b)) {
+    for (int32_t r = 0; r < b->size; r++)
+      memcpy(b->meta + (size_t)b->first[r] * width,
+             b->board + (size_t)r * RECORD(b->slot) + sizeof(header_t),
+             meta_bytes(&b->headers[r]));
+  } else {
+    int32_t *mine = b->recv_meta; /* free until the exchange */
+    for (int32_t i = 0; i < batch->nsamples; i++)
+      dpshim__meta_of(batch, l, i, mine + (size_t)i * width);
+    for (int32_t r = 0; r < b->size; r++)
+      b->counts[r] = meta_bytes(&b->headers[r]);
+    int rc = comm->ops->allgatherv(comm, mine, b->meta, b->counts);
+    if (rc < 0) return rc;
+  }
   for (int32_t r = 0; r < b->size; r++) {
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const int32_t *m = b->meta + (size_t)i * width;
@@ -221,6 +252,22 @@ static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
     }
   }
   return 0;
+}
+
+/* The header, with the metas when they fit, into b->post. */
+static void post(dpshim__balancer_t *b, const dpshim_batch_t *batch,
+                 const dpshim__layout_t *l, const header_t *h) {
+  memcpy(b->post, h, sizeof *h);
+  if (h->status != 0 || meta_bytes(h) > b->slot) return;
+  int32_t *meta = (int32_t *)(void *)(b->post + sizeof *h);
+  for (int32_t i = 0; i < batch->nsamples; i++)
+    dpshim__meta_of(batch, l, i, meta + (size_t)i * (size_t)l->width);
+}
+
+static void read_board(dpshim__balancer_t *b) {
+  for (int32_t r = 0; r < b->size; r++)
+    memcpy(&b->headers[r], b->board + (size_t)r * RECORD(b->slot),
+           sizeof(header_t));
 }
 
 /* ---- planning ------------------------------------------------------------- */
@@ -454,22 +501,34 @@ static void enter_step(dpshim__balancer_t *b) {
   memset(b->history, 0, (size_t)b->size * sizeof *b->history);
 }
 
-/* Room for n gathered samples. Steady state needs no allocation, and then
- * no agreement round: every rank can see that from the headers. */
+/* Room for n gathered samples, and a slot for every rank's metas. Steady
+ * state needs neither, and then no agreement round: every rank can see that
+ * from the headers. */
 static int reserve_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
                          const dpshim__layout_t *l, int64_t n,
                          dpshim__balance_report_t *rep) {
   int64_t room = INT64_MAX;
-  for (int32_t r = 0; r < b->size; r++)
+  size_t most = 0;
+  for (int32_t r = 0; r < b->size; r++) {
     if (b->headers[r].reserved < room) room = b->headers[r].reserved;
-  if (n <= room) return 0;
+    if (meta_bytes(&b->headers[r]) > most) most = meta_bytes(&b->headers[r]);
+  }
+  if (n <= room && most <= b->slot) return 0;
   size_t want = (size_t)(n + n / 2); /* so that the next steps fit */
+  size_t slot = (most + most / 4 + 7) / 8 * 8; /* keeps records aligned */
+  size_t post_cap = RECORD(b->slot), board_cap = b->size * RECORD(b->slot);
   int rc = 0;
   if (grow(&b->meta, &b->meta_cap, want * (size_t)l->width,
            sizeof(int32_t)) < 0 ||
-      grow(&b->samples, &b->samples_cap, want, sizeof *b->samples) < 0)
+      grow(&b->samples, &b->samples_cap, want, sizeof *b->samples) < 0 ||
+      grow(&b->post, &post_cap, RECORD(slot), 1) < 0 ||
+      grow(&b->board, &board_cap, b->size * RECORD(slot), 1) < 0)
     rc = DPSHIM_ENOMEM;
-  return agree(b, comm, rc, "out of memory for the gathered samples", rep);
+  rc = agree(b, comm, rc, "out of memory for the gathered samples", rep);
+  if (rc < 0) return rc;
+  /* The board is re-read with the new slot by the next call only. */
+  b->next_slot = slot > b->slot ? slot : b->slot;
+  return 0;
 }
 
 /* Gathers and solves; 0 with a solved plan, or the agreed error. */
@@ -502,10 +561,13 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int32_t status = local_header(b, batch, step, &l, &h, msg);
   h.status = status;
   if (note) memcpy(h.note, note, sizeof h.note);
+  b->slot = b->next_slot;
+  post(b, batch, &l, &h);
   double arrived = b->cfg.clock ? b->cfg.clock() : 0;
-  rc = comm->ops->allgather(comm, &h, sizeof h, b->headers);
+  rc = comm->ops->allgather(comm, b->post, RECORD(b->slot), b->board);
   if (rc < 0) return rc;
   if (b->cfg.clock) rep->arrival_wait = b->cfg.clock() - arrived;
+  read_board(b);
   for (int32_t r = 0; r < b->size; r++)
     memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
            sizeof b->headers[r].note);
