@@ -542,7 +542,10 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rc = gather_meta(b, comm, batch, l);
   if (rc < 0) return rc;
   int64_t tokens = total_tokens(b, n);
-  rc = agree(b, comm, solve(b, l, n, tokens, msg), msg, rep);
+  rc = solve(b, l, n, tokens, msg);
+  /* Only a solve that allocated can have failed on one rank alone; whether
+   * it allocated is the same on every rank. */
+  if (rc < 0 || b->plan.allocations > 0) rc = agree(b, comm, rc, msg, rep);
   if (rc < 0) return rc;
   report_plan(b, n, tokens, rep);
   return 0;

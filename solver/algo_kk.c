@@ -113,8 +113,10 @@ static void set_spread(const kk_t *k, kk_state_t *s) {
   s->spread = s->n == k->ctx->ranks ? s->max - s->sets[0].sum : s->max;
 }
 
-static int reserve(kk_state_t *s, int32_t need, int32_t ranks) {
+static int reserve(kk_state_t *s, int32_t need, int32_t ranks,
+                   dpshim__arena_t *arena) {
   if (need <= s->cap) return 0;
+  arena->mallocs++; /* outside the arena, but counted with it */
   int32_t cap = s->cap > ranks / 2 ? ranks : 2 * s->cap;
   if (cap < need) cap = need;
   kk_set_t *p = s->owned ? realloc(s->sets, sizeof *p * (size_t)cap)
@@ -154,7 +156,7 @@ static int64_t merge(kk_t *k, int64_t x, int64_t y, int *rc) {
   }
   kk_state_t *L = &k->st[x], *S = &k->st[y];
   int32_t ks = S->n, m = L->n + ks - ranks > 0 ? L->n + ks - ranks : 0;
-  *rc = reserve(L, L->n + ks - m, ranks);
+  *rc = reserve(L, L->n + ks - m, ranks, k->ctx->arena);
   if (*rc < 0) return x;
   memcpy(k->small, S->sets, sizeof *k->small * (size_t)ks);
   qsort(k->small, (size_t)ks, sizeof *k->small, cmp_asc);

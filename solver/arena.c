@@ -24,6 +24,7 @@ void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes) {
     return p;
   }
   struct dpshim__chunk *c = malloc(sizeof *c + bytes);
+  a->mallocs++;
   if (!c) return NULL;
   c->next = a->overflow;
   a->overflow = c;
@@ -44,9 +45,11 @@ int dpshim__arena_reset(dpshim__arena_t *a) {
   size_t want = a->used + a->overflow_bytes;
   free_overflow(a);
   a->used = 0;
+  a->mallocs = 0;
   if (want <= a->size) return 0;
   free(a->base);
   a->base = malloc(want);
+  a->mallocs = 1;
   a->size = a->base ? want : 0;
   return a->base ? 0 : DPSHIM_ENOMEM;
 }

@@ -17,6 +17,7 @@ typedef struct dpshim__arena {
   size_t size, used;
   struct dpshim__chunk *overflow; /* this solve's allocations past `size` */
   size_t overflow_bytes;
+  int64_t mallocs; /* heap allocations since the last reset */
 } dpshim__arena_t;
 
 /* Everything an algorithm reads, and the plan it writes. */

@@ -122,16 +122,21 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
 /* ---- set-up ------------------------------------------------------------- */
 
 static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
-  if (!p->scratch_ && !(p->scratch_ = calloc(1, sizeof(dpshim__arena_t))))
-    return DPSHIM_ENOMEM;
+  if (!p->scratch_) {
+    p->allocations++;
+    if (!(p->scratch_ = calloc(1, sizeof(dpshim__arena_t))))
+      return DPSHIM_ENOMEM;
+  }
   if (dpshim__arena_reset(p->scratch_) < 0) return DPSHIM_ENOMEM;
   if (n > p->samples_cap_) {
+    p->allocations++;
     int32_t *d = realloc(p->dest, sizeof *d * (size_t)n);
     if (!d) return DPSHIM_ENOMEM;
     p->dest = d;
     p->samples_cap_ = n;
   }
   if (ranks > p->ranks_cap_) {
+    p->allocations += 2;
     double *b = realloc(p->load_before, sizeof *b * (size_t)ranks);
     if (b) p->load_before = b;
     double *a = realloc(p->load_after, sizeof *a * (size_t)ranks);
@@ -206,8 +211,7 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
              dpshim_skip_reason_name(p->reason));
 }
 
-int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
-  if (!p) return DPSHIM_EINVAL;
+static int solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   p->message[0] = '\0';
   if (!in) return FAIL(p, "input = NULL: expected a dpshim_plan_input_t");
   int rc = validate_scalars(in, p);
@@ -237,4 +241,14 @@ int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if (reason < 0) return reason;
   fill_outputs(in, p, &ctx, reason);
   return 0;
+}
+
+/* Every heap allocation of a solve is counted, whatever its outcome. */
+int dpshim_plan_solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
+  if (!p) return DPSHIM_EINVAL;
+  p->allocations = 0;
+  if (p->scratch_) ((dpshim__arena_t *)p->scratch_)->mallocs = 0;
+  int rc = solve(in, p);
+  if (p->scratch_) p->allocations += ((dpshim__arena_t *)p->scratch_)->mallocs;
+  return rc;
 }

@@ -90,6 +90,13 @@ typedef struct dpshim_plan {
   dpshim_decision_t decision;
   dpshim_skip_reason_t reason;
   char message[192];    /* why it failed, or why it skipped */
+  /* Heap allocations the last solve made, failed ones included: 0 once the
+   * plan has grown to the instances it sees (after a solve or two; kk
+   * allocates on every solve). Allocation depends only on the
+   * sequence of inputs, so ranks that solve the same sequence allocate
+   * alike: a rank whose solve did not allocate knows that no rank could
+   * have run out of memory. */
+  int64_t allocations;
   /* Private: capacities and scratch memory. */
   int32_t ranks_cap_;
   int64_t samples_cap_;

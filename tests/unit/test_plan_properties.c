@@ -172,13 +172,18 @@ static int same_plan(const dpshim_plan_t *a, const dpshim_plan_t *b,
 
 static void run_algo(dpshim_algo_t algo, uint64_t salt) {
   static instance_t t;
-  dpshim_plan_t reused, fresh;
+  dpshim_plan_t reused, twin, fresh;
   dpshim_plan_init(&reused);
+  dpshim_plan_init(&twin);
   for (uint64_t k = 0; k < INSTANCES; k++) {
     random_instance(&t, salt * 1000003u + k);
     t.in.algo = algo;
     int rc = dpshim_plan_solve(&t.in, &reused);
     cr_assert_eq(rc, 0, "%s: rc %d: %s", t.desc, rc, reused.message);
+    /* The same sequence of inputs allocates alike (the shim relies on it
+     * to skip an agreement round). */
+    cr_assert_eq(dpshim_plan_solve(&t.in, &twin), 0, "%s", t.desc);
+    cr_assert_eq(twin.allocations, reused.allocations, "%s", t.desc);
     check_consistent(&t, &reused);
     check_cap_bound(&t, &reused);
     if (algo == DPSHIM_ALGO_DEFAULT) check_default(&t, &reused);
@@ -190,13 +195,23 @@ static void run_algo(dpshim_algo_t algo, uint64_t salt) {
     dpshim_plan_init(&fresh);
     cr_assert_eq(dpshim_plan_solve(&t.in, &fresh), 0, "%s", t.desc);
     cr_assert(same_plan(&reused, &fresh, &t.in), "%s: fresh plan differs", t.desc);
+    cr_assert_gt(fresh.allocations, 0, "%s: a fresh plan must allocate", t.desc);
+    /* The arena learns the instance's size in one more solve. */
+    for (int again = 0; again < 2; again++)
+      cr_assert_eq(dpshim_plan_solve(&t.in, &fresh), 0, "%s", t.desc);
+    if (algo != DPSHIM_ALGO_KK) /* kk allocates its subsets every solve */
+      cr_assert_eq(fresh.allocations, 0, "%s: the same instance a third "
+                   "time allocated %lld times", t.desc,
+                   (long long)fresh.allocations);
     if (k % 7 == 0) {
       cr_assert_eq(dpshim_plan_solve(&t.in, &reused), 0, "%s", t.desc);
       cr_assert(same_plan(&reused, &fresh, &t.in), "%s: re-solve differs", t.desc);
+      cr_assert_eq(dpshim_plan_solve(&t.in, &twin), 0, "%s", t.desc);
     }
     dpshim_plan_free(&fresh);
   }
   dpshim_plan_free(&reused);
+  dpshim_plan_free(&twin);
 }
 
 Test(plan_properties, default_algo) { run_algo(DPSHIM_ALGO_DEFAULT, 1); }
