@@ -20,6 +20,7 @@ Writes OUT/results.json, OUT/tgs_vs_dp.png and OUT/imbalance.png (gnuplot).
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,11 +39,29 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def straggler_share(stats):
+    """Mean over ranks and steps of the time in the all-reduce beyond the
+    last-arriving rank's, as a share of step time."""
+    return mean([sum(w - min(s["wait_ms"]) for w in s["wait_ms"]) /
+                 (len(s["wait_ms"]) * s["step_ms"]) for s in stats])
+
+
+def fit_error(err_path):
+    """(mean, max) prediction error of the warm-up fit, from the summary."""
+    if not os.path.exists(err_path):
+        return None
+    with open(err_path) as f:
+        m = re.search(r"prediction error mean ([0-9.]+)%, max ([0-9.]+)%",
+                      f.read())
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
 def run_figures(out, dp, variant, warmup_last):
     """Figures of one run over the balanced steps; None if it is missing."""
     base = os.path.join(out, "runs", "dp%d_%s" % (dp, variant))
-    stats = [s for s in read_jsonl(base + ".stats.jsonl")
-             if s["step"] >= warmup_last]  # reftrain counts steps from 0
+    every = read_jsonl(base + ".stats.jsonl")
+    stats = [s for s in every if s["step"] >= warmup_last]  # from 0
+    warm = [s for s in every if 0 < s["step"] < warmup_last]
     if not stats:
         return None
     log = [e for e in read_jsonl(base + ".log.jsonl")
@@ -51,8 +70,6 @@ def run_figures(out, dp, variant, warmup_last):
         summary = json.loads(f.read().strip().splitlines()[-1])
     seconds = sum(s["step_ms"] for s in stats) / 1e3
     tokens = sum(sum(s["tokens"]) for s in stats)
-    waits = [sum(w - min(s["wait_ms"]) for w in s["wait_ms"]) /
-             (len(s["wait_ms"]) * s["step_ms"]) for s in stats]
     solved = [e for e in log if "lower_bound" in e]
     shim = [mean(e["shim_ms"]) for e in log]
     return {
@@ -61,7 +78,9 @@ def run_figures(out, dp, variant, warmup_last):
         "step_ms_balanced": 1e3 * seconds / len(stats),
         "step_ms_mean": summary["step_ms_mean"],
         "tgs_all_steps": summary["tgs"],
-        "wait_share": mean(waits),
+        "wait_share": straggler_share(stats),
+        "wait_share_warmup": straggler_share(warm),
+        "fit_error_pct": fit_error(base + ".err"),
         "ideal_gain": (sum(max(e["load_before"]) for e in solved) /
                        sum(e["lower_bound"] for e in solved)) if solved else None,
         "bytes_moved_per_step": mean([e.get("bytes_moved", 0) for e in log]),
@@ -104,6 +123,16 @@ def print_table(runs):
                 fmt(r["share_of_ideal"] and 100 * r["share_of_ideal"], ".0f") +
                 ("%" if r["share_of_ideal"] is not None else ""),
                 r["bytes_moved_per_step"] / 1e6, 100 * r["shim_share"]))
+    print("\ndefault: straggler wait in the warm-up steps (nothing moved) "
+          "-> after; the warm-up fit's error")
+    for r in sorted((r for r in runs if r["variant"] == "default"),
+                    key=lambda r: r["dp"]):
+        fit = r["fit_error_pct"]
+        print("  DP %-3d wait %5.1f%% -> %5.1f%%   fit error mean "
+              "%s%%, max %s%%" % (r["dp"], 100 * r["wait_share_warmup"],
+                                  100 * r["wait_share"],
+                                  fit[0] if fit else "-",
+                                  fit[1] if fit else "-"))
     digests = {(r["dp"], r["consumed_digest"]) for r in runs}
     same = len(digests) == len({r["dp"] for r in runs})
     print("\nconsumed digests %s across variants at every DP"

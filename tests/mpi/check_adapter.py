@@ -16,43 +16,19 @@ Exit status 0 when every check holds; each failed check prints one line.
 """
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe",
-          "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"]
+from mpitest import MPIRUN, check, failures, read_jsonl, run
+
 STEPS = 14
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
             "DPSHIM_VERIFY": "1"}
 MIN_APPLIED = 3  # of the 10 steps after the warm-up (seed 1 applies ~6)
 
-failures = []
 
 
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-
-
-def run(cmd, env=None, preload=None):
-    """Runs cmd; returns (rc, stdout, stderr). env entries and LD_PRELOAD
-    are exported to the ranks with -x when cmd is an mpirun."""
-    full_env = dict(os.environ)
-    full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
-                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-    full_env.update(env or {})
-    if preload:
-        full_env["LD_PRELOAD"] = preload
-    if cmd[0] == "mpirun":
-        names = list((env or {}).keys()) + (["LD_PRELOAD"] if preload else [])
-        cmd = cmd[:1] + [a for n in names for a in ("-x", n)] + cmd[1:]
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True,
-                       timeout=600)
-    return p.returncode, p.stdout, p.stderr
 
 
 def vlmtrain(args, what, preload=None, env=None):
@@ -70,12 +46,6 @@ def vlmtrain(args, what, preload=None, env=None):
           % (what, res.get("check_errors")))
     return res, err
 
-
-def read_log(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def applied_in_summary(err):
@@ -95,7 +65,7 @@ def check_shim_alone(args, tmp, plain):
           "was not up and this check proves nothing: %r" % err[-300:])
     check(applied_in_summary(err) == 0, "libdpshim.so alone: the summary "
           "says %s hand-offs applied, expected 0" % applied_in_summary(err))
-    applied = [e for e in read_log(log) if e.get("decision") == "apply"]
+    applied = [e for e in read_jsonl(log) if e.get("decision") == "apply"]
     check(not applied, "libdpshim.so alone: %d steps applied a plan"
           % len(applied))
 
@@ -120,7 +90,7 @@ def check_with_adapter(args, tmp, plain):
     check(res.get("consumed_digest") == plain.get("consumed_digest"),
           "with the adapter: digest %s != %s without preload"
           % (res.get("consumed_digest"), plain.get("consumed_digest")))
-    entries = read_log(log)
+    entries = read_jsonl(log)
     check(len(entries) == STEPS, "with the adapter: log has %d lines, "
           "expected %d" % (len(entries), STEPS))
     check_applied(entries)

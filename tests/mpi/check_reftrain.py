@@ -19,13 +19,11 @@ Exit status 0 when every check holds; each failed check prints one line.
 import argparse
 import collections
 import json
-import os
-import subprocess
 import sys
 import tempfile
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe",
-          "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"]
+from mpitest import MPIRUN, check, failures, read_jsonl, run
+
 # Short emulated steps, the `long` profile (where imbalance is large), and a
 # short warm-up so that most steps are balanced.
 TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
@@ -33,32 +31,8 @@ TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
             "DPSHIM_VERIFY": "1"}
 
-failures = []
 
 
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-
-
-def run(cmd, env=None, preload=None):
-    """Runs cmd; returns (rc, stdout, stderr). env entries are exported to
-    the ranks with -x when cmd is an mpirun."""
-    full_env = dict(os.environ)
-    full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
-                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-    full_env.update(env or {})
-    if preload:
-        full_env["LD_PRELOAD"] = preload
-    if cmd[0] == "mpirun":
-        exports = []
-        for name in list((env or {}).keys()) + (["LD_PRELOAD"] if preload else []):
-            exports += ["-x", name]
-        cmd = cmd[:1] + exports + cmd[1:]
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True,
-                       timeout=600)
-    return p.returncode, p.stdout, p.stderr
 
 
 def reftrain(args, ranks, steps, shim=None, env=None, ids=None, log=None,
@@ -87,10 +61,6 @@ def ids_by_step(path):
             steps[int(fields[0])].update(fields[2:])
     return steps
 
-
-def read_log(path):
-    with open(path) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def scenario_inert(args):
@@ -124,7 +94,7 @@ def scenario_balance(args):
             check(not dup, "step %d: ids delivered twice: %s" % (step, dup[:5]))
             check(ids == before.get(step), "step %d: other ids than without "
                   "the shim" % step)
-        entries = read_log(log)
+        entries = read_jsonl(log)
         check(len(entries) == steps, "log has %d lines, expected %d"
               % (len(entries), steps))
         applied = [e for e in entries if e["decision"] == "apply"]
@@ -177,7 +147,7 @@ def scenario_thread(args):
               "damaged with a loader thread")
         check(on.get("consumed_digest") == plain.get("consumed_digest"),
               "digest differs with a loader thread")
-        applied = [e for e in read_log(log) if e["decision"] == "apply"]
+        applied = [e for e in read_jsonl(log) if e["decision"] == "apply"]
         check(len(applied) >= 3, "only %d plans applied from a loader thread"
               % len(applied))
         _, err = reftrain(args, 4, 5, shim=args.shim, env=SHIM_ENV,
