@@ -95,4 +95,21 @@ done
 
 echo "== results"
 python3 tools/demo_report.py "$out" --warmup-last "$warmup_last" \
-  --profile "$profile${lengths:+ (lengths: $lengths)}" --time-scale "$time_scale"
+  --steps "$steps" --profile "$profile" ${lengths:+--lengths "$lengths"} \
+  --seed 7 --time-scale "$time_scale"
+
+echo "== the simulator against these runs (DP <= 32), then at scale"
+# The calibration replays the measured runs at DP 4-32: those of the demo.
+python3 - "$out/results.json" "$out/calibration_runs.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["runs"] = [x for x in r["runs"] if x["dp"] <= 32]
+json.dump(r, open(sys.argv[2], "w"), indent=1)
+PY
+build/tools/sim/dpshim-sim --calibrate "$out/calibration_runs.json" |
+  tee "$out/calibration.txt"
+build/tools/sim/dpshim-sim --profile "$profile" ${lengths:+--lengths "$lengths"} \
+  --time-scale "$time_scale" --seed 7 --json "$out/sim.json" \
+  --png "$out/sim_tgs_vs_dp.png" 2> "$out/sim_summary.txt" > /dev/null
+cat "$out/sim_summary.txt"
+echo "wrote $out/calibration.txt, sim.json, sim_tgs_vs_dp.png"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The demo's figures, from the runs tools/demo.sh leaves in OUT/runs/.
 
-    demo_report.py OUT --warmup-last 11 [--profile TEXT] [--time-scale X]
+    demo_report.py OUT --warmup-last 11 --steps N [--profile NAME]
+                   [--lengths FILE] [--seed S] [--grad-bytes B] [--time-scale X]
 
 For each DP size and variant (none, seed, default), over the steps after
 warm-up (when the shim balances):
@@ -190,7 +191,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--warmup-last", type=int, required=True)
-    p.add_argument("--profile", default="")
+    p.add_argument("--profile", default="sft")
+    p.add_argument("--lengths", default="")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--grad-bytes", type=int, default=1 << 20)
     p.add_argument("--time-scale", type=float, default=1.0)
     args = p.parse_args()
     sizes = sorted({int(n[2:].split("_")[0])
@@ -204,8 +209,14 @@ def main():
     add_gains(runs)
     print_table(runs)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"profile": args.profile, "time_scale": args.time_scale,
-                   "warmup_last": args.warmup_last, "runs": runs}, f, indent=1)
+        # What dpshim-sim --calibrate replays: the same runs, simulated.
+        setup = {"profile": args.profile, "seed": args.seed,
+                 "time_scale": args.time_scale, "steps": args.steps,
+                 "warmup_last": args.warmup_last,
+                 "grad_bytes": args.grad_bytes, "micro_batches": 1}
+        if args.lengths:
+            setup["lengths"] = os.path.abspath(args.lengths)
+        json.dump(dict(setup, runs=runs), f, indent=1)
     plot_tgs(args.out, runs)
     plot_imbalance(args.out, runs)
     print("\nwrote %s/results.json, tgs_vs_dp.png, imbalance.png" % args.out)

@@ -36,6 +36,7 @@ struct packload {
   lengthgen_file_t file; /* owns src.table when a lengths file is used */
   uint64_t seed;
   int32_t slot, slots;
+  int lengths_only;    /* no token fields: see packload_config_t */
   uint64_t next_index; /* of the slot's next draw */
   carried_t carry[CARRY_MAX];
   int ncarry;
@@ -163,6 +164,11 @@ static int alloc_buffers(packload_t *pl, double headroom, char *err,
   size_t nt = (size_t)cap, ns = (size_t)cap;
   pl->cu_seqlens = malloc((ns + 1) * sizeof *pl->cu_seqlens);
   pl->sample_ids = malloc(ns * sizeof *pl->sample_ids);
+  if (pl->lengths_only) {
+    if (!pl->cu_seqlens || !pl->sample_ids)
+      return fail(err, errlen, "out of memory for the batch buffers");
+    return 0;
+  }
   pl->tokens = malloc(nt * sizeof *pl->tokens);
   pl->labels = malloc(nt * sizeof *pl->labels);
   pl->loss_weights = malloc(nt * sizeof *pl->loss_weights);
@@ -187,6 +193,7 @@ packload_t *packload_open(const packload_config_t *cfg, char *err,
   pl->seed = cfg->seed;
   pl->slot = cfg->slot;
   pl->slots = cfg->slots;
+  pl->lengths_only = cfg->lengths_only != 0;
   if (open_source(pl, cfg, err, errlen) < 0 ||
       alloc_buffers(pl, cfg->headroom, err, errlen) < 0) {
     packload_close(pl);
@@ -225,8 +232,9 @@ static void reset_batch(packload_t *pl) {
 static void place(packload_t *pl, uint64_t id, int64_t len) {
   packload_batch_t *b = &pl->batch;
   int32_t n = b->nsamples, at = b->cu_seqlens[n];
-  fill_sample(sample_key(pl->seed, id), len, b->tokens + at, b->labels + at,
-              b->loss_weights + at);
+  if (!pl->lengths_only)
+    fill_sample(sample_key(pl->seed, id), len, b->tokens + at,
+                b->labels + at, b->loss_weights + at);
   b->sample_ids[n] = id;
   b->cu_seqlens[n + 1] = at + (int32_t)len;
   b->nsamples = n + 1;

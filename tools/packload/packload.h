@@ -56,6 +56,10 @@ typedef struct packload_config {
   uint64_t seed;
   int32_t slot;             /* data-parallel index of this rank, in [0, slots) */
   int32_t slots;            /* data-parallel size */
+  /* Nonzero: lengths and ids only. tokens, labels and loss_weights stay NULL
+   * and are never generated, which a simulator drawing thousands of slots'
+   * packs needs for speed and memory; the packs are the same either way. */
+  int lengths_only;
 } packload_config_t;
 
 typedef struct packload packload_t;

@@ -1,0 +1,101 @@
+/* The price in seconds of a simulated step.
+ *
+ * Collectives over P ranks, each rank on a link of `bandwidth` bytes/s with
+ * `latency` per message step (the usual alpha-beta model):
+ *   allgather(v), T bytes in all   ceil(log2 P) x latency + T (P-1)/P / bw
+ *                                  (recursive doubling / Bruck)
+ *   alltoallv                      max over ranks of max(sent, received) / bw
+ *                                  + latency x that rank's partners (only
+ *                                  samples that change rank are sent)
+ *   gradient all-reduce, ring      2(P-1)/P x bytes / bw + 2(P-1) x latency
+ *                       tree       2 x bytes / bw + 2 ceil(log2 P) x latency
+ *                                  (pipelined double binary tree, as NCCL)
+ * The shim's per hand-off, in steady state: one allgather of every rank's
+ * header (208 B) with its samples' metas (4 B each, in a slot 1.25x the
+ * largest), the solver, and when applied the alltoallv of the samples that
+ * change rank plus the copies. The first hand-offs also gather the metas
+ * apart and agree after growing buffers: not modelled.
+ *
+ * CPU work (solver, copies) runs on every rank at once: with `cores` shared
+ * by all ranks (an oversubscribed test machine) it takes P/cores times
+ * longer; `serial_s` x P per collective stands for the scheduling of P
+ * processes on those cores. Both are 0/off on a real cluster. */
+#include <math.h>
+
+#include "sim.h"
+
+sim_net_t sim_net_default(void) {
+  return (sim_net_t){.latency_s = 5e-6, .bandwidth = 400e9 / 8,
+                     .memcpy_bps = 10e9, .serial_s = 0, .cores = 0, .tree = 0};
+}
+
+static double log2_steps(int32_t P) { return P > 1 ? ceil(log2((double)P)) : 0; }
+
+static double allgather(const sim_net_t *n, int32_t P, double total) {
+  return log2_steps(P) * n->latency_s + total * (P - 1) / P / n->bandwidth;
+}
+
+static double allreduce(const sim_net_t *n, int32_t P, double bytes) {
+  if (P <= 1) return 0;
+  if (n->tree)
+    return 2 * bytes / n->bandwidth + 2 * log2_steps(P) * n->latency_s;
+  return 2.0 * (P - 1) / P * bytes / n->bandwidth + 2.0 * (P - 1) * n->latency_s;
+}
+
+/* How much longer CPU work takes when P ranks share the cores. */
+static double cpu_factor(const sim_net_t *n, int32_t P) {
+  return n->cores > 0 && P > n->cores ? (double)P / n->cores : 1;
+}
+
+/* The shim's time in one step: all its hand-offs together. */
+static double shim_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
+  if (s->handoffs == 0) return 0;
+  double h = s->handoffs;
+  double coll = h * allgather(n, P, (double)SIM_HEADER_BYTES * P) +
+                SIM_SLOT_SLACK * s->meta_bytes * (P - 1) / P / n->bandwidth +
+                s->xfer_bytes / n->bandwidth + s->peers * n->latency_s;
+  double collectives = h + s->applied;
+  double cpu = s->solve_s + s->copy_bytes / n->memcpy_bps;
+  return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
+}
+
+sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
+                           int32_t ranks, const sim_step_t *s) {
+  int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
+  sim_price_t p;
+  p.shim_s = shim_seconds(n, ranks, s);
+  p.allreduce_s = allreduce(n, world, (double)c->grad_bytes) +
+                  n->serial_s * world;
+  p.step_s = s->compute_max_s + p.shim_s + p.allreduce_s;
+  return p;
+}
+
+sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
+                           const sim_run_t *r) {
+  sim_result_t res = {.ranks = r->ranks, .algo = r->algo};
+  double tokens = 0, k = (double)r->nsteps;
+  for (int64_t i = 0; i < r->nsteps; i++) {
+    const sim_step_t *s = &r->step[i];
+    sim_price_t p = sim_price_step(n, c, r->ranks, s);
+    tokens += s->tokens;
+    res.step_s += p.step_s;
+    res.shim_s += p.shim_s;
+    res.allreduce_s += p.allreduce_s;
+    res.compute_max_s += s->compute_max_s;
+    res.solve_s += s->solve_s;
+    res.bytes_moved += s->moved_bytes;
+    res.imb_before += s->imb_before;
+    res.imb_after += s->imb_after;
+  }
+  double gpus = (double)r->ranks * c->tp;
+  res.tgs = res.step_s > 0 ? tokens / gpus / res.step_s : 0;
+  res.step_s /= k;
+  res.shim_s /= k;
+  res.allreduce_s /= k;
+  res.compute_max_s /= k;
+  res.solve_s /= k;
+  res.bytes_moved /= k;
+  res.imb_before /= k;
+  res.imb_after /= k;
+  return res;
+}

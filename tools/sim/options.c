@@ -1,0 +1,328 @@
+/* dpshim-sim's command line: getopt_long, every value range-checked; a bad
+ * value ends the program with one line naming the option and what it takes. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lengthgen.h"
+#include "sim.h"
+
+enum {
+  OPT_RANKS = 256, OPT_ALGOS, OPT_PROFILE, OPT_LENGTHS, OPT_SEED, OPT_STEPS,
+  OPT_WARMUP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_TP, OPT_MICRO, OPT_LATENCY,
+  OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
+  OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
+  OPT_CALIBRATE, OPT_HELP
+};
+
+static const struct option longopts[] = {
+    {"ranks", required_argument, NULL, OPT_RANKS},
+    {"algos", required_argument, NULL, OPT_ALGOS},
+    {"profile", required_argument, NULL, OPT_PROFILE},
+    {"lengths", required_argument, NULL, OPT_LENGTHS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"warmup-last", required_argument, NULL, OPT_WARMUP},
+    {"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+    {"grad-bytes", required_argument, NULL, OPT_GRAD_BYTES},
+    {"tp", required_argument, NULL, OPT_TP},
+    {"micro-batches", required_argument, NULL, OPT_MICRO},
+    {"latency-us", required_argument, NULL, OPT_LATENCY},
+    {"bandwidth-gbps", required_argument, NULL, OPT_BANDWIDTH},
+    {"memcpy-gbs", required_argument, NULL, OPT_MEMCPY},
+    {"serial-us", required_argument, NULL, OPT_SERIAL},
+    {"cores", required_argument, NULL, OPT_CORES},
+    {"allreduce", required_argument, NULL, OPT_ALLREDUCE},
+    {"cap-ratio", required_argument, NULL, OPT_CAP_RATIO},
+    {"threshold", required_argument, NULL, OPT_THRESHOLD},
+    {"solve-reps", required_argument, NULL, OPT_SOLVE_REPS},
+    {"png", required_argument, NULL, OPT_PNG},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"calibrate", required_argument, NULL, OPT_CALIBRATE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0}};
+
+static void usage(void) {
+  fputs(
+"usage: dpshim-sim [options]\n"
+"Simulates reftrain with and without libdpshim.so at any DP size: the same\n"
+"packs (libpackload) and emulated-GPU times (reftrain's model), the real\n"
+"solver, and a network model for the shim's collectives and the gradient\n"
+"all-reduce. One JSON line per (ranks, algo) on stdout, a summary on stderr.\n"
+"\n"
+"workload (as reftrain's options):\n"
+"  --ranks N,N,...       DP sizes, 1..65536 [4,8,16,...,4096]\n"
+"  --algos LIST          none (no shim), seed, default, kk [none,seed,default]\n"
+"  --profile NAME        sft, long, fewlong [long]\n"
+"  --lengths FILE        lengths, one per line (keeps the profile's pack)\n"
+"  --seed S              run seed [1]\n"
+"  --steps N             measured steps, after the warm-up [20]\n"
+"  --warmup-last W       the shim's warm-up is steps 2..W; its fit is used\n"
+"                        from step W+1, which is where measuring starts [11]\n"
+"  --time-scale X        multiplies the emulated time [1: an H100]\n"
+"  --grad-bytes N        gradient all-reduce bytes [1048576]\n"
+"  --tp N                tensor-parallel size: compute / N, tokens per GPU\n"
+"                        / N [1]\n"
+"  --micro-batches M     hand-offs per step [1]\n"
+"shim settings:\n"
+"  --cap-ratio X|none    DPSHIM_MAX_LEN_RATIO [1.2]\n"
+"  --threshold X         DPSHIM_TRIGGER_THRESHOLD [0.2]\n"
+"  --solve-reps R        timed solves per hand-off, median counts [3]\n"
+"network and CPU model:\n"
+"  --latency-us X        per message step [5]\n"
+"  --bandwidth-gbps X    per rank link, Gbit/s [400]\n"
+"  --memcpy-gbs X        pack/repack copy rate, GB/s [10]\n"
+"  --serial-us X         per rank and collective, for oversubscribed\n"
+"                        machines [0]\n"
+"  --cores N             cores all ranks share; CPU work (solve, copies)\n"
+"                        slows by ranks/N [0: a core per rank; with\n"
+"                        --calibrate: this machine's]\n"
+"  --allreduce ring|tree gradient all-reduce model [ring]\n"
+"output:\n"
+"  --json FILE           all results as one JSON array\n"
+"  --png FILE            TGS against DP size, one line per algo (gnuplot)\n"
+"  --calibrate FILE      compare with a demo's results.json at its DP sizes\n"
+"                        and variants (its profile, seed, time scale, steps,\n"
+"                        warm-up, gradient bytes and micro-batches replace\n"
+"                        the options'), then fit this machine's latency,\n"
+"                        bandwidth and serial cost; --json writes the result\n"
+"  --help                this text\n",
+      stdout);
+}
+
+static _Noreturn void bad(const char *opt, const char *want, const char *got) {
+  fprintf(stderr, SIM_PROG ": --%s expects %s, got '%s'\n", opt, want, got);
+  exit(2);
+}
+
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+  *out = v;
+  return 0;
+}
+
+/* The next comma-separated item of *cursor into buf; 0 at the end. */
+static int next_item(const char **cursor, char *buf, size_t len) {
+  if (!*cursor) return 0;
+  const char *comma = strchr(*cursor, ',');
+  size_t n = comma ? (size_t)(comma - *cursor) : strlen(*cursor);
+  snprintf(buf, len, "%.*s", (int)n, *cursor);
+  *cursor = comma ? comma + 1 : NULL;
+  return 1;
+}
+
+static void parse_ranks(const char *opt, const char *arg, sim_options_t *o) {
+  char item[64];
+  const char *want = "a comma list of up to 64 integers in 1..65536";
+  o->nranks = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+    int64_t v;
+    if (o->nranks == SIM_MAX_LIST || parse_int(item, 1, SIM_MAX_RANKS, &v))
+      bad(opt, want, arg);
+    o->ranks[o->nranks++] = (int32_t)v;
+  }
+}
+
+static int algo_from_name(const char *name, sim_algo_t *a) {
+  if (!strcmp(name, "none")) return *a = (sim_algo_t){DPSHIM_ALGO_NONE, 0}, 0;
+  a->shim = 1;
+  return dpshim_algo_from_name(name, &a->algo) < 0 ? -1 : 0;
+}
+
+const char *sim_algo_name(sim_algo_t a) {
+  return a.shim ? dpshim_algo_name(a.algo) : "none";
+}
+
+static void parse_algos(const char *opt, const char *arg, sim_options_t *o) {
+  char item[64];
+  o->nalgos = 0;
+  for (const char *c = arg; next_item(&c, item, sizeof item);)
+    if (o->nalgos == SIM_MAX_LIST ||
+        algo_from_name(item, &o->algos[o->nalgos++]) < 0)
+      bad(opt, "a comma list of none, seed, default, kk", arg);
+}
+
+static void parse_profile(const char *opt, const char *arg, sim_options_t *o) {
+  char names[128], ignored[160], want[160];
+  if (!lengthgen_profile_find(arg, ignored, sizeof ignored)) {
+    lengthgen_profile_names(names, sizeof names);
+    snprintf(want, sizeof want, "one of %s", names);
+    bad(opt, want, arg);
+  }
+  o->cfg.profile = arg;
+}
+
+/* Read once here so that a bad file is a bad option, not a failed run. */
+static void check_lengths(const char *opt, const char *arg) {
+  char err[320];
+  lengthgen_file_t f;
+  if (lengthgen_file_load(arg, &f, err, sizeof err) < 0) {
+    fprintf(stderr, SIM_PROG ": --%s expects a file of positive lengths, one "
+            "per line: %s\n", opt, err);
+    exit(2);
+  }
+  size_t n = f.n;
+  lengthgen_file_free(&f);
+  if (n == 0) bad(opt, "a file holding at least one length", arg);
+}
+
+static double need_double(const char *opt, const char *arg, double lo,
+                          double hi, const char *want) {
+  double v;
+  if (parse_double(arg, lo, hi, &v)) bad(opt, want, arg);
+  return v;
+}
+
+static int64_t need_int(const char *opt, const char *arg, int64_t lo,
+                        int64_t hi, const char *want) {
+  int64_t v;
+  if (parse_int(arg, lo, hi, &v)) bad(opt, want, arg);
+  return v;
+}
+
+static void parse_seed(const char *opt, const char *arg, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(arg, &end, 0);
+  if (*arg == '-' || errno || end == arg || *end)
+    bad(opt, "an unsigned 64-bit integer", arg);
+  *out = v;
+}
+
+/* Workload options: what reftrain takes. */
+static int apply_workload(int code, const char *opt, const char *arg,
+                          sim_options_t *o) {
+  sim_config_t *c = &o->cfg;
+  switch (code) {
+  case OPT_RANKS: parse_ranks(opt, arg, o); return 1;
+  case OPT_ALGOS: parse_algos(opt, arg, o); return 1;
+  case OPT_PROFILE: parse_profile(opt, arg, o); return 1;
+  case OPT_LENGTHS:
+    check_lengths(opt, arg);
+    c->lengths = arg;
+    return 1;
+  case OPT_SEED: parse_seed(opt, arg, &c->seed); return 1;
+  case OPT_STEPS:
+    c->steps = need_int(opt, arg, 1, 100000, "an integer in [1, 100000]");
+    return 1;
+  case OPT_WARMUP:
+    c->warmup_last = need_int(opt, arg, 3, 4096, "an integer in [3, 4096]");
+    return 1;
+  case OPT_TIME_SCALE:
+    c->time_scale = need_double(opt, arg, 1e-6, 1e6, "a number in [1e-6, 1e6]");
+    return 1;
+  case OPT_GRAD_BYTES:
+    c->grad_bytes = need_int(opt, arg, 0, INT64_C(1) << 40,
+                             "a byte count in [0, 2^40]");
+    return 1;
+  case OPT_TP:
+    c->tp = (int32_t)need_int(opt, arg, 1, 1024, "an integer in [1, 1024]");
+    return 1;
+  case OPT_MICRO:
+    c->micro = (int32_t)need_int(opt, arg, 1, 64, "an integer in [1, 64]");
+    return 1;
+  }
+  return 0;
+}
+
+/* The shim's settings, the network model and the outputs. */
+static int apply_model(int code, const char *opt, const char *arg,
+                       sim_options_t *o) {
+  sim_net_t *n = &o->net;
+  switch (code) {
+  case OPT_CAP_RATIO:
+    o->cfg.cap_ratio = strcmp(arg, "none") == 0 ? 0
+        : need_double(opt, arg, 1e-9, 1e3, "a number > 0 or 'none'");
+    return 1;
+  case OPT_THRESHOLD:
+    o->cfg.threshold = need_double(opt, arg, 0, 1e3, "a number in [0, 1000]");
+    return 1;
+  case OPT_SOLVE_REPS:
+    o->cfg.solve_reps = (int)need_int(opt, arg, 1, 99, "an integer in [1, 99]");
+    return 1;
+  case OPT_LATENCY:
+    n->latency_s = 1e-6 * need_double(opt, arg, 0, 1e6, "microseconds >= 0");
+    return 1;
+  case OPT_BANDWIDTH:
+    n->bandwidth = 1e9 / 8 * need_double(opt, arg, 1e-6, 1e6,
+                                         "Gbit/s in [1e-6, 1e6]");
+    return 1;
+  case OPT_MEMCPY:
+    n->memcpy_bps = 1e9 * need_double(opt, arg, 1e-6, 1e6,
+                                      "GB/s in [1e-6, 1e6]");
+    return 1;
+  case OPT_SERIAL:
+    n->serial_s = 1e-6 * need_double(opt, arg, 0, 1e6, "microseconds >= 0");
+    return 1;
+  case OPT_CORES:
+    n->cores = (int32_t)need_int(opt, arg, 0, 1 << 24, "an integer >= 0");
+    o->cores_given = 1;
+    return 1;
+  case OPT_ALLREDUCE:
+    if (strcmp(arg, "ring") && strcmp(arg, "tree"))
+      bad(opt, "'ring' or 'tree'", arg);
+    n->tree = strcmp(arg, "tree") == 0;
+    return 1;
+  case OPT_PNG: o->png = arg; return 1;
+  case OPT_JSON: o->json = arg; return 1;
+  case OPT_CALIBRATE: o->calibrate = arg; return 1;
+  }
+  return 0;
+}
+
+static void defaults(sim_options_t *o) {
+  *o = (sim_options_t){0};
+  o->cfg = (sim_config_t){.profile = "long", .seed = 1, .time_scale = 1.0,
+                          .grad_bytes = 1 << 20, .tp = 1, .micro = 1,
+                          .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
+                          .threshold = 0.2, .headroom = 2.0, .solve_reps = 3};
+  o->net = sim_net_default();
+  parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);
+  parse_algos("algos", "none,seed,default", o);
+}
+
+void sim_parse(int argc, char **argv, sim_options_t *o) {
+  defaults(o);
+  opterr = 0;
+  int code;
+  while ((code = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    if (code == OPT_HELP) {
+      usage();
+      exit(0);
+    }
+    if (code == '?' || code == ':') {
+      fprintf(stderr, SIM_PROG ": %s '%s' (see --help)\n",
+              code == '?' ? "unknown option" : "a value is expected after",
+              argv[optind - 1]);
+      exit(2);
+    }
+    const char *opt = longopts[0].name;
+    for (const struct option *p = longopts; p->name; p++)
+      if (p->val == code) opt = p->name;
+    if (!apply_workload(code, opt, optarg, o)) apply_model(code, opt, optarg, o);
+  }
+  if (optind < argc) {
+    fprintf(stderr, SIM_PROG ": unexpected argument '%s' (see --help)\n",
+            argv[optind]);
+    exit(2);
+  }
+  /* Calibration takes its DP sizes and variants from the file. */
+  if (o->calibrate && o->png) {
+    fprintf(stderr, SIM_PROG ": --png expects a sweep, not --calibrate\n");
+    exit(2);
+  }
+}

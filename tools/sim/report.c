@@ -1,0 +1,92 @@
+/* dpshim-sim's output: a JSON line per (ranks, algo), a summary, --json. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+static void print_fields(FILE *f, const sim_result_t *r) {
+  double share = r->step_s > 0 ? r->shim_s / r->step_s : 0;
+  fprintf(f,
+          "{\"ranks\":%d,\"algo\":\"%s\",\"tgs\":%.1f,\"step_ms\":%.3f,"
+          "\"compute_max_ms\":%.3f,\"shim_ms\":%.4f,\"shim_share\":%.6f,"
+          "\"solve_ms\":%.4f,\"allreduce_ms\":%.4f,"
+          "\"bytes_moved_per_step\":%.0f,\"imbalance_before\":%.4f,"
+          "\"imbalance_after\":%.4f}",
+          (int)r->ranks, sim_algo_name(r->algo), r->tgs, 1e3 * r->step_s,
+          1e3 * r->compute_max_s, 1e3 * r->shim_s, share, 1e3 * r->solve_s,
+          1e3 * r->allreduce_s, r->bytes_moved, r->imb_before, r->imb_after);
+}
+
+void sim_print_result(FILE *f, const sim_result_t *r) {
+  print_fields(f, r);
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* The result of `algo` at `ranks`, or NULL. */
+static const sim_result_t *find(const sim_result_t *res, int n, int32_t ranks,
+                                const char *algo) {
+  for (int i = 0; i < n; i++)
+    if (res[i].ranks == ranks && !strcmp(sim_algo_name(res[i].algo), algo))
+      return &res[i];
+  return NULL;
+}
+
+static void summary_row(FILE *f, const sim_result_t *res, int n,
+                        int32_t ranks) {
+  const sim_result_t *none = find(res, n, ranks, "none");
+  fprintf(f, "  %6d", (int)ranks);
+  const char *algos[] = {"none", "seed", "default", "kk"};
+  for (int k = 0; k < 4; k++) {
+    const sim_result_t *r = find(res, n, ranks, algos[k]);
+    if (!r) continue;
+    fprintf(f, "  %s %.0f", algos[k], r->tgs);
+    if (none && r != none)
+      fprintf(f, " (%+.1f%%, shim %.2f%%)",
+              100 * (r->tgs / none->tgs - 1), 100 * r->shim_s / r->step_s);
+  }
+  fputc('\n', f);
+}
+
+void sim_print_summary(FILE *f, const sim_result_t *res, int n,
+                       const sim_config_t *c, const sim_net_t *net) {
+  fprintf(f,
+          "summary: profile %s, time scale %g, tp %d, %lld measured steps "
+          "after warm-up %lld; network %.3g us, %.4g Gb/s, %s all-reduce "
+          "of %lld B\n  TGS (tokens/GPU/s) by DP size; gain over none, "
+          "shim share of the step:\n",
+          c->lengths ? c->lengths : c->profile, c->time_scale, (int)c->tp,
+          (long long)c->steps, (long long)c->warmup_last,
+          1e6 * net->latency_s, 8e-9 * net->bandwidth,
+          net->tree ? "tree" : "ring", (long long)c->grad_bytes);
+  int32_t last = -1, top = 0;
+  for (int i = 0; i < n; i++) {
+    if (res[i].ranks != last) summary_row(f, res, n, last = res[i].ranks);
+    if (res[i].ranks > top) top = res[i].ranks;
+  }
+  const sim_result_t *d = find(res, n, top, "default");
+  if (d)
+    fprintf(f, "  default at DP %d: shim %.3f ms = %.2f%% of the %.1f ms "
+            "step (target <= 1%%): %s\n", (int)top, 1e3 * d->shim_s,
+            100 * d->shim_s / d->step_s, 1e3 * d->step_s,
+            d->shim_s <= 0.01 * d->step_s ? "met" : "NOT met");
+}
+
+int sim_write_json(const char *path, const sim_result_t *res, int n) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, SIM_PROG ": --json: cannot write '%s'\n", path);
+    return -1;
+  }
+  fputs("[\n", f);
+  for (int i = 0; i < n; i++) {
+    print_fields(f, &res[i]);
+    fputs(i + 1 < n ? ",\n" : "\n", f);
+  }
+  fputs("]\n", f);
+  if (fclose(f) != 0) {
+    fprintf(stderr, SIM_PROG ": --json: cannot write '%s'\n", path);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,194 @@
+/* dpshim-sim: what dpshim would do at data-parallel sizes beyond this machine.
+ *
+ * The pieces, one file each:
+ *   options.c    the command line;
+ *   workload.c   the packs reftrain's ranks would draw (libpackload, lengths
+ *                only) and their emulated-GPU compute times (reftrain's model);
+ *   simulate.c   per step and algorithm: the shim's warm-up fit, the real
+ *                solver, the plan applied, and what the shim communicates;
+ *   netmodel.c   the price in seconds of a simulated step under a network and
+ *                CPU model (collectives, solver, memcpy);
+ *   report.c     JSON lines, the summary, --json;
+ *   calibrate.c  --calibrate: measured demo runs against the simulation, and a
+ *                least-squares fit of the machine's parameters;
+ *   json.c       a small JSON reader for --calibrate;
+ *   plot.c       --png through gnuplot.
+ *
+ * Simulation and pricing are apart on purpose: a step is simulated once (the
+ * solver is the expensive part), then priced under any network parameters,
+ * which is what lets calibration search them cheaply. */
+#ifndef DPSHIM_SIM_H
+#define DPSHIM_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dpshim/solver.h"
+
+#define SIM_PROG "dpshim-sim"
+#define SIM_MAX_LIST 64
+#define SIM_MAX_RANKS 65536
+/* What travels with a sample in the shim's exchange: tokens, labels and loss
+ * weights (4 B each per token) and the 8-byte sample id. */
+#define SIM_BYTES_PER_TOKEN 12
+#define SIM_BYTES_PER_SAMPLE 8
+/* shim/balance.c: header_t with DPSHIM__MAX_FIELDS = 16 and 4 notes
+ * (16 + 32 + 32 + 128 B); the per-sample meta is the length (4 B), and it
+ * travels with the header in a slot 1.25x the largest rank's metas. */
+#define SIM_HEADER_BYTES 208
+#define SIM_META_BYTES 4
+#define SIM_SLOT_SLACK 1.25
+
+/* The network and CPU model; see netmodel.c. */
+typedef struct sim_net {
+  double latency_s;  /* one message step */
+  double bandwidth;  /* bytes/s of one rank's link */
+  double memcpy_bps; /* bytes/s of one core's memcpy */
+  double serial_s;   /* per rank and collective; 0 on a real cluster */
+  int32_t cores;     /* CPU cores all ranks share; 0 = one per rank */
+  int tree;          /* gradient all-reduce: 0 ring, 1 binary tree */
+} sim_net_t;
+
+/* The workload and the shim's settings: what reftrain and libdpshim.so would
+ * run with. Steps are reftrain's, 0-based: step s is the shim's step s + 1. */
+typedef struct sim_config {
+  const char *profile;
+  const char *lengths; /* NULL: the profile's distribution */
+  uint64_t seed;
+  double time_scale;
+  int64_t grad_bytes;
+  int32_t tp;
+  int32_t micro;       /* hand-offs per step */
+  int64_t warmup_last; /* the shim's warm-up is steps 2..W (1-based) */
+  int64_t steps;       /* measured steps, after the warm-up */
+  double cap_ratio;    /* the shim's DPSHIM_MAX_LEN_RATIO; 0 = none */
+  double threshold;    /* the shim's DPSHIM_TRIGGER_THRESHOLD */
+  double headroom;     /* loader capacity / pack, as reftrain's --headroom */
+  int solve_reps;      /* timed solves per hand-off; the median counts */
+} sim_config_t;
+
+/* "none" runs without the shim (as the demo's baseline); the others run the
+ * shim with that solver. */
+typedef struct sim_algo {
+  dpshim_algo_t algo;
+  int shim;
+} sim_algo_t;
+
+/* One measured step of one (ranks, algorithm): everything netmodel.c needs.
+ * The shim's quantities are summed over the step's hand-offs: every price is
+ * linear in each of them. */
+typedef struct sim_step {
+  double compute_max_s; /* the slowest rank's compute, after the plans */
+  double imb_before;    /* max/mean - 1 of the ranks' compute, as drawn */
+  double imb_after;     /* the same after the plans */
+  double tokens;        /* all DP slots' tokens */
+  int32_t handoffs;     /* balanced hand-offs (0 without the shim) */
+  int32_t applied;      /* of which the plan was applied */
+  double meta_bytes;    /* allgatherv totals */
+  double xfer_bytes;    /* alltoallv: max over ranks of max(sent, received) */
+  double peers;         /* alltoallv: max over ranks of its partners */
+  double copy_bytes;    /* max over ranks of the bytes packed and repacked */
+  double moved_bytes;   /* all bytes that change rank */
+  double solve_s;       /* solver wall time, median of the reps */
+} sim_step_t;
+
+typedef struct sim_run {
+  int32_t ranks;
+  sim_algo_t algo;
+  int64_t nsteps;
+  sim_step_t *step;
+  dpshim_cost_model_t model; /* the fitted cost model the solver used */
+} sim_run_t;
+
+/* A priced run: means over its steps. */
+typedef struct sim_result {
+  int32_t ranks;
+  sim_algo_t algo;
+  double tgs;           /* tokens per GPU per second */
+  double step_s, compute_max_s, shim_s, allreduce_s, solve_s;
+  double bytes_moved;   /* per step */
+  double imb_before, imb_after;
+} sim_result_t;
+
+/* ---- options.c ----------------------------------------------------------- */
+
+typedef struct sim_options {
+  sim_config_t cfg;
+  sim_net_t net;
+  int32_t ranks[SIM_MAX_LIST];
+  int nranks;
+  sim_algo_t algos[SIM_MAX_LIST];
+  int nalgos;
+  const char *png, *json, *calibrate;
+  int cores_given;
+} sim_options_t;
+
+/* Exits 0 after --help, 2 after one line naming a bad option. */
+void sim_parse(int argc, char **argv, sim_options_t *o);
+const char *sim_algo_name(sim_algo_t a);
+
+/* ---- workload.c ---------------------------------------------------------- */
+
+/* Every hand-off's samples, as reftrain's ranks would draw them. Hand-off
+ * h = step * micro + m; its samples are grouped by DP slot (origin). */
+typedef struct sim_workload {
+  int32_t slots;
+  int64_t handoffs;
+  int64_t *first;     /* [handoffs + 1] first sample of each hand-off */
+  int64_t *len;       /* [all samples] */
+  int32_t *origin;
+  double *seconds;    /* emulated seconds of each sample, unscaled */
+  int64_t pack;       /* tokens per pack */
+} sim_workload_t;
+
+/* -1 with a one-line reason in err. */
+int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
+                      sim_workload_t *w, char *err, size_t errlen);
+void sim_workload_free(sim_workload_t *w);
+/* reftrain's noise factor of world rank `rank` at (step, micro). */
+double sim_noise(const sim_config_t *c, int32_t rank, int64_t step,
+                 int32_t micro);
+
+/* ---- simulate.c ---------------------------------------------------------- */
+
+/* Simulates `nalgos` algorithms at `ranks` DP slots over the measured steps.
+ * runs[a] gets the steps of algos[a]. -1 with err. */
+int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
+                 int nalgos, sim_run_t *runs, char *err, size_t errlen);
+void sim_run_free(sim_run_t *r);
+
+/* ---- netmodel.c ---------------------------------------------------------- */
+
+typedef struct sim_price {
+  double step_s;      /* compute + shim + gradient all-reduce */
+  double shim_s;      /* the shim's collectives, solver and copies */
+  double allreduce_s;
+} sim_price_t;
+
+sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
+                           int32_t ranks, const sim_step_t *s);
+/* Means over the run's steps; tgs counts tokens per GPU (ranks * tp). */
+sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
+                           const sim_run_t *r);
+sim_net_t sim_net_default(void);
+
+/* ---- report.c ------------------------------------------------------------ */
+
+void sim_print_result(FILE *f, const sim_result_t *r);
+void sim_print_summary(FILE *f, const sim_result_t *res, int n,
+                       const sim_config_t *c, const sim_net_t *net);
+/* -1 with a message on stderr when the file cannot be written. */
+int sim_write_json(const char *path, const sim_result_t *res, int n);
+
+/* ---- plot.c -------------------------------------------------------------- */
+
+/* -1 with a one-line message on stderr (gnuplot missing, or failed). */
+int sim_plot_png(const char *path, const sim_result_t *res, int n,
+                 const sim_config_t *c);
+
+/* ---- calibrate.c --------------------------------------------------------- */
+
+/* --calibrate FILE; returns the exit status. */
+int sim_calibrate(const sim_options_t *o);
+
+#endif
