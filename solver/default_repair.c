@@ -9,7 +9,7 @@
 
 #define ROUNDS_PER_RANK 16
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank: up to here, or far */
-#define POLISH_MAX_RANKS 64  /* best_elsewhere() (or far) and pair evening */
+#define POLISH_MAX_RANKS 32  /* best_elsewhere() (or far) and pair evening */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
