@@ -197,7 +197,8 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   /* A loader thread may run ahead of the steps (prefetch): its hand-offs
    * are balanced each on its own, without micro-batch history. */
   int64_t history_key = index;
-  if (!pthread_equal(pthread_self(), st->init_thread)) {
+  int own_thread = pthread_equal(pthread_self(), st->init_thread);
+  if (!own_thread) {
     st->threaded = 1;
     history_key = ++st->threaded_handoffs;
   }
@@ -208,9 +209,11 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   double arrival = 0;
   if (!warming(st, index, NULL)) {
     dpshim__balance_report_t rep;
+    /* The step log's times ride along only with the main thread's
+     * hand-offs: a loader thread's would race the sync's own. */
     rc = dpshim__balance(st->balancer, &st->dp, batch, history_key,
-                         dpshim__report_note(st), &rep);
-    dpshim__report_notes(st, rep.notes);
+                         own_thread ? dpshim__report_note(st) : NULL, &rep);
+    if (own_thread) dpshim__report_notes(st, rep.notes);
     pthread_mutex_lock(&st->lock);
     count_handoff(st, rc, &rep);
     pthread_mutex_unlock(&st->lock);

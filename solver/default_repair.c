@@ -9,7 +9,7 @@
 
 #define ROUNDS_PER_RANK 16
 #define UNLOCK_MAX_RANKS 256 /* unlock() scans every rank: up to here, or far */
-#define POLISH_MAX_RANKS 32  /* best_elsewhere() (or far) and pair evening */
+#define POLISH_MAX_RANKS 32  /* best_elsewhere() (or far); pair evening (if far) */
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
@@ -430,11 +430,14 @@ static int even_all_pairs(state_t *s) {
 
 static int repair_busiest(state_t *s);
 
+/* Evening all pairs costs P^2 exchanges per sweep: worth it only while the
+ * plan is far from the bound (the cap binds), not for the last ~1e-3. */
 int dpshim__default_repair(state_t *s) {
   int rc = repair_busiest(s);
   for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS &&
                       s->ctx->ranks <= POLISH_MAX_RANKS &&
-                      dpshim__max_load(s->load, s->ctx->ranks) > s->target;
+                      dpshim__max_load(s->load, s->ctx->ranks) >
+                          s->bound * (1 + FAR_FROM_BOUND);
        sweep++) {
     if (!even_all_pairs(s)) break;
     rc = repair_busiest(s);
