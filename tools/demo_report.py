@@ -165,7 +165,7 @@ plot for [i=0:2] '%s' index i with linespoints lw 2 title word('none seed defaul
 """ % (os.path.join(out, "tgs_vs_dp.png"), data))
 
 
-def plot_imbalance(out, runs):
+def plot_imbalance(out, runs, warmup_last):
     dp = max(r["dp"] for r in runs)
     data = os.path.join(out, "imbalance.dat")
     with open(data, "w") as f:
@@ -173,14 +173,15 @@ def plot_imbalance(out, runs):
             f.write("# %s at DP %d: step, before, after\n" % (v, dp))
             path = os.path.join(out, "runs", "dp%d_%s.log.jsonl" % (dp, v))
             for e in read_jsonl(path):
-                if "imbalance_before" in e:
+                if "imbalance_before" in e and e["step"] > warmup_last:
                     f.write("%d %.4f %.4f\n" % (e["step"], e["imbalance_before"],
                                                 e["imbalance_after"]))
             f.write("\n\n")
     gnuplot("""set terminal pngcairo size 800,500
 set output '%s'
-set title 'Predicted imbalance (max/mean - 1) per step at DP %d'
-set xlabel 'step'; set ylabel 'imbalance'; set grid
+set title 'Predicted imbalance (max/mean - 1) per step at DP %d, after warm-up'
+set xlabel 'step'; set ylabel 'imbalance'; set grid; set logscale y
+set key outside
 plot '%s' index 1 using 1:2 with linespoints title 'before', \\
      '%s' index 0 using 1:3 with linespoints title 'after (seed)', \\
      '%s' index 1 using 1:3 with linespoints title 'after (default)'
@@ -218,7 +219,7 @@ def main():
             setup["lengths"] = os.path.abspath(args.lengths)
         json.dump(dict(setup, runs=runs), f, indent=1)
     plot_tgs(args.out, runs)
-    plot_imbalance(args.out, runs)
+    plot_imbalance(args.out, runs, args.warmup_last)
     print("\nwrote %s/results.json, tgs_vs_dp.png, imbalance.png" % args.out)
     return 0
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "dpshim/solver.h"
 #include "lengthgen.h"
 
@@ -48,17 +49,6 @@ static _Noreturn void bad_value(const char *opt, const char *value,
   exit(2);
 }
 
-/* Copies the next comma-separated item of *cursor into buf; 0 at the end. An
- * item too long for buf is cut, and then fails validation like any typo. */
-static int next_item(const char **cursor, char *buf, size_t len) {
-  if (!*cursor) return 0;
-  const char *comma = strchr(*cursor, ',');
-  size_t n = comma ? (size_t)(comma - *cursor) : strlen(*cursor);
-  snprintf(buf, len, "%.*s", (int)n, *cursor);
-  *cursor = comma ? comma + 1 : NULL;
-  return 1;
-}
-
 static int parse_long(const char *s, long min, long max, long *out) {
   char *end;
   errno = 0;
@@ -83,7 +73,7 @@ static void parse_profiles(const char *arg, options_t *o) {
   lengthgen_profile_names(accepted + strlen(accepted),
                           sizeof accepted - strlen(accepted));
   o->nprofiles = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
     if (o->nprofiles == MAX_LIST ||
         !(o->profile[o->nprofiles++] =
               lengthgen_profile_find(item, err, sizeof err)))
@@ -94,7 +84,7 @@ static void parse_profiles(const char *arg, options_t *o) {
 static void parse_ranks(const char *arg, options_t *o) {
   char item[64];
   o->nranks = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
     long v;
     if (o->nranks == MAX_LIST || parse_long(item, 1, MAX_RANKS, &v) < 0)
       bad_value("ranks", item, "a list of up to 64 integers in 1..65536");
@@ -105,7 +95,7 @@ static void parse_ranks(const char *arg, options_t *o) {
 static void parse_algos(const char *arg, options_t *o) {
   char item[64];
   o->nalgos = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
     if (o->nalgos == MAX_LIST ||
         dpshim_algo_from_name(item, &o->algo[o->nalgos++]) < 0)
       bad_value("algos", item, "a list of default, seed, kk, none");
@@ -116,7 +106,7 @@ static void parse_cost(const char *arg, options_t *o) {
   char item[64];
   double v[3];
   int n = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item); n++)
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item); n++)
     if (n == 3 || parse_nonneg(item, &v[n]) < 0) n = 4;
   if (n != 3) bad_value("cost", arg, "a,b,c: three finite numbers >= 0");
   o->model = (dpshim_cost_model_t){v[0], v[1], v[2]};

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cli.h"
 #include "../lengthgen.h"
 
 enum {
@@ -79,25 +80,6 @@ static int bad(char *err, size_t errlen, const char *opt, const char *want,
   return -1;
 }
 
-/* A whole-string integer in [lo, hi]. */
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
-  *out = v;
-  return 0;
-}
-
 static int parse_u64(const char *s, uint64_t *out) {
   char *end;
   errno = 0;
@@ -117,7 +99,7 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
   int64_t v = 0;
   switch (code) {
   case OPT_STEPS:
-    if (parse_int(arg, 1, INT32_MAX, &v))
+    if (cli_int(arg, 1, INT32_MAX, &v))
       return bad(err, errlen, name, "an integer in [1, 2^31)", arg);
     o->steps = v;
     return 0;
@@ -145,29 +127,29 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
       return bad(err, errlen, name, "an unsigned 64-bit integer", arg);
     return 0;
   case OPT_MICRO: case OPT_TP: case OPT_CP: case OPT_PP:
-    if (parse_int(arg, 1, 1 << 20, &v))
+    if (cli_int(arg, 1, 1 << 20, &v))
       return bad(err, errlen, name, "an integer in [1, 2^20]", arg);
     *(code == OPT_MICRO ? &o->micro : code == OPT_TP ? &o->tp
       : code == OPT_CP ? &o->cp : &o->pp) = (int32_t)v;
     return 0;
   case OPT_TIME_SCALE:
-    if (parse_double(arg, 0.0, 1e6, &o->time_scale))
+    if (cli_double(arg, 0.0, 1e6, &o->time_scale))
       return bad(err, errlen, name, "a number in [0, 1e6]", arg);
     return 0;
   case OPT_GRAD_BYTES:
-    if (parse_int(arg, 0, INT64_C(1) << 32, &o->grad_bytes))
+    if (cli_int(arg, 0, INT64_C(1) << 32, &o->grad_bytes))
       return bad(err, errlen, name, "a byte count in [0, 2^32]", arg);
     return 0;
   case OPT_HEADROOM:
-    if (parse_double(arg, 1.0, 64.0, &o->headroom))
+    if (cli_double(arg, 1.0, 64.0, &o->headroom))
       return bad(err, errlen, name, "a number in [1, 64]", arg);
     return 0;
   case OPT_PACK_TOKENS:
-    if (parse_int(arg, 1, INT64_C(1) << 30, &o->pack_tokens))
+    if (cli_int(arg, 1, INT64_C(1) << 30, &o->pack_tokens))
       return bad(err, errlen, name, "an integer in [1, 2^30]", arg);
     return 0;
   case OPT_CPU_DIM:
-    if (parse_int(arg, 1, 1024, &v))
+    if (cli_int(arg, 1, 1024, &v))
       return bad(err, errlen, name, "an integer in [1, 1024]", arg);
     o->cpu_dim = (int32_t)v;
     return 0;

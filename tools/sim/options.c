@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cli.h"
 #include "../lengthgen.h"
 #include "sim.h"
 
@@ -97,41 +98,13 @@ static _Noreturn void bad(const char *opt, const char *want, const char *got) {
   exit(2);
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
-  *out = v;
-  return 0;
-}
-
-/* The next comma-separated item of *cursor into buf; 0 at the end. */
-static int next_item(const char **cursor, char *buf, size_t len) {
-  if (!*cursor) return 0;
-  const char *comma = strchr(*cursor, ',');
-  size_t n = comma ? (size_t)(comma - *cursor) : strlen(*cursor);
-  snprintf(buf, len, "%.*s", (int)n, *cursor);
-  *cursor = comma ? comma + 1 : NULL;
-  return 1;
-}
-
 static void parse_ranks(const char *opt, const char *arg, sim_options_t *o) {
   char item[64];
   const char *want = "a comma list of up to 64 integers in 1..65536";
   o->nranks = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item);) {
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
     int64_t v;
-    if (o->nranks == SIM_MAX_LIST || parse_int(item, 1, SIM_MAX_RANKS, &v))
+    if (o->nranks == SIM_MAX_LIST || cli_int(item, 1, SIM_MAX_RANKS, &v))
       bad(opt, want, arg);
     o->ranks[o->nranks++] = (int32_t)v;
   }
@@ -150,7 +123,7 @@ const char *sim_algo_name(sim_algo_t a) {
 static void parse_algos(const char *opt, const char *arg, sim_options_t *o) {
   char item[64];
   o->nalgos = 0;
-  for (const char *c = arg; next_item(&c, item, sizeof item);)
+  for (const char *c = arg; cli_next_item(&c, item, sizeof item);)
     if (o->nalgos == SIM_MAX_LIST ||
         algo_from_name(item, &o->algos[o->nalgos++]) < 0)
       bad(opt, "a comma list of none, seed, default, kk", arg);
@@ -183,14 +156,14 @@ static void check_lengths(const char *opt, const char *arg) {
 static double need_double(const char *opt, const char *arg, double lo,
                           double hi, const char *want) {
   double v;
-  if (parse_double(arg, lo, hi, &v)) bad(opt, want, arg);
+  if (cli_double(arg, lo, hi, &v)) bad(opt, want, arg);
   return v;
 }
 
 static int64_t need_int(const char *opt, const char *arg, int64_t lo,
                         int64_t hi, const char *want) {
   int64_t v;
-  if (parse_int(arg, lo, hi, &v)) bad(opt, want, arg);
+  if (cli_int(arg, lo, hi, &v)) bad(opt, want, arg);
   return v;
 }
 
