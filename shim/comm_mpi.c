@@ -88,7 +88,3 @@ void dpshim__comm_mpi_close(dpshim__comm_t *c) {
   free(m);
   c->impl = NULL;
 }
-
-MPI_Comm dpshim__comm_mpi_handle(const dpshim__comm_t *c) {
-  return ((const impl_t *)c->impl)->comm;
-}

@@ -10,6 +10,5 @@
  * the shim's own: collective over parent. Returns 0 or a DPSHIM_E* code. */
 int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c);
 void dpshim__comm_mpi_close(dpshim__comm_t *c);
-MPI_Comm dpshim__comm_mpi_handle(const dpshim__comm_t *c);
 
 #endif

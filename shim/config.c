@@ -152,9 +152,7 @@ static int parse_ratio(const char *v, double *out) {
 }
 
 static int parse_fit(const char *v, dpshim_fit_method_t *out) {
-  if (!strcasecmp(v, "ranks")) return *out = DPSHIM_FIT_RANKS, 0;
-  if (!strcasecmp(v, "seed")) return *out = DPSHIM_FIT_SEED, 0;
-  return -1;
+  return dpshim_fit_method_from_name(v, out) < 0 ? -1 : 0;
 }
 
 static int parse_algo(const char *v, dpshim_algo_t *out) {

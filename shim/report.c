@@ -220,7 +220,7 @@ static void print_fit(const dpshim__state_t *st) {
   else if (st->fitted)
     dpshim__say("  fit (%s): cost = %.4g*len^2 + %.4g*len + %.4g us per "
                 "sample; prediction error mean %.2f%%, max %.2f%%",
-                st->cfg.fit == DPSHIM_FIT_SEED ? "seed" : "ranks",
+                dpshim_fit_method_name(st->cfg.fit),
                 st->model.a, st->model.b, st->model.c,
                 100 * st->fit.mean_rel_error, 100 * st->fit.max_rel_error);
   else
