@@ -109,7 +109,8 @@ PY
 build/tools/sim/dpshim-sim --calibrate "$out/calibration_runs.json" |
   tee "$out/calibration.txt"
 build/tools/sim/dpshim-sim --profile "$profile" ${lengths:+--lengths "$lengths"} \
-  --time-scale "$time_scale" --seed 7 --json "$out/sim.json" \
+  --time-scale "$time_scale" --seed 7 --warmup-last "$warmup_last" \
+  --json "$out/sim.json" \
   --png "$out/sim_tgs_vs_dp.png" 2> "$out/sim_summary.txt" > /dev/null
 cat "$out/sim_summary.txt"
 echo "wrote $out/calibration.txt, sim.json, sim_tgs_vs_dp.png"
