@@ -734,9 +734,10 @@ Test(shim_balance, own_offsets_field_full_skips_capacity) {
   inst_free(x);
 }
 
-Test(shim_balance, capacity_samples_full_skips_capacity) {
-  /* Rank 1 holds a single empty sample and room for one: the long sample it
-   * must receive does not fit (swapping the empty one out gains nothing). */
+/* Rank 1 holds a single empty sample; the long sample it must receive does
+ * not fit when its sample count (or, with `ids`, its one-row-per-sample
+ * field) has room for one only. Swapping the empty one out gains nothing. */
+static void run_one_sample_room(int ids) {
   dpshim__balance_config_t cfg = base_config();
   inst_t *x = inst_new(2, &cfg);
   inst_set(x, 1, 0, 0, 100, 1);
@@ -744,25 +745,19 @@ Test(shim_balance, capacity_samples_full_skips_capacity) {
   inst_set(x, 1, 1, 0, 0, 0);
   caps_t all = total_use(x);
   caps_t c[2] = {all, all};
-  c[1].samples = 1;
+  if (ids) c[1].ids = 1;
+  else c[1].samples = 1;
   inst_pack_caps(x, c);
   run_expect_skip(x, "capacity");
   inst_free(x);
 }
 
+Test(shim_balance, capacity_samples_full_skips_capacity) {
+  run_one_sample_room(0);
+}
+
 Test(shim_balance, ids_field_full_skips_capacity) {
-  /* The one-row-per-sample field is what runs out. */
-  dpshim__balance_config_t cfg = base_config();
-  inst_t *x = inst_new(2, &cfg);
-  inst_set(x, 1, 0, 0, 100, 1);
-  inst_set(x, 1, 0, 1, 100, 1);
-  inst_set(x, 1, 1, 0, 0, 0);
-  caps_t all = total_use(x);
-  caps_t c[2] = {all, all};
-  c[1].ids = 1;
-  inst_pack_caps(x, c);
-  run_expect_skip(x, "capacity");
-  inst_free(x);
+  run_one_sample_room(1);
 }
 
 Test(shim_balance, token_buffer_full_never_overflows) {
