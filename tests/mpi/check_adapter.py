@@ -20,7 +20,8 @@ import re
 import sys
 import tempfile
 
-from mpitest import MPIRUN, check, failures, read_jsonl, run
+from mpitest import (MPIRUN, check, check_plans_applied, failures, read_jsonl,
+                     run)
 
 STEPS = 14
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
@@ -70,18 +71,6 @@ def check_shim_alone(args, tmp, plain):
           % len(applied))
 
 
-def check_applied(entries):
-    applied = [e for e in entries if e.get("decision") == "apply"]
-    check(len(applied) >= MIN_APPLIED, "with the adapter: only %d of %d "
-          "steps applied a plan" % (len(applied), STEPS))
-    for e in applied:
-        check(e["imbalance_after"] <= e["imbalance_before"],
-              "step %d: imbalance after %g > before %g" % (
-                  e["step"], e["imbalance_after"], e["imbalance_before"]))
-        check(max(e["load_after"]) <= max(e["load_before"]),
-              "step %d: max load rose" % e["step"])
-
-
 def check_with_adapter(args, tmp, plain):
     log = tmp + "/adapter.jsonl"
     res, err = vlmtrain(args, "with the adapter",
@@ -93,7 +82,7 @@ def check_with_adapter(args, tmp, plain):
     entries = read_jsonl(log)
     check(len(entries) == STEPS, "with the adapter: log has %d lines, "
           "expected %d" % (len(entries), STEPS))
-    check_applied(entries)
+    check_plans_applied(entries, MIN_APPLIED, "with the adapter")
     n = applied_in_summary(err)
     check(n is not None and n >= MIN_APPLIED, "with the adapter: the "
           "summary says %s hand-offs applied" % n)

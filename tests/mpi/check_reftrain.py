@@ -22,7 +22,8 @@ import json
 import sys
 import tempfile
 
-from mpitest import MPIRUN, check, failures, read_jsonl, run
+from mpitest import (MPIRUN, check, check_plans_applied, failures, read_jsonl,
+                     run)
 
 # Short emulated steps, the `long` profile (where imbalance is large), and a
 # short warm-up so that most steps are balanced.
@@ -97,15 +98,7 @@ def scenario_balance(args):
         entries = read_jsonl(log)
         check(len(entries) == steps, "log has %d lines, expected %d"
               % (len(entries), steps))
-        applied = [e for e in entries if e["decision"] == "apply"]
-        check(len(applied) >= 3, "only %d of %d steps applied a plan"
-              % (len(applied), steps))
-        for e in applied:
-            check(e["imbalance_after"] <= e["imbalance_before"],
-                  "step %d: imbalance after %g > before %g" % (
-                      e["step"], e["imbalance_after"], e["imbalance_before"]))
-            check(max(e["load_after"]) <= max(e["load_before"]),
-                  "step %d: max load rose" % e["step"])
+        check_plans_applied(entries, 3, "balance")
         check("summary" in err, "no summary on rank 0's stderr")
 
 
@@ -147,9 +140,7 @@ def scenario_thread(args):
               "damaged with a loader thread")
         check(on.get("consumed_digest") == plain.get("consumed_digest"),
               "digest differs with a loader thread")
-        applied = [e for e in read_jsonl(log) if e["decision"] == "apply"]
-        check(len(applied) >= 3, "only %d plans applied from a loader thread"
-              % len(applied))
+        check_plans_applied(read_jsonl(log), 3, "loader thread")
         _, err = reftrain(args, 4, 5, shim=args.shim, env=SHIM_ENV,
                           extra=["--loader-thread"])
         check("loader thread" in err and "no warm-up fit" in err,

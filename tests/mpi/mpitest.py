@@ -41,3 +41,17 @@ def read_jsonl(path):
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def check_plans_applied(entries, at_least, what):
+    """At least `at_least` steps of a DPSHIM_LOG applied a plan, and none of
+    them raised the imbalance or the maximum load."""
+    applied = [e for e in entries if e.get("decision") == "apply"]
+    check(len(applied) >= at_least, "%s: only %d of %d steps applied a plan"
+          % (what, len(applied), len(entries)))
+    for e in applied:
+        check(e["imbalance_after"] <= e["imbalance_before"],
+              "%s, step %d: imbalance after %g > before %g" % (
+                  what, e["step"], e["imbalance_after"], e["imbalance_before"]))
+        check(max(e["load_after"]) <= max(e["load_before"]),
+              "%s, step %d: max load rose" % (what, e["step"]))
