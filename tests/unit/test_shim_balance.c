@@ -620,6 +620,16 @@ static void assert_ok_run(const inst_t *x, const double *history) {
   assert_numbers(x, history, where);
 }
 
+/* One hand-off of a random batch (lengths up to 30) that every rank must
+ * pass: exactly once, consistent, the same report everywhere. */
+static void hand_off_random(inst_t *x, uint32_t tag, prng_t *g, int min_n,
+                            int max_n, const double *history) {
+  inst_random(x, tag, g, min_n, max_n, 30);
+  inst_pack(x, -1, g);
+  inst_run(x);
+  assert_ok_run(x, history);
+}
+
 TestSuite(shim_balance, .fini = free_live);
 TestSuite(shim_balance_edges, .fini = free_live);
 
@@ -959,34 +969,22 @@ Test(shim_balance, micro_batches_share_history_within_a_step) {
 
   /* First hand-off of step 7: no history. */
   x->step = 7;
-  inst_random(x, 1, &g, 2, 6, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, NULL);
+  hand_off_random(x, 1, &g, 2, 6, NULL);
   cr_assert_eq(x->rep[0].applied, 1, "the first hand-off should apply");
   memcpy(history, x->load_after[0], sizeof history);
 
   /* Second hand-off of step 7: its loads start from the first's. */
-  inst_random(x, 2, &g, 2, 6, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, history);
+  hand_off_random(x, 2, &g, 2, 6, history);
   double h2[MAXP];
   memcpy(h2, x->rep[0].applied ? x->load_after[0] : x->load_before[0], sizeof h2);
   for (int r = 0; r < 4; r++) cr_assert_gt(x->load_before[0][r], history[r]);
 
   /* A third adds to both. */
-  inst_random(x, 3, &g, 2, 6, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, h2);
+  hand_off_random(x, 3, &g, 2, 6, h2);
 
   /* Step 8 starts afresh. */
   x->step = 8;
-  inst_random(x, 4, &g, 2, 6, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, NULL);
+  hand_off_random(x, 4, &g, 2, 6, NULL);
   inst_free(x);
 }
 
@@ -1000,10 +998,7 @@ Test(shim_balance, steady_state_costs_two_collectives) {
   for (int call = 0; call < 4; call++) {
     prng_t g = {11}; /* the same batches every time */
     x->step = call + 1;
-    inst_random(x, 1, &g, 3, 6, 30);
-    inst_pack(x, -1, &g);
-    inst_run(x);
-    assert_ok_run(x, NULL);
+    hand_off_random(x, 1, &g, 3, 6, NULL);
     cr_assert_eq(x->rep[0].applied, 1, "call %d", call);
     cr_assert_eq(x->stats.ops[MOCK_ALLGATHERV], call == 0, "call %d", call);
     if (call >= 2) /* the solver's arena has learned the size */
@@ -1019,17 +1014,11 @@ Test(shim_balance, skipped_hand_off_counts_as_history) {
   inst_t *x = inst_new(3, &cfg);
   prng_t g = {5};
   x->step = 1;
-  inst_random(x, 1, &g, 2, 5, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, NULL);
+  hand_off_random(x, 1, &g, 2, 5, NULL);
   cr_assert_str_eq(x->rep[0].skip_reason, "balanced");
   double history[MAXP];
   memcpy(history, x->load_before[0], sizeof history);
-  inst_random(x, 2, &g, 2, 5, 30);
-  inst_pack(x, -1, &g);
-  inst_run(x);
-  assert_ok_run(x, history);
+  hand_off_random(x, 2, &g, 2, 5, history);
   inst_free(x);
 }
 
