@@ -200,10 +200,3 @@ void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
   }
   b->nsamples = base + n;
 }
-
-void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
-                          const unsigned char *in, int32_t n,
-                          const int32_t *meta) {
-  b->nsamples = 0;
-  dpshim__batch_append(b, l, in, n, meta);
-}

@@ -51,9 +51,5 @@ void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
 void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
                           const unsigned char *in, int32_t n,
                           const int32_t *meta);
-/* Replaces the batch by the n records in `in`, as append does. */
-void dpshim__batch_unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
-                          const unsigned char *in, int32_t n,
-                          const int32_t *meta);
 
 #endif

@@ -80,9 +80,7 @@ static void json_array(FILE *f, const char *key, const double *v, int n,
 
 static const char *step_decision(const dpshim__state_t *st) {
   const dpshim__step_t *s = &st->step;
-  if (dpshim__config_is_warmup(&st->cfg, s->index, NULL) &&
-      !st->cfg.have_coefs)
-    return "warmup";
+  if (dpshim__warming(st, s->index, NULL)) return "warmup";
   if (s->failed) return "error";
   return s->last.applied ? "apply" : "skip";
 }
@@ -144,11 +142,7 @@ static void flush_line(dpshim__state_t *st) {
  * the times travel with it, and logging costs no collective of its own.
  * Not with a loader thread, whose hand-offs do not follow the steps. */
 static int rides_next_handoff(const dpshim__state_t *st) {
-  int first;
-  int64_t next = st->step.index + 1;
-  int warm = !st->cfg.have_coefs &&
-             dpshim__config_is_warmup(&st->cfg, next, &first);
-  return !st->threaded && !warm;
+  return !st->threaded && !dpshim__warming(st, st->step.index + 1, NULL);
 }
 
 void dpshim__report_step(dpshim__state_t *st, double wait) {

@@ -103,6 +103,10 @@ DPSHIM__HIDDEN void dpshim__say(const char *fmt, ...)
 DPSHIM__HIDDEN void dpshim__on_init(int provided);
 /* Before PMPI_Finalize: summary, then release everything. */
 DPSHIM__HIDDEN void dpshim__on_finalize(void);
+/* Whether `step` (1-based) is a warm-up step: measured, not balanced. None
+ * is with DPSHIM_COEFS. *first says it is the cold start, dropped. */
+DPSHIM__HIDDEN int dpshim__warming(const dpshim__state_t *st, int64_t step,
+                                   int *first);
 /* A batch was handed off; balances it. Returns 0 or a DPSHIM_E* code. */
 DPSHIM__HIDDEN int dpshim__on_handoff(dpshim_batch_t *batch);
 /* Whether a call of collective `op` ends a step: then the wrapper times it

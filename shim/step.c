@@ -23,7 +23,8 @@ void dpshim__say(const char *fmt, ...) {
   fprintf(stderr, "dpshim: %s\n", line);
 }
 
-static int warming(const dpshim__state_t *st, int64_t step, int *first) {
+int dpshim__warming(const dpshim__state_t *st, int64_t step, int *first) {
+  if (first) *first = 0;
   return !st->cfg.have_coefs && dpshim__config_is_warmup(&st->cfg, step, first);
 }
 
@@ -207,7 +208,7 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
 
   int rc = 0;
   double arrival = 0;
-  if (!warming(st, index, NULL)) {
+  if (!dpshim__warming(st, index, NULL)) {
     dpshim__balance_report_t rep;
     /* The step log's times ride along only with the main thread's
      * hand-offs: a loader thread's would race the sync's own. */
@@ -254,7 +255,7 @@ int dpshim__on_sync_entry(unsigned op) {
 
 static void record_point(dpshim__state_t *st, double step_time) {
   int first;
-  if (!warming(st, st->step.index, &first) || first) return;
+  if (!dpshim__warming(st, st->step.index, &first) || first) return;
   const dpshim__step_t *s = &st->step;
   st->points[st->npoints++] = (dpshim__point_t){
       s->sum_len2, s->sum_len, s->count, s->compute, step_time};
@@ -283,7 +284,7 @@ void dpshim__on_sync_exit(void) {
   int64_t done = st->step.index;
   close_step(st, now, wait);
   pthread_mutex_unlock(&st->lock);
-  if (!st->cfg.have_coefs && st->cfg.nwarmup && done == st->cfg.warmup_last)
+  if (dpshim__warming(st, done, NULL) && done == st->cfg.warmup_last)
     dpshim__fit_warmup(st);
 }
 
