@@ -208,7 +208,8 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
 
   int rc = 0;
   double arrival = 0;
-  if (!dpshim__warming(st, index, NULL)) {
+  int warm = dpshim__warming(st, index, NULL);
+  if (!warm) {
     dpshim__balance_report_t rep;
     /* The step log's times ride along only with the main thread's
      * hand-offs: a loader thread's would race the sync's own. */
@@ -223,7 +224,7 @@ int dpshim__on_handoff(dpshim_batch_t *batch) {
   }
   double t1 = dpshim__clock_now(&st->clock);
   pthread_mutex_lock(&st->lock);
-  add_features(&st->step, batch);
+  if (warm) add_features(&st->step, batch); /* only warm-up points use them */
   if (!st->step.open) st->step.first_return = t1;
   st->step.open = 1;
   st->step.last_return = t1;
