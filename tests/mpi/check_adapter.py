@@ -24,8 +24,11 @@ from mpitest import (MPIRUN, check, check_plans_applied, failures, read_jsonl,
                      run)
 
 STEPS = 14
+# The VLM workload's predicted imbalance averages ~0.25, at the default
+# trigger (0.2): how many steps apply would swing with the warm-up fit. A
+# lower trigger keeps this a test of the adapter, not of the threshold.
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
-            "DPSHIM_VERIFY": "1"}
+            "DPSHIM_VERIFY": "1", "DPSHIM_TRIGGER_THRESHOLD": "0.05"}
 MIN_APPLIED = 3  # of the 10 steps after the warm-up (seed 1 applies ~6)
 
 
@@ -84,8 +87,12 @@ def check_with_adapter(args, tmp, plain):
           "expected %d" % (len(entries), STEPS))
     check_plans_applied(entries, MIN_APPLIED, "with the adapter")
     n = applied_in_summary(err)
-    check(n is not None and n >= MIN_APPLIED, "with the adapter: the "
-          "summary says %s hand-offs applied" % n)
+    if not check(n is not None and n >= MIN_APPLIED, "with the adapter: the "
+                 "summary says %s hand-offs applied" % n):
+        # What the shim said (the fit, the skip reasons) tells why.
+        print("".join(l + "\n" for l in err.splitlines() if "dpshim" in l))
+        print("".join(json.dumps({k: e.get(k) for k in ("step", "decision",
+              "reason", "imbalance_before")}) + "\n" for e in entries))
     errors = [e["step"] for e in entries if e.get("decision") == "error"]
     check(not errors, "with the adapter: hand-offs failed at steps %s: %r"
           % (errors, err[-300:]))

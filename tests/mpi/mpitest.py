@@ -12,10 +12,11 @@ failures = []
 
 
 def check(ok, what):
-    """Records a failed check and prints it on one line."""
+    """Records a failed check and prints it on one line; returns ok."""
     if not ok:
         failures.append(what)
         print("FAIL: " + what)
+    return ok
 
 
 def run(cmd, env=None, preload=None):
