@@ -29,7 +29,7 @@ STEPS = 14
 # lower trigger keeps this a test of the adapter, not of the threshold.
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
             "DPSHIM_VERIFY": "1", "DPSHIM_TRIGGER_THRESHOLD": "0.05"}
-MIN_APPLIED = 3  # of the 10 steps after the warm-up (seed 1 applies ~6)
+MIN_APPLIED = 3  # of the 10 steps after the warm-up (seed 1 applies ~10)
 
 
 
