@@ -1,4 +1,5 @@
 /* The adapters' entry point; see include/dpshim/batch.h. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "env.h"
@@ -9,11 +10,12 @@
  * when balancing was asked for: a silent no-op would be a surprise. */
 static void say_not_initialised(void) {
   dpshim__state_t *st = &dpshim__state;
-  int initialised = 0, rank = 0;
+  int initialised = 0, finalized = 1, rank = 0;
   const char *on = getenv(DPSHIM_ENV_ENABLE);
   if (st->said_not_initialised || !on || *on == '0' || !*on) return;
-  PMPI_Initialized(&initialised);
-  if (!initialised) return;
+  if (PMPI_Initialized(&initialised) != MPI_SUCCESS || !initialised ||
+      PMPI_Finalized(&finalized) != MPI_SUCCESS || finalized)
+    return;
   st->said_not_initialised = 1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
@@ -22,7 +24,33 @@ static void say_not_initialised(void) {
                 "adapter");
 }
 
+/* Whether this thread may start the shim's collectives. A hand-off from a
+ * thread other than MPI_Init's needs DPSHIM_LOADER_THREAD=1 (and so
+ * MPI_THREAD_MULTIPLE); without it this rank stops balancing, said once.
+ * Every rank's loader behaves alike, so every rank stops at the same
+ * hand-off. */
+static int may_communicate(dpshim__state_t *st, int main) {
+  if (main || st->cfg.loader_thread) return 1;
+  st->active = 0;
+  if (st->world_rank == 0 && !st->said_thread++) {
+    char line[384];
+    snprintf(line, sizeof line,
+             "a batch was handed off from a thread other than MPI_Init's: "
+             "set %s=1 for a loader that runs in its own thread; balancing "
+             "is off", DPSHIM_ENV_LOADER_THREAD);
+    dpshim__say(line);
+  }
+  return 0;
+}
+
 DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {
-  if (!dpshim__state.mpi_up) say_not_initialised();
-  return dpshim__on_handoff(batch);
+  dpshim__state_t *st = &dpshim__state;
+  if (st->finalized) return 0;
+  if (!st->mpi_up) {
+    say_not_initialised();
+    return 0;
+  }
+  int main = pthread_equal(pthread_self(), st->init_thread);
+  if (!st->active || !may_communicate(st, main)) return 0;
+  return dpshim__core_handoff(&st->core, batch, main);
 }

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "batch_view.h"
+#include "hash.h"
+#include "policy.h"
 
 #define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
 #define RECORD(slot) (sizeof(header_t) + (slot))
@@ -15,15 +17,24 @@
 /* What each rank tells the others before anything else. */
 typedef struct header {
   int32_t status; /* 0, or this rank's DPSHIM_E* code */
+  int32_t id;     /* the rank's name in messages (its world rank) */
   int32_t nsamples;
   int32_t capacity_samples;
   int32_t width;
-  uint64_t signature;
-  int64_t step;
+  int32_t nfields;
+  int64_t step;     /* history key; < 0: none */
   int64_t reserved; /* gathered samples it can hold without allocating */
+  int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
+  uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
 } header_t;
+
+size_t dpshim__balance_header_bytes(void) { return sizeof(header_t); }
+
+size_t dpshim__balance_slot_bytes(size_t most) {
+  return (most + most / 4 + 7) / 8 * 8; /* room to grow; records aligned */
+}
 
 struct dpshim__balancer {
   dpshim__balance_config_t cfg;
@@ -33,6 +44,7 @@ struct dpshim__balancer {
   int64_t step;
   header_t *headers;
   size_t *counts;   /* [3 * size]: gather, send, receive bytes */
+  int64_t *bytes;   /* [2 * size]: every rank's bytes sent, received */
   int64_t *first;   /* [size + 1]: each rank's first sample in the group */
   int32_t *status;  /* [size] */
   char *messages;   /* [size * MESSAGE_BYTES] */
@@ -48,6 +60,7 @@ struct dpshim__balancer {
   dpshim_sample_t *samples;
   int32_t *order;   /* this rank's samples by destination */
   int64_t *use;     /* [size * (MAX_FIELDS + 1)]: samples and rows per rank */
+  int64_t *room;    /* the same shape: what each rank's buffers hold */
   int32_t *recv_meta;
   unsigned char *sendbuf, *recvbuf;
   size_t meta_cap, samples_cap, order_cap, recv_meta_cap, send_cap, recv_cap;
@@ -78,11 +91,13 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->history);
   free(b->headers);
   free(b->counts);
+  free(b->bytes);
   free(b->first);
   free(b->status);
   free(b->messages);
   free(b->checks);
   free(b->use);
+  free(b->room);
   free(b->notes);
   free(b->post);
   free(b->board);
@@ -114,17 +129,21 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->history = calloc((size_t)size, sizeof *b->history);
   b->headers = calloc((size_t)size, sizeof *b->headers);
   b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
+  b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
   b->first = calloc((size_t)size + 1, sizeof *b->first);
   b->status = calloc((size_t)size, sizeof *b->status);
   b->messages = calloc((size_t)size, MESSAGE_BYTES);
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
   b->use = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->use);
+  b->room = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->room);
   b->notes = calloc((size_t)size * DPSHIM__NOTES, sizeof *b->notes);
   b->slot = b->next_slot = 0;
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
-  if (b->history && b->headers && b->counts && b->first && b->status &&
-      b->messages && b->checks && b->use && b->notes && b->post && b->board)
+  if (b->history && b->headers && b->counts && b->bytes && b->first &&
+      b->status &&
+      b->messages && b->checks && b->use && b->room && b->notes && b->post &&
+      b->board)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -134,7 +153,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
 /* ---- agreement ------------------------------------------------------------ */
 
 /* b->status holds every rank's status. The first failing rank's message
- * becomes everyone's. Returns that rank's status, or 0. */
+ * becomes everyone's, naming that rank by its id. Returns its status, or 0. */
 static int settle(dpshim__balancer_t *b, dpshim__comm_t *comm,
                   const char *mine, dpshim__balance_report_t *rep) {
   int32_t bad = -1;
@@ -145,8 +164,8 @@ static int settle(dpshim__balancer_t *b, dpshim__comm_t *comm,
   snprintf(msg, sizeof msg, "%s", b->status[comm->rank] ? mine : "");
   int rc = comm->ops->allgather(comm, msg, sizeof msg, b->messages);
   if (rc < 0) return rc;
-  snprintf(rep->message, sizeof rep->message, "rank %d: %s", (int)bad,
-           b->messages + (size_t)bad * MESSAGE_BYTES);
+  snprintf(rep->message, sizeof rep->message, "rank %d: %s",
+           (int)b->headers[bad].id, b->messages + (size_t)bad * MESSAGE_BYTES);
   return b->status[bad];
 }
 
@@ -160,35 +179,24 @@ static int agree(dpshim__balancer_t *b, dpshim__comm_t *comm, int32_t status,
 
 /* ---- gathering ------------------------------------------------------------ */
 
-/* The capacity in bytes of this rank's buffers: no plan that passes
- * check_capacity() sends it more. */
-static size_t capacity_bytes(const dpshim_batch_t *batch,
-                             const dpshim__layout_t *l) {
-  size_t bytes = 0;
-  for (int32_t f = 0; f < l->nfields; f++)
-    bytes += (size_t)batch->fields[f].capacity_rows * l->row_bytes[f];
-  return bytes;
-}
-
 static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
-                        int64_t step, dpshim__layout_t *l, header_t *h,
-                        char *msg) {
-  memset(h, 0, sizeof *h);
-  h->step = step;
+                        dpshim__layout_t *l, header_t *h, char *msg) {
   int rc = dpshim__layout_of(batch, l, msg, MESSAGE_BYTES);
   if (rc < 0) return rc;
   h->nsamples = batch->nsamples;
   h->capacity_samples = batch->capacity_samples;
   h->width = l->width;
-  h->signature = dpshim__layout_signature(l);
+  h->nfields = l->nfields;
   h->reserved = (int64_t)(b->meta_cap / (size_t)l->width);
   if ((int64_t)b->samples_cap < h->reserved) h->reserved = (int64_t)b->samples_cap;
-  for (int32_t f = 0; f < l->nfields; f++)
+  h->send_room = (int64_t)b->send_cap;
+  h->recv_room = (int64_t)b->recv_cap;
+  for (int32_t f = 0; f < l->nfields; f++) {
+    h->field[f] = dpshim__field_signature(batch, l, f);
     h->capacity_rows[f] = batch->fields[f].capacity_rows;
-  size_t cap = capacity_bytes(batch, l);
-  if (grow(&b->sendbuf, &b->send_cap, cap, 1) < 0 ||
-      grow(&b->recvbuf, &b->recv_cap, cap, 1) < 0 ||
-      grow(&b->order, &b->order_cap, (size_t)batch->nsamples, sizeof(int32_t)) < 0 ||
+  }
+  if (grow(&b->order, &b->order_cap, (size_t)batch->nsamples,
+           sizeof(int32_t)) < 0 ||
       grow(&b->recv_meta, &b->recv_meta_cap,
            (size_t)batch->capacity_samples * (size_t)l->width,
            sizeof(int32_t)) < 0) {
@@ -198,21 +206,48 @@ static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
   return 0;
 }
 
-static int check_headers(const dpshim__balancer_t *b, int64_t *nsamples,
-                         char *msg) {
-  *nsamples = 0;
+/* The first field in which header h differs from rank 0's, or -1. */
+static int32_t differing_field(const header_t *h, const header_t *h0) {
+  int32_t n = h->nfields > h0->nfields ? h->nfields : h0->nfields;
+  for (int32_t f = 0; f < n; f++)
+    if (f >= h->nfields || f >= h0->nfields || h->field[f] != h0->field[f])
+      return f;
+  return -1;
+}
+
+/* Fields are part of what every rank agrees on: the same names, row sizes
+ * and kinds, in the same order. A rank that differs says which of its
+ * fields does, in an agreed error. */
+static int check_fields(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                        const dpshim_batch_t *batch,
+                        dpshim__balance_report_t *rep) {
+  int any = 0;
+  for (int32_t r = 1; r < b->size; r++)
+    any |= differing_field(&b->headers[r], &b->headers[0]) >= 0;
+  if (!any) return 0;
+  char msg[MESSAGE_BYTES] = "";
+  int32_t f = differing_field(&b->headers[comm->rank], &b->headers[0]);
+  if (f >= 0 && f < batch->nfields)
+    snprintf(msg, sizeof msg,
+             "field %d ('%.32s') differs from rank %d's: expected the same "
+             "fields in the same order on every rank", (int)f,
+             batch->fields[f].name ? batch->fields[f].name : "?",
+             (int)b->headers[0].id);
+  else if (f >= 0)
+    snprintf(msg, sizeof msg,
+             "field %d: none here, rank %d has %d fields: expected the same "
+             "fields on every rank", (int)f, (int)b->headers[0].id,
+             (int)b->headers[0].nfields);
+  return agree(b, comm, f >= 0 ? DPSHIM_EINVAL : 0, msg, rep);
+}
+
+static void count_samples(dpshim__balancer_t *b) {
+  int64_t n = 0;
   for (int32_t r = 0; r < b->size; r++) {
-    const header_t *h = &b->headers[r];
-    if (h->signature != b->headers[0].signature) {
-      snprintf(msg, MESSAGE_BYTES,
-               "rank %d's batch has other fields than rank 0's", (int)r);
-      return DPSHIM_EINVAL;
-    }
-    b->first[r] = *nsamples;
-    *nsamples += h->nsamples;
+    b->first[r] = n;
+    n += b->headers[r].nsamples;
   }
-  b->first[b->size] = *nsamples;
-  return 0;
+  b->first[b->size] = n;
 }
 
 static size_t meta_bytes(const header_t *h) {
@@ -254,20 +289,24 @@ static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
   return 0;
 }
 
-/* The header, with the metas when they fit, into b->post. */
+/* The header, with the metas when they fit and a plan is wanted. */
 static void post(dpshim__balancer_t *b, const dpshim_batch_t *batch,
-                 const dpshim__layout_t *l, const header_t *h) {
+                 const dpshim__layout_t *l, const header_t *h, int plan) {
   memcpy(b->post, h, sizeof *h);
-  if (h->status != 0 || meta_bytes(h) > b->slot) return;
+  if (!plan || h->status != 0 || meta_bytes(h) > b->slot) return;
   int32_t *meta = (int32_t *)(void *)(b->post + sizeof *h);
   for (int32_t i = 0; i < batch->nsamples; i++)
     dpshim__meta_of(batch, l, i, meta + (size_t)i * (size_t)l->width);
 }
 
 static void read_board(dpshim__balancer_t *b) {
-  for (int32_t r = 0; r < b->size; r++)
+  for (int32_t r = 0; r < b->size; r++) {
     memcpy(&b->headers[r], b->board + (size_t)r * RECORD(b->slot),
            sizeof(header_t));
+    memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
+           sizeof b->headers[r].note);
+    b->status[r] = b->headers[r].status;
+  }
 }
 
 /* ---- planning ------------------------------------------------------------- */
@@ -278,20 +317,18 @@ static int64_t total_tokens(const dpshim__balancer_t *b, int64_t n) {
   return tokens;
 }
 
-/* The configured cap, lowered to what the smallest token buffer holds. */
-static double cap_ratio(const dpshim__balancer_t *b,
-                        const dpshim__layout_t *l, int64_t tokens) {
-  double ratio = b->cfg.cap_ratio;
-  if (tokens <= 0) return ratio; /* no tokens: no buffer can overflow */
-  for (int32_t f = 0; f < l->nfields; f++) {
-    if (l->kind[f] != ROWS_TOKENS) continue;
-    for (int32_t r = 0; r < b->size; r++) {
-      double fits = (double)b->headers[r].capacity_rows[f] * b->size /
-                    (double)tokens;
-      if (ratio == 0 || fits < ratio) ratio = fits;
-    }
+/* The configured cap, lowered to what every rank's token buffers hold. */
+static double cap_ratio(dpshim__balancer_t *b, const dpshim__layout_t *l,
+                        int64_t tokens) {
+  int64_t *rows = b->use; /* free until the capacity check */
+  for (int32_t r = 0; r < b->size; r++) {
+    rows[r] = -1;
+    for (int32_t f = 0; f < l->nfields; f++)
+      if (l->kind[f] == DPSHIM__ROWS_TOKENS &&
+          (rows[r] < 0 || b->headers[r].capacity_rows[f] < rows[r]))
+        rows[r] = b->headers[r].capacity_rows[f];
   }
-  return ratio;
+  return dpshim__policy_cap_ratio(b->cfg.cap_ratio, rows, b->size, tokens);
 }
 
 static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
@@ -312,36 +349,36 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
   return rc;
 }
 
-/* Why the plan cannot be applied to these buffers, or NULL when every rank
- * can hold what the plan gives it. */
-static const char *check_capacity(dpshim__balancer_t *b,
-                                  const dpshim__layout_t *l, int64_t n) {
-  size_t stride = (size_t)l->nfields + 1;
-  int64_t *use = b->use;
-  memset(use, 0, (size_t)b->size * stride * sizeof *use);
+/* Whether every rank can hold what the plan gives it: samples and rows of
+ * every field, against the capacities in its header. */
+static int plan_fits(dpshim__balancer_t *b, const dpshim__layout_t *l,
+                     int64_t n) {
+  size_t stride = (size_t)l->nfields + 1, count = (size_t)b->size * stride;
+  memset(b->use, 0, count * sizeof *b->use);
   for (int64_t i = 0; i < n; i++) {
-    int64_t *u = use + (size_t)b->plan.dest[i] * stride;
+    int64_t *u = b->use + (size_t)b->plan.dest[i] * stride;
     const int32_t *m = b->meta + (size_t)i * (size_t)l->width;
     u[0]++;
     for (int32_t f = 0; f < l->nfields; f++)
       u[f + 1] += dpshim__meta_rows(l, f, m);
   }
   for (int32_t r = 0; r < b->size; r++) {
-    const int64_t *u = use + (size_t)r * stride;
-    if (u[0] > b->headers[r].capacity_samples) return "capacity";
-    for (int32_t f = 0; f < l->nfields; f++)
-      if (u[f + 1] > b->headers[r].capacity_rows[f]) return "capacity";
+    int64_t *room = b->room + (size_t)r * stride;
+    room[0] = b->headers[r].capacity_samples;
+    memcpy(room + 1, b->headers[r].capacity_rows,
+           (size_t)l->nfields * sizeof *room);
   }
-  return NULL;
+  return dpshim__policy_fits(b->use, b->room, count);
 }
 
 /* ---- exchange ------------------------------------------------------------- */
 
-/* This rank's byte counts to and from every rank, and whether MPI's int
- * counts hold every rank's totals (checked for all, so all agree). */
+/* Every rank's bytes sent and received (b->bytes), this rank's byte counts
+ * to and from every rank, and whether MPI's int counts hold every rank's
+ * totals (checked for all, so all agree). */
 static int plan_counts(dpshim__balancer_t *b, int32_t me) {
   size_t *send = b->counts + b->size, *recv = b->counts + 2 * b->size;
-  int64_t *sent = b->use, *received = b->use + b->size;
+  int64_t *sent = b->bytes, *received = b->bytes + b->size;
   memset(send, 0, 2 * (size_t)b->size * sizeof *send);
   memset(sent, 0, 2 * (size_t)b->size * sizeof *sent);
   for (int64_t i = 0; i < b->first[b->size]; i++) {
@@ -356,6 +393,24 @@ static int plan_counts(dpshim__balancer_t *b, int32_t me) {
   for (int32_t r = 0; r < b->size; r++)
     if (sent[r] > INT_MAX || received[r] > INT_MAX) return 0;
   return 1;
+}
+
+/* Exchange buffers for this plan. Only a rank whose buffers must grow can
+ * fail, and every rank can tell from the headers which must: an agreement
+ * round runs only then. */
+static int reserve_exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                            dpshim__balance_report_t *rep) {
+  int any = 0;
+  for (int32_t r = 0; r < b->size; r++)
+    any |= b->bytes[r] > b->headers[r].send_room ||
+           b->bytes[b->size + r] > b->headers[r].recv_room;
+  if (!any) return 0;
+  int64_t send = b->bytes[comm->rank], recv = b->bytes[b->size + comm->rank];
+  int rc = 0;
+  if (grow(&b->sendbuf, &b->send_cap, (size_t)send, 1) < 0 ||
+      grow(&b->recvbuf, &b->recv_cap, (size_t)recv, 1) < 0)
+    rc = DPSHIM_ENOMEM;
+  return agree(b, comm, rc, "out of memory for the exchange buffers", rep);
 }
 
 /* Samples that stay are not sent: they are compacted in place, and the
@@ -390,17 +445,11 @@ static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
 
 /* ---- verification --------------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
 /* Hash of one record; p advances past it. */
 static uint64_t record_hash(const dpshim__layout_t *l, const int32_t *meta,
                             const unsigned char **p) {
   size_t bytes = (size_t)dpshim__meta_bytes(l, meta);
-  uint64_t h = fnv(1469598103934665603ull, *p, bytes);
+  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, *p, bytes);
   *p += bytes;
   return h;
 }
@@ -413,8 +462,9 @@ static int verify(dpshim__balancer_t *b, dpshim__comm_t *comm,
   size_t width = (size_t)l->width;
   const int32_t *own = b->meta + (size_t)b->first[comm->rank] * width;
   const unsigned char *p = b->sendbuf;
-  uint64_t mine[3] = {fnv(1469598103934665603ull, b->plan.dest,
-                          (size_t)b->first[b->size] * sizeof(int32_t)), 0, 0};
+  uint64_t mine[3] = {dpshim__fnv(DPSHIM__FNV_SEED, b->plan.dest,
+                                  (size_t)b->first[b->size] * sizeof(int32_t)),
+                      0, 0};
   for (int32_t k = 0; k < nsent; k++)
     mine[1] += record_hash(l, own + (size_t)b->order[k] * width, &p);
   p = b->recvbuf;
@@ -426,7 +476,8 @@ static int verify(dpshim__balancer_t *b, dpshim__comm_t *comm,
   for (int32_t r = 0; r < comm->size; r++) {
     if (b->checks[3 * r] != b->checks[0]) {
       snprintf(rep->message, sizeof rep->message,
-               "verify: rank %d solved another plan than rank 0", (int)r);
+               "verify: rank %d solved another plan than rank %d",
+               (int)b->headers[r].id, (int)b->headers[0].id);
       return DPSHIM_EINVAL;
     }
     sent += b->checks[3 * r + 1];
@@ -454,49 +505,30 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
 }
 
 /* Whether and why not to apply the solved plan: the same answer everywhere. */
-/* The original applies whatever it solves; every other algorithm must not
- * raise the busiest rank's load. */
-static int raises_max(const dpshim__balancer_t *b) {
-  double before = 0, after = 0;
-  for (int32_t r = 0; r < b->size; r++) {
-    if (b->plan.load_before[r] > before) before = b->plan.load_before[r];
-    if (b->plan.load_after[r] > after) after = b->plan.load_after[r];
-  }
-  return b->cfg.algo != DPSHIM_ALGO_SEED && after > before;
-}
-
-static int moves_any(const dpshim__balancer_t *b) {
-  for (int64_t i = 0; i < b->first[b->size]; i++)
-    if (b->plan.dest[i] != b->samples[i].origin) return 1;
-  return 0;
-}
-
 static const char *skip_reason(dpshim__balancer_t *b,
                                const dpshim__layout_t *l, int32_t me) {
   int64_t n = b->first[b->size];
-  if (b->plan.decision != DPSHIM_DECISION_APPLY)
-    return dpshim_skip_reason_name(b->plan.reason);
-  if (raises_max(b)) return dpshim_skip_reason_name(DPSHIM_SKIP_NO_GAIN);
-  if (!moves_any(b)) return "no-move";
-  const char *why = check_capacity(b, l, n);
+  const char *why = dpshim__policy_skip(&b->plan, b->samples, n, b->size,
+                                        b->cfg.algo, plan_fits(b, l, n));
   if (why) return why;
   return plan_counts(b, me) ? NULL : "exchange-too-large";
 }
 
-/* Whether some rank holds no sample: the solver keeps every rank busy, so
- * it needs a sample on each to begin with. */
-static int has_empty_rank(const dpshim__balancer_t *b) {
-  for (int32_t r = 0; r < b->size; r++)
-    if (b->headers[r].nsamples == 0) return 1;
-  return 0;
+static const char *precheck(dpshim__balancer_t *b) {
+  int32_t *counts = b->status; /* free once settled */
+  for (int32_t r = 0; r < b->size; r++) counts[r] = b->headers[r].nsamples;
+  return dpshim__policy_precheck(counts, b->size);
 }
 
-/* A new step starts from no history. */
+/* A new step starts from no history; hand-offs without a step key (< 0)
+ * have none at all. */
 static void enter_step(dpshim__balancer_t *b) {
-  int64_t step = b->step;
-  for (int32_t r = 0; r < b->size; r++)
+  int64_t step = b->step, none = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    none |= b->headers[r].step < 0;
     if (b->headers[r].step > step) step = b->headers[r].step;
-  if (step == b->step) return;
+  }
+  if (step == b->step && !none) return;
   b->step = step;
   memset(b->history, 0, (size_t)b->size * sizeof *b->history);
 }
@@ -515,7 +547,7 @@ static int reserve_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   }
   if (n <= room && most <= b->slot) return 0;
   size_t want = (size_t)(n + n / 2); /* so that the next steps fit */
-  size_t slot = (most + most / 4 + 7) / 8 * 8; /* keeps records aligned */
+  size_t slot = dpshim__balance_slot_bytes(most);
   size_t post_cap = RECORD(b->slot), board_cap = b->size * RECORD(b->slot);
   int rc = 0;
   if (grow(&b->meta, &b->meta_cap, want * (size_t)l->width,
@@ -551,46 +583,86 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   return 0;
 }
 
-int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
-                    dpshim_batch_t *batch, int64_t step,
-                    const double *note, dpshim__balance_report_t *rep) {
+/* The first collective: every rank's header (and metas) to every rank, and
+ * the errors any rank found in its batch, agreed. */
+static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                          const dpshim_batch_t *batch,
+                          const dpshim__handoff_t *ho, dpshim__layout_t *l,
+                          dpshim__balance_report_t *rep) {
   char msg[MESSAGE_BYTES] = "";
-  dpshim__layout_t l;
   header_t h;
-  int64_t n;
-  memset(rep, 0, sizeof *rep);
-  int rc = ensure_group(b, comm->size);
-  if (rc < 0) return rc;
-  int32_t status = local_header(b, batch, step, &l, &h, msg);
-  h.status = status;
-  if (note) memcpy(h.note, note, sizeof h.note);
+  memset(&h, 0, sizeof h);
+  h.id = comm->id;
+  h.step = ho->step;
+  if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
+  h.status = local_header(b, batch, l, &h, msg);
   b->slot = b->next_slot;
-  post(b, batch, &l, &h);
+  post(b, batch, l, &h, ho->plan);
   double arrived = b->cfg.clock ? b->cfg.clock() : 0;
-  rc = comm->ops->allgather(comm, b->post, RECORD(b->slot), b->board);
+  int rc = comm->ops->allgather(comm, b->post, RECORD(b->slot), b->board);
   if (rc < 0) return rc;
   if (b->cfg.clock) rep->arrival_wait = b->cfg.clock() - arrived;
   read_board(b);
-  for (int32_t r = 0; r < b->size; r++)
-    memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
-           sizeof b->headers[r].note);
   rep->notes = b->notes;
-  for (int32_t r = 0; r < b->size; r++) b->status[r] = b->headers[r].status;
   rc = settle(b, comm, msg, rep);
   if (rc < 0) return rc;
-  if (check_headers(b, &n, msg) < 0) {
-    snprintf(rep->message, sizeof rep->message, "%s", msg);
+  rc = check_fields(b, comm, batch, rep);
+  if (rc < 0) return rc;
+  count_samples(b);
+  rep->samples = b->first[b->size];
+  return 0;
+}
+
+/* Everything up to the decision: 0 with rep->skip_reason set or NULL (to
+ * apply), or the group's agreed error. */
+static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                  const dpshim_batch_t *batch, const dpshim__handoff_t *ho,
+                  dpshim__layout_t *l, dpshim__balance_report_t *rep) {
+  int rc = gather_headers(b, comm, batch, ho, l, rep);
+  if (rc < 0) return rc;
+  enter_step(b);
+  rep->skip_reason = ho->plan ? precheck(b) : "warmup";
+  if (rep->skip_reason) return 0;
+  rc = plan_group(b, comm, batch, l, rep);
+  if (rc < 0) return rc;
+  rep->skip_reason = skip_reason(b, l, comm->rank);
+  if (!rep->skip_reason) rc = reserve_exchange(b, comm, rep);
+  return rc;
+}
+
+/* Groups whose ranks are TP/CP peers hold the same samples and must stay
+ * so: each group's outcome goes to its peers, and the least of them (an
+ * error, else a skip, else apply) is every peer group's. Collective over
+ * the peers, reached once per hand-off whatever the outcome. */
+static int agree_peers(dpshim__comm_t *peers, int rc,
+                       dpshim__balance_report_t *rep) {
+  if (!peers || peers->size < 2) return rc;
+  int64_t v[2] = {rc < 0, rc == 0 && rep->skip_reason != NULL};
+  int prc = peers->ops->max(peers, v, 2);
+  if (prc < 0) return prc;
+  if (rc < 0) return rc;
+  if (v[0]) {
+    snprintf(rep->message, sizeof rep->message,
+             "a TP/CP peer's DP group could not balance this hand-off");
     return DPSHIM_EINVAL;
   }
-  enter_step(b);
-  rep->samples = n;
-  if (has_empty_rank(b)) {
-    rep->skip_reason = n < b->size ? "too-few-samples" : "empty-rank";
-    return 0;
-  }
-  rc = plan_group(b, comm, batch, &l, rep);
+  if (v[1] && !rep->skip_reason) rep->skip_reason = "peer-skip";
+  return 0;
+}
+
+int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size) {
+  return ensure_group(b, size);
+}
+
+int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                    dpshim_batch_t *batch, const dpshim__handoff_t *ho,
+                    dpshim__balance_report_t *rep) {
+  dpshim__layout_t l;
+  memset(rep, 0, sizeof *rep);
+  int rc = ensure_group(b, comm->size);
+  if (rc == 0) rc = decide(b, comm, batch, ho, &l, rep);
+  rc = agree_peers(ho->peers, rc, rep);
   if (rc < 0) return rc;
-  rep->skip_reason = skip_reason(b, &l, comm->rank);
   const double *loads = b->plan.load_before;
   int32_t nsent = 0, nrecv = 0;
   if (!rep->skip_reason) {
@@ -599,7 +671,8 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
     rep->applied = 1;
     loads = b->plan.load_after;
   }
-  memcpy(b->history, loads, (size_t)b->size * sizeof *b->history);
+  if (rep->load_before)
+    memcpy(b->history, loads, (size_t)b->size * sizeof *b->history);
   if (!rep->applied || !b->cfg.verify) return 0;
   return verify(b, comm, &l, nsent, nrecv, rep);
 }

@@ -12,6 +12,7 @@
 #ifndef DPSHIM_SHIM_BALANCE_H
 #define DPSHIM_SHIM_BALANCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm.h"
@@ -19,7 +20,7 @@
 #include "dpshim/solver.h"
 
 /* Numbers each rank may pass along with its header, gathered for free. */
-#define DPSHIM__NOTES 4
+#define DPSHIM__NOTES 5
 
 typedef struct dpshim__balance_config {
   dpshim_algo_t algo;
@@ -29,6 +30,16 @@ typedef struct dpshim__balance_config {
   int verify;       /* check plan agreement and exactly-once delivery */
   double (*clock)(void); /* seconds, for arrival_wait; NULL = not timed */
 } dpshim__balance_config_t;
+
+/* One hand-off as the caller sees it. */
+typedef struct dpshim__handoff {
+  int64_t step;       /* hand-offs with the same key share history; < 0: none */
+  int plan;           /* 0: gather and agree only (warm-up: nothing moves) */
+  const double *note; /* DPSHIM__NOTES numbers for every rank, or NULL */
+  /* The ranks holding the same samples in other DP groups (TP/CP peers),
+   * one per group: their groups take the same decision. NULL: none. */
+  dpshim__comm_t *peers;
+} dpshim__handoff_t;
 
 typedef struct dpshim__balance_report {
   int applied;             /* the plan moved samples */
@@ -50,19 +61,27 @@ typedef struct dpshim__balancer dpshim__balancer_t;
 
 dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg);
 void dpshim__balancer_free(dpshim__balancer_t *b);
+/* The per-rank arrays for a group of `size`, ahead of the first hand-off:
+ * then no hand-off allocates them (a rank alone out of memory there would
+ * leave the others waiting). 0 or DPSHIM_ENOMEM. */
+int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size);
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model);
 
-/* Balances `batch` for step `step` (hand-offs of the same step share the
- * loads of the earlier ones, as history). `note` (DPSHIM__NOTES numbers, or
- * NULL for zeros) travels with this rank's header to every rank. Returns 0 (applied or skipped; see
- * rep) or the negative DPSHIM_E* code that every rank returns. Skipped: the
- * solver's reasons, "no-gain" (a plan other than seed's that would raise the
- * maximum load), "no-move", "capacity", "exchange-too-large", "empty-rank",
- * "too-few-samples". A verify error comes after the exchange: the batches
- * are then already changed. */
+/* Balances `batch`. Collective over comm, and over ho->peers. Returns 0 (applied or skipped; see rep) or the
+ * negative DPSHIM_E* code that every rank returns. Skipped: "warmup" (not
+ * planned), the policy's reasons (policy.h), "exchange-too-large",
+ * "peer-skip" (a peer group skipped). Fields
+ * that differ between ranks (names, row sizes, kinds, order) are an agreed
+ * error. A verify error comes after the exchange: the batches are then
+ * already changed. */
 int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
-                    dpshim_batch_t *batch, int64_t step,
-                    const double *note, dpshim__balance_report_t *rep);
+                    dpshim_batch_t *batch, const dpshim__handoff_t *ho,
+                    dpshim__balance_report_t *rep);
+
+/* What every hand-off gathers per rank: the header, and the slot its
+ * samples' metas ride in when the largest rank's take `most` bytes. */
+size_t dpshim__balance_header_bytes(void);
+size_t dpshim__balance_slot_bytes(size_t most);
 
 #endif

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hash.h"
+
 static int bad(char *msg, size_t len, const char *what) {
   snprintf(msg, len, "%s", what);
   return DPSHIM_EINVAL;
@@ -47,10 +49,22 @@ static int describe_field(const dpshim_batch_t *b, int32_t f,
     return DPSHIM_EINVAL;
   }
   l->row_bytes[f] = fd->row_bytes;
+  if (fd->offsets && fd->capacity_rows > INT32_MAX) {
+    snprintf(msg, len,
+             "field '%s': capacity_rows %lld exceeds what int32 offsets can "
+             "hold, expected at most 2147483647", name,
+             (long long)fd->capacity_rows);
+    return DPSHIM_EINVAL;
+  }
+  if (fd->capacity_rows < 0) {
+    snprintf(msg, len, "field '%s': capacity_rows %lld, expected >= 0", name,
+             (long long)fd->capacity_rows);
+    return DPSHIM_EINVAL;
+  }
   if (fd->offsets == b->cu_seqlens) {
-    l->kind[f] = ROWS_TOKENS;
+    l->kind[f] = DPSHIM__ROWS_TOKENS;
   } else if (!fd->offsets) {
-    l->kind[f] = ROWS_ONE;
+    l->kind[f] = DPSHIM__ROWS_ONE;
     if (b->nsamples > fd->capacity_rows) {
       snprintf(msg, len, "field '%s': %d samples exceed capacity_rows %lld",
                name, (int)b->nsamples, (long long)fd->capacity_rows);
@@ -58,7 +72,7 @@ static int describe_field(const dpshim_batch_t *b, int32_t f,
     }
     return 0;
   } else {
-    l->kind[f] = ROWS_OWN;
+    l->kind[f] = DPSHIM__ROWS_OWN;
     l->slot[f] = (uint8_t)l->width++;
   }
   return check_offsets(fd->offsets, b->nsamples, fd->capacity_rows, name, msg,
@@ -69,8 +83,12 @@ int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
                       char *msg, size_t len) {
   memset(l, 0, sizeof *l);
   if (!b) return bad(msg, len, "batch is NULL");
-  if (b->nsamples < 0 || b->nsamples > b->capacity_samples)
-    return bad(msg, len, "batch: nsamples outside [0, capacity_samples]");
+  if (b->nsamples < 0 || b->nsamples > b->capacity_samples) {
+    snprintf(msg, len,
+             "batch: nsamples %d, expected 0 .. capacity_samples (%d)",
+             (int)b->nsamples, (int)b->capacity_samples);
+    return DPSHIM_EINVAL;
+  }
   if (!b->cu_seqlens) return bad(msg, len, "batch: cu_seqlens is NULL");
   if (b->nfields < 1 || b->nfields > DPSHIM__MAX_FIELDS || !b->fields)
     return bad(msg, len, "batch: nfields outside [1, 16] or fields NULL");
@@ -86,22 +104,20 @@ int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
   return 0;
 }
 
-uint64_t dpshim__layout_signature(const dpshim__layout_t *l) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a over the layout numbers */
-  uint64_t v[2];
-  for (int32_t f = 0; f < l->nfields; f++) {
-    v[0] = l->kind[f];
-    v[1] = l->row_bytes[f];
-    for (int k = 0; k < 2; k++) h = (h ^ v[k]) * 1099511628211ull;
-  }
-  return (h ^ (uint64_t)l->nfields) * 1099511628211ull;
+uint32_t dpshim__field_signature(const dpshim_batch_t *b,
+                                 const dpshim__layout_t *l, int32_t f) {
+  const char *name = b->fields[f].name ? b->fields[f].name : "";
+  uint64_t v[2] = {l->kind[f], l->row_bytes[f]};
+  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, v, sizeof v);
+  h = dpshim__fnv(h, name, strlen(name));
+  return (uint32_t)(h ^ (h >> 32));
 }
 
 void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
                      int32_t i, int32_t *meta) {
   meta[0] = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
   for (int32_t f = 0; f < l->nfields; f++) {
-    if (l->kind[f] != ROWS_OWN) continue;
+    if (l->kind[f] != DPSHIM__ROWS_OWN) continue;
     const int32_t *off = b->fields[f].offsets;
     meta[l->slot[f]] = off[i + 1] - off[i];
   }
@@ -110,8 +126,8 @@ void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
 int64_t dpshim__meta_rows(const dpshim__layout_t *l, int32_t f,
                           const int32_t *meta) {
   switch (l->kind[f]) {
-  case ROWS_TOKENS: return meta[0];
-  case ROWS_ONE: return 1;
+  case DPSHIM__ROWS_TOKENS: return meta[0];
+  case DPSHIM__ROWS_ONE: return 1;
   default: return meta[l->slot[f]];
   }
 }
@@ -126,7 +142,7 @@ int64_t dpshim__meta_bytes(const dpshim__layout_t *l, const int32_t *meta) {
 /* First row of sample i in field f. */
 static int64_t first_row(const dpshim_batch_t *b, const dpshim__layout_t *l,
                          int32_t f, int32_t i) {
-  return l->kind[f] == ROWS_ONE ? i : b->fields[f].offsets[i];
+  return l->kind[f] == DPSHIM__ROWS_ONE ? i : b->fields[f].offsets[i];
 }
 
 void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
@@ -149,7 +165,7 @@ void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
 /* One past the last row of sample i in field f. */
 static int64_t rows_end(const dpshim_batch_t *b, const dpshim__layout_t *l,
                         int32_t f, int32_t i) {
-  return l->kind[f] == ROWS_ONE ? i + 1 : b->fields[f].offsets[i + 1];
+  return l->kind[f] == DPSHIM__ROWS_ONE ? i + 1 : b->fields[f].offsets[i + 1];
 }
 
 void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
@@ -173,7 +189,7 @@ void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
     int32_t len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
     b->cu_seqlens[k + 1] = b->cu_seqlens[k] + len;
     for (int32_t f = 0; f < l->nfields; f++) {
-      if (l->kind[f] == ROWS_OWN) b->fields[f].offsets[k + 1] = (int32_t)end[f];
+      if (l->kind[f] == DPSHIM__ROWS_OWN) b->fields[f].offsets[k + 1] = (int32_t)end[f];
       at[f] = end[f];
     }
   }
@@ -190,7 +206,7 @@ void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
     b->cu_seqlens[i + 1] = b->cu_seqlens[i] + m[0];
     for (int32_t f = 0; f < l->nfields; f++) {
       int32_t *off = b->fields[f].offsets;
-      if (l->kind[f] == ROWS_OWN) off[i + 1] = off[i] + m[l->slot[f]];
+      if (l->kind[f] == DPSHIM__ROWS_OWN) off[i + 1] = off[i] + m[l->slot[f]];
       size_t bytes = (size_t)dpshim__meta_rows(l, f, m) * l->row_bytes[f];
       unsigned char *dst = b->fields[f].data;
       if (bytes == 0) continue;

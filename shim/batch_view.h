@@ -16,13 +16,13 @@
 
 #define DPSHIM__MAX_FIELDS 16
 
-typedef enum { ROWS_TOKENS, ROWS_ONE, ROWS_OWN } dpshim__rows_kind_t;
+typedef enum { DPSHIM__ROWS_TOKENS, DPSHIM__ROWS_ONE, DPSHIM__ROWS_OWN } dpshim__rows_kind_t;
 
 typedef struct dpshim__layout {
   int32_t nfields;
   int32_t width; /* int32 meta numbers per sample */
   uint8_t kind[DPSHIM__MAX_FIELDS];
-  uint8_t slot[DPSHIM__MAX_FIELDS]; /* meta index of a ROWS_OWN field */
+  uint8_t slot[DPSHIM__MAX_FIELDS]; /* meta index of a DPSHIM__ROWS_OWN field */
   size_t row_bytes[DPSHIM__MAX_FIELDS];
 } dpshim__layout_t;
 
@@ -30,8 +30,10 @@ typedef struct dpshim__layout {
  * a one-line message naming the field and what was expected. */
 int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
                       char *msg, size_t msglen);
-/* Same fields, same row sizes, same kinds: what ranks must agree on. */
-uint64_t dpshim__layout_signature(const dpshim__layout_t *l);
+/* Field f's name, row size and kind, hashed: what ranks must agree on,
+ * field by field and in order. */
+uint32_t dpshim__field_signature(const dpshim_batch_t *b,
+                                 const dpshim__layout_t *l, int32_t f);
 
 /* Sample i's meta into meta[0 .. l->width). */
 void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,

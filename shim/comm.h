@@ -1,15 +1,17 @@
 /* The seam between the shim's logic and MPI.
  *
- * Every byte the balancer sends goes through these three collectives over
- * one data-parallel group. comm_mpi.c implements them on a private duplicate
- * of the group's communicator; the unit tests put threads behind them.
- * Counts are in bytes and displacements are the prefix sums of the counts.
- * Each returns 0 or a negative DPSHIM_E* code.
+ * Every collective the shim's core starts goes through these operations over
+ * one group: a data-parallel group for the balancing traffic, the world for
+ * the warm-up fit and the summary. comm_mpi.c implements them on private
+ * communicators; the unit tests put threads behind them. Counts are in
+ * bytes and displacements are the prefix sums of the counts. Each returns 0
+ * or a negative DPSHIM_E* code.
  */
 #ifndef DPSHIM_SHIM_COMM_H
 #define DPSHIM_SHIM_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct dpshim__comm dpshim__comm_t;
 
@@ -24,12 +26,21 @@ typedef struct dpshim__comm_ops {
   int (*alltoallv)(dpshim__comm_t *c, const void *send,
                    const size_t *sendcounts, void *recv,
                    const size_t *recvcounts);
+  /* Every rank sends `bytes`; rank 0's recv holds size * bytes (others'
+   * recv is not touched and may be NULL). */
+  int (*gather)(dpshim__comm_t *c, const void *send, size_t bytes,
+                void *recv);
+  /* Rank 0's `bytes` at buf to every rank. */
+  int (*bcast)(dpshim__comm_t *c, void *buf, size_t bytes);
+  /* v[k] = the maximum of v[k] over the ranks, for k < n. */
+  int (*max)(dpshim__comm_t *c, int64_t *v, int n);
 } dpshim__comm_ops_t;
 
 struct dpshim__comm {
   const dpshim__comm_ops_t *ops;
   void *impl; /* the implementation's own state */
   int rank, size;
+  int id; /* this rank's name in messages: its world rank */
 };
 
 #endif

@@ -25,7 +25,7 @@ static int to_ints(const size_t *counts, int size, int *ints) {
   return 1;
 }
 
-static int mpi_rc(int rc) { return rc == MPI_SUCCESS ? 0 : DPSHIM_EINVAL; }
+static int mpi_rc(int rc) { return rc == MPI_SUCCESS ? 0 : DPSHIM_EMPI; }
 
 static int mpi_allgather(dpshim__comm_t *c, const void *send, size_t bytes,
                          void *recv) {
@@ -55,8 +55,29 @@ static int mpi_alltoallv(dpshim__comm_t *c, const void *send,
                                r + c->size, MPI_BYTE, m->comm));
 }
 
+static int mpi_gather(dpshim__comm_t *c, const void *send, size_t bytes,
+                      void *recv) {
+  impl_t *m = c->impl;
+  if (bytes > INT_MAX) return DPSHIM_EINVAL;
+  return mpi_rc(PMPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes,
+                            MPI_BYTE, 0, m->comm));
+}
+
+static int mpi_bcast(dpshim__comm_t *c, void *buf, size_t bytes) {
+  impl_t *m = c->impl;
+  if (bytes > INT_MAX) return DPSHIM_EINVAL;
+  return mpi_rc(PMPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, m->comm));
+}
+
+static int mpi_max(dpshim__comm_t *c, int64_t *v, int n) {
+  impl_t *m = c->impl;
+  return mpi_rc(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX,
+                               m->comm));
+}
+
 static const dpshim__comm_ops_t ops = {mpi_allgather, mpi_allgatherv,
-                                       mpi_alltoallv};
+                                       mpi_alltoallv, mpi_gather, mpi_bcast,
+                                       mpi_max};
 
 int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   impl_t *m = calloc(1, sizeof *m);
@@ -65,8 +86,12 @@ int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   PMPI_Comm_rank(parent, &rank);
   if (PMPI_Comm_split(parent, color, rank, &m->comm) != MPI_SUCCESS) {
     free(m);
-    return DPSHIM_EINVAL;
+    return DPSHIM_EMPI;
   }
+  /* The shim's collectives report failures instead of aborting the job:
+   * every rank then returns the error and the trainer runs on. */
+  PMPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  PMPI_Comm_rank(MPI_COMM_WORLD, &c->id);
   PMPI_Comm_rank(m->comm, &c->rank);
   PMPI_Comm_size(m->comm, &c->size);
   m->ints = calloc(4 * (size_t)c->size, sizeof *m->ints);
@@ -87,4 +112,9 @@ void dpshim__comm_mpi_close(dpshim__comm_t *c) {
   free(m->ints);
   free(m);
   c->impl = NULL;
+}
+
+MPI_Comm dpshim__comm_mpi_handle(const dpshim__comm_t *c) {
+  const impl_t *m = c->impl;
+  return m ? m->comm : MPI_COMM_NULL;
 }

@@ -1,9 +1,14 @@
 /* The shim's configuration, parsed from the environment.
  *
+ * One table in config.c describes every variable (name, default, accepted
+ * values, the original's flag) and drives parsing, error lines and the dump.
+ *
  * dpshim__config_parse() is pure: it reads variables through `get` (getenv
  * in the shim, a table in the tests) and never prints. On a bad value it
- * returns DPSHIM_EINVAL with one line naming the variable, the value and
- * what is accepted; the caller turns balancing off on every rank.
+ * returns DPSHIM_EINVAL with one line naming the variable, the value (cut
+ * to 64 characters, control characters escaped) and what is accepted; the
+ * caller turns balancing off on every rank. Pass msglen >= 256 so the
+ * expected part always fits.
  */
 #ifndef DPSHIM_SHIM_CONFIG_H
 #define DPSHIM_SHIM_CONFIG_H
@@ -32,6 +37,7 @@ typedef struct dpshim__config {
   int enabled;
   int verbose;
   int verify;
+  int loader_thread; /* the loader hands off from its own thread */
   /* warmup[s] is 1 when step s (1-based) is a warm-up step; the first one
    * is a cold start whose timing is dropped. */
   uint8_t warmup[DPSHIM__MAX_WARMUP + 1];
@@ -51,6 +57,30 @@ typedef char *(*dpshim__getenv_fn)(const char *name); /* as getenv */
 
 int dpshim__config_parse(dpshim__getenv_fn get, dpshim__config_t *cfg,
                          char *msg, size_t msglen);
+
+/* One variable of the table, read-only (the tests hold the README to it). */
+typedef struct dpshim__config_var {
+  const char *name;     /* the environment variable, from env.h */
+  const char *def;      /* its default as text; NULL: unset */
+  const char *accepted; /* the "expected ..." part of its error line */
+  const char *flag;     /* the original's command-line flag; NULL: none */
+} dpshim__config_var_t;
+
+int32_t dpshim__config_nvars(void);
+/* The i-th variable, 0 <= i < nvars; NULL outside. */
+const dpshim__config_var_t *dpshim__config_var(int32_t i);
+
+/* Calls `line` once per variable, in table order, with the effective value
+ * formatted back from `c`: "NAME=value", plus " (default)" when it is the
+ * default ("NAME= (default)" for one unset by default). Parsing the values
+ * back gives `c` again. */
+void dpshim__config_dump(const dpshim__config_t *c,
+                         void (*line)(void *ctx, const char *text), void *ctx);
+
+/* A hash of every field (not the struct's bytes: padding, -0.0 and bytes
+ * past the log path's end do not count), for ranks to check that they
+ * agree. */
+uint64_t dpshim__config_hash(const dpshim__config_t *c);
 
 /* Whether `step` is a warm-up step; *first says it is the cold start. */
 int dpshim__config_is_warmup(const dpshim__config_t *cfg, int64_t step,

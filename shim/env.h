@@ -1,5 +1,6 @@
-/* Every environment variable the shim reads, in one place. The README's
- * configuration table maps each to the original's command-line flag. */
+/* Every environment variable the shim reads, in one place. config.c's table
+ * gives each its default, accepted values and the original's command-line
+ * flag; a unit test checks that the README's table says the same. */
 #ifndef DPSHIM_SHIM_ENV_H
 #define DPSHIM_SHIM_ENV_H
 
@@ -17,5 +18,6 @@
 #define DPSHIM_ENV_SYNC_OPS "DPSHIM_SYNC_OPS"
 #define DPSHIM_ENV_LOG "DPSHIM_LOG"
 #define DPSHIM_ENV_VERIFY "DPSHIM_VERIFY"
+#define DPSHIM_ENV_LOADER_THREAD "DPSHIM_LOADER_THREAD"
 
 #endif

@@ -1,34 +1,15 @@
-/* The reference loader's hand-off, packload_next(), interposed: the real one
- * fills the pack, the shim balances it in place before the trainer sees it.
+/* The reference loader's adapter: packload_next() interposed on the public
+ * adapter API (<dpshim/adapter.h>, <dpshim/batch.h>), like any third-party
+ * adapter; it is linked into libdpshim.so so that one preload does it.
  *
  * This works because the trainer calls packload_next() in libpackload.so
  * across a shared-object boundary; a call inside one object cannot be
  * interposed by LD_PRELOAD. */
-#include <dlfcn.h>
-#include <string.h>
-
+#include "dpshim/adapter.h"
+#include "dpshim/batch.h"
 #include "packload.h"
-#include "shim.h"
 
-typedef packload_batch_t *(*packload_next_fn)(packload_t *);
-
-static packload_next_fn real_next(void) {
-  dpshim__state_t *st = &dpshim__state;
-  pthread_mutex_lock(&st->lock);
-  if (!st->real_packload_next && !st->packload_missing) {
-    st->real_packload_next = dlsym(RTLD_NEXT, "packload_next");
-    if (!st->real_packload_next) {
-      st->packload_missing = 1;
-      const char *why = dlerror();
-      dpshim__say("cannot find the real packload_next (%s)",
-                  why ? why : "not found");
-    }
-  }
-  packload_next_fn fn; /* ISO C has no cast from void * to a function */
-  memcpy(&fn, &st->real_packload_next, sizeof fn);
-  pthread_mutex_unlock(&st->lock);
-  return fn;
-}
+static dpshim_next_t real_next = DPSHIM_NEXT_INIT("packload_next");
 
 /* The pack as fields: three token-aligned, one per sample. */
 static void balance_pack(packload_batch_t *p) {
@@ -44,13 +25,14 @@ static void balance_pack(packload_batch_t *p) {
   };
   dpshim_batch_t batch = {p->nsamples, p->capacity_samples, p->cu_seqlens,
                           4, fields};
-  dpshim__on_handoff(&batch);
+  dpshim_balance_batch(&batch);
   p->nsamples = batch.nsamples;
 }
 
 PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
-  packload_next_fn next = real_next();
+  packload_batch_t *(*next)(packload_t *);
+  DPSHIM_NEXT(real_next, next);
   packload_batch_t *p = next ? next(loader) : NULL;
-  if (p && dpshim__state.active) balance_pack(p);
+  if (p) balance_pack(p);
   return p;
 }

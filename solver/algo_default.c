@@ -37,7 +37,7 @@
 /* ---- 1. shed ------------------------------------------------------------ */
 
 /* order[] bucketed by origin, length-descending inside each rank. */
-static int group_by_origin(state_t *s) {
+static int group_by_origin(dpshim__dstate_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t *fill = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   s->start = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks + 1);
@@ -56,39 +56,40 @@ static int group_by_origin(state_t *s) {
   return 0;
 }
 
-static void shed_rank(state_t *s, int32_t r, double max_room) {
+static void shed_rank(dpshim__dstate_t *s, int32_t r, double max_room) {
   const double *cost = s->ctx->cost;
   const int64_t *own = s->group + s->start[r];
   int64_t n = s->start[r + 1] - s->start[r];
   for (int64_t k = 0; k < n && s->load[r] > s->target && s->count[r] > 1; k++) {
     int64_t i = own[k];
     if (cost[i] <= s->load[r] - s->bound && cost[i] <= max_room)
-      take(s, i);
+      dpshim__dstate_take(s, i);
   }
   /* Every sample left is larger than the excess: the cheapest one that
    * clears it overshoots least. */
   for (int64_t k = n - 1; k >= 0 && s->load[r] > s->target && s->count[r] > 1;
        k--) {
     int64_t i = own[k];
-    if (s->ctx->dest[i] == r && cost[i] >= s->load[r] - s->target) take(s, i);
+    if (s->ctx->dest[i] == r && cost[i] >= s->load[r] - s->target)
+      dpshim__dstate_take(s, i);
   }
 }
 
 /* Every rank also offers its shortest samples, up to FRINGE * LB of cost:
  * placed last, they level the ranks finely, as the tail of LPT does, and
  * most go home again. */
-static void release_fringe(state_t *s, int32_t r) {
+static void release_fringe(dpshim__dstate_t *s, int32_t r) {
   double budget = FRINGE * s->bound;
   for (int64_t k = s->start[r + 1] - 1; k >= s->start[r] && s->count[r] > 1; k--) {
     int64_t i = s->group[k];
     if (s->ctx->dest[i] != r) continue;
     if (s->ctx->cost[i] > budget) break;
     budget -= s->ctx->cost[i];
-    take(s, i);
+    dpshim__dstate_take(s, i);
   }
 }
 
-static void shed(state_t *s) {
+static void shed(dpshim__dstate_t *s) {
   double min_load = s->load[0];
   for (int32_t r = 1; r < s->ctx->ranks; r++) min_load = fmin(min_load, s->load[r]);
   double max_room = s->target - min_load;
@@ -99,18 +100,18 @@ static void shed(state_t *s) {
 
 /* ---- driver ------------------------------------------------------------- */
 
-static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
-  *s = (state_t){.ctx = ctx,
-                 .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
-                 .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
-                 .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
-                 .token_key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
-                 .bound = ctx->lower_bound_cap,
-                 .target = ctx->lower_bound_cap * (1 + TOLERANCE),
-                 .order = ctx->order,
-                 .head = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
-                 .next = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),
-                 .prev = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples)};
+static int init_state(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
+  *s = (dpshim__dstate_t){.ctx = ctx,
+                          .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+                          .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                          .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                          .token_key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+                          .bound = ctx->lower_bound_cap,
+                          .target = ctx->lower_bound_cap * (1 + TOLERANCE),
+                          .order = ctx->order,
+                          .head = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                          .next = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),
+                          .prev = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples)};
   if (!s->load || !s->tokens || !s->count || !s->token_key || !s->order || !s->head ||
       !s->next || !s->prev)
     return DPSHIM_ENOMEM;
@@ -124,7 +125,7 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
     s->total_bytes += ctx->samples[i].bytes;
     s->tokens[r] += ctx->samples[i].len;
     s->count[r]++;
-    link_front(s, i, r);
+    dpshim__dstate_link_front(s, i, r);
   }
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
   s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
@@ -142,7 +143,7 @@ static int init_state(state_t *s, const dpshim__ctx_t *ctx) {
 }
 
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
-  state_t s;
+  dpshim__dstate_t s;
   int rc = init_state(&s, ctx);
   if (rc == 0) {
     shed(&s);

@@ -9,7 +9,7 @@
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
 
 /* Whether rank r could fit sample i by shedding its own shorter samples. */
-static int can_make_room(const state_t *s, int32_t r, int64_t i) {
+static int can_make_room(const dpshim__dstate_t *s, int32_t r, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   double load = s->load[r];
   int64_t tokens = s->tokens[r];
@@ -25,11 +25,13 @@ static int can_make_room(const state_t *s, int32_t r, int64_t i) {
 
 /* Rank r sheds its own samples shorter than i, longest first, until i fits;
  * they come later in order[] and are placed in their turn. */
-static void make_room(state_t *s, int32_t r, int64_t i) {
+static void make_room(dpshim__dstate_t *s, int32_t r, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
-  for (int64_t k = s->start[r]; k < s->start[r + 1] && !room_for(s, r, i); k++) {
+  for (int64_t k = s->start[r];
+       k < s->start[r + 1] && !dpshim__dstate_room_for(s, r, i); k++) {
     int64_t j = s->group[k];
-    if (ctx->dest[j] == r && ctx->samples[j].len < ctx->samples[i].len) take(s, j);
+    if (ctx->dest[j] == r && ctx->samples[j].len < ctx->samples[i].len)
+      dpshim__dstate_take(s, j);
   }
 }
 
@@ -49,7 +51,7 @@ static void set_key(placer_t *pl, int32_t r, double key) {
 }
 
 /* After r's load changed. */
-static void touch(const state_t *s, placer_t *pl, int32_t r) {
+static void touch(const dpshim__dstate_t *s, placer_t *pl, int32_t r) {
   if (pl->key[r] != INFINITY) set_key(pl, r, s->load[r]);
 }
 
@@ -58,11 +60,11 @@ static void block(placer_t *pl, int32_t r) {
   dpshim__rank_heap_push(&pl->blocked, r);
 }
 
-static void unblock(const state_t *s, placer_t *pl, int64_t len) {
+static void unblock(const dpshim__dstate_t *s, placer_t *pl, int64_t len) {
   dpshim__rank_heap_t *b = &pl->blocked;
   while (b->size > 0) {
     int32_t r = dpshim__rank_heap_pop_fresh(b);
-    if (!within_cap(s, r, len)) {
+    if (!dpshim__dstate_within_cap(s, r, len)) {
       dpshim__rank_heap_push(b, r);
       return;
     }
@@ -71,22 +73,23 @@ static void unblock(const state_t *s, placer_t *pl, int64_t len) {
 }
 
 /* The least-loaded open rank; with token room for len, or -1. */
-static int32_t least_loaded_fitting(const state_t *s, placer_t *pl, int64_t len) {
+static int32_t least_loaded_fitting(const dpshim__dstate_t *s, placer_t *pl,
+                                    int64_t len) {
   for (;;) {
     int32_t r = dpshim__rank_tree_min(&pl->open);
     if (pl->key[r] == INFINITY) return -1;
-    if (within_cap(s, r, len)) return r;
+    if (dpshim__dstate_within_cap(s, r, len)) return r;
     block(pl, r);
   }
 }
 
-static int lighter(const state_t *s, int32_t a, int32_t b) {
+static int lighter(const dpshim__dstate_t *s, int32_t a, int32_t b) {
   return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
 }
 
 /* The least-loaded rank of all that can shed shorter samples to fit i, or
  * -1: the slow path when the few least loaded hold long samples. */
-static int32_t any_room_maker(const state_t *s, int64_t i) {
+static int32_t any_room_maker(const dpshim__dstate_t *s, int64_t i) {
   int32_t best = -1;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
     if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
@@ -95,7 +98,7 @@ static int32_t any_room_maker(const state_t *s, int64_t i) {
 
 /* Big samples only: the least-loaded of a few open and a few blocked ranks
  * that can shed shorter samples to fit i, else of any rank; or -1. */
-static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
+static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
           best = -1;
   while (no < MAKE_ROOM_TRIES) {
@@ -120,10 +123,11 @@ static int32_t room_maker(state_t *s, placer_t *pl, int64_t i) {
 /* Home if it has room; else the least-loaded rank with room; else, for a
  * big sample, a rank that makes room; else the least-loaded within the
  * cap; else home. */
-static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
+static int32_t choose_receiver(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len;
-  if (room_for(s, ctx->samples[i].origin, i)) return ctx->samples[i].origin;
+  if (dpshim__dstate_room_for(s, ctx->samples[i].origin, i))
+    return ctx->samples[i].origin;
   unblock(s, pl, len);
   int32_t r = least_loaded_fitting(s, pl, len);
   if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
@@ -134,7 +138,7 @@ static int32_t choose_receiver(state_t *s, placer_t *pl, int64_t i) {
   return r >= 0 ? r : ctx->samples[i].origin;
 }
 
-int dpshim__default_place(state_t *s) {
+int dpshim__default_place(dpshim__dstate_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
   placer_t pl = {
       .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
@@ -147,9 +151,8 @@ int dpshim__default_place(state_t *s) {
     int64_t i = s->order[k];
     if (ctx->dest[i] >= 0) continue;
     int32_t r = choose_receiver(s, &pl, i);
-    give(s, i, r);
+    dpshim__dstate_give(s, i, r);
     touch(s, &pl, r); /* also covers room_maker's shedding on r */
   }
   return rc;
 }
-

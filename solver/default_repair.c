@@ -19,7 +19,7 @@
 /* Whether a scan over every rank is worth it: always at small rank counts;
  * at large ones only while the busiest rank is far from the bound, which
  * is rare (the cap binds) and worth the time, not the ~1e-3 left otherwise. */
-static int scan_allowed(const state_t *s, int32_t max_ranks) {
+static int scan_allowed(const dpshim__dstate_t *s, int32_t max_ranks) {
   if (s->ctx->ranks <= max_ranks) return 1;
   int32_t hi = dpshim__rank_tree_max(&s->tree);
   return s->load[hi] > s->bound * (1 + FAR_FROM_BOUND);
@@ -48,7 +48,7 @@ typedef struct action {
 
 #define NO_ACTION ((action_t){{{-1, -1, 0, 0}, 0, 0, 0}, -1, -1, 0})
 
-static candidate_t rate(const state_t *s, int32_t hi, int32_t lo,
+static candidate_t rate(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
                         exchange_t x) {
   candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
   c.useful = fmin(x.delta, s->load[hi] - s->bound);
@@ -70,17 +70,17 @@ static int better(const candidate_t *a, const candidate_t *b) {
 
 /* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
  * the best. */
-static int consider(const state_t *s, int32_t hi, int32_t lo, int64_t i,
-                    int64_t j, candidate_t *best) {
+static int consider(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                    int64_t i, int64_t j, candidate_t *best) {
   const dpshim__ctx_t *ctx = s->ctx;
-  exchange_t x = {i, j, ctx->cost[i], extra_bytes(s, i, lo)};
+  exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_bytes(s, i, lo)};
   int64_t dlen = ctx->samples[i].len;
   if (j >= 0) {
     x.delta -= ctx->cost[j];
-    x.bytes += extra_bytes(s, j, hi);
+    x.bytes += dpshim__dstate_extra_bytes(s, j, hi);
     dlen -= ctx->samples[j].len;
   }
-  if (x.delta <= 0 || !affordable(s, x.bytes)) return 0;
+  if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
   candidate_t c = rate(s, hi, lo, x);
   if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
@@ -97,7 +97,7 @@ static int cmp_u64(const void *a, const void *b) {
 /* lo's samples shortest first in trade_key (low half: the index), and the
  * running sums of what handing back the first m of them to hi would move.
  * Kept while neither rank changes: the repair asks again and again. */
-static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
+static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo, int32_t hi) {
   if (s->trade_lo == lo && s->trade_hi == hi &&
       s->trade_version == s->version[lo] + s->version[hi])
     return s->trade_n;
@@ -111,7 +111,8 @@ static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
     int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
     s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
     s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
-    s->trade_bytes[m + 1] = s->trade_bytes[m] + extra_bytes(s, j, hi);
+    s->trade_bytes[m + 1] =
+        s->trade_bytes[m] + dpshim__dstate_extra_bytes(s, j, hi);
   }
   s->trade_lo = lo;
   s->trade_hi = hi;
@@ -121,7 +122,7 @@ static int64_t index_shortest(state_t *s, int32_t lo, int32_t hi) {
 
 /* The position in trade_key (lo's samples by cost ascending) of the last
  * sample costing <= c, or -1. */
-static int64_t last_at_most(const state_t *s, int64_t n, double c) {
+static int64_t last_at_most(const dpshim__dstate_t *s, int64_t n, double c) {
   int64_t lo = 0, hi = n;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo) / 2;
@@ -131,7 +132,7 @@ static int64_t last_at_most(const state_t *s, int64_t n, double c) {
   return lo - 1;
 }
 
-static candidate_t best_exchange(state_t *s, int32_t hi, int32_t lo) {
+static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
   if (s->count[hi] > 1)
     for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
@@ -160,7 +161,8 @@ static candidate_t best_exchange(state_t *s, int32_t hi, int32_t lo) {
 /* ---- trades under the token cap ---------------------------------------- */
 
 /* The first m with trade_tokens[m] >= need, or n + 1. */
-static int64_t shortest_covering(const state_t *s, int64_t n, int64_t need) {
+static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
+                                 int64_t need) {
   int64_t lo = 1, hi = n + 1;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo) / 2;
@@ -173,7 +175,8 @@ static int64_t shortest_covering(const state_t *s, int64_t n, int64_t need) {
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
  * Returns the best such trade; *back is how many samples go back. */
-static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back) {
+static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                              int64_t *back) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
   int64_t n = index_shortest(s, lo, hi);
@@ -183,8 +186,8 @@ static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back)
     int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    extra_bytes(s, i, lo) + s->trade_bytes[m]};
-    if (x.delta <= 0 || !affordable(s, x.bytes)) continue;
+                    dpshim__dstate_extra_bytes(s, i, lo) + s->trade_bytes[m]};
+    if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) continue;
     candidate_t c = rate(s, hi, lo, x);
     if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
       best = c;
@@ -194,20 +197,21 @@ static candidate_t best_trade(state_t *s, int32_t hi, int32_t lo, int64_t *back)
   return best;
 }
 
-static void apply_trade(state_t *s, int32_t hi, int32_t lo, int64_t give,
-                        int64_t back) {
+static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                        int64_t give, int64_t back) {
   int64_t n = index_shortest(s, lo, hi);
-  relocate(s, give, lo);
+  dpshim__dstate_relocate(s, give, lo);
   for (int64_t m = 0; m < back && m < n; m++)
-    relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
+    dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
 /* Traffic added by sending i to lo and lo's m shortest (trade_key) to x. */
-static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
-                           int64_t m) {
-  int64_t bytes = extra_bytes(s, i, lo);
+static int64_t trade_bytes(const dpshim__dstate_t *s, int64_t i, int32_t lo,
+                           int32_t x, int64_t m) {
+  int64_t bytes = dpshim__dstate_extra_bytes(s, i, lo);
   for (int64_t k = 0; k < m; k++)
-    bytes += extra_bytes(s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
+    bytes += dpshim__dstate_extra_bytes(
+        s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
   return bytes;
 }
 
@@ -218,7 +222,7 @@ static int64_t trade_bytes(const state_t *s, int64_t i, int32_t lo, int32_t x,
  * so it runs at small rank counts, where the cap binds most, or far from
  * the bound (at large rank counts near it, it cost more than twice the
  * solve for a gain of ~2e-4 of the load). */
-static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
+static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo, lo);
@@ -233,7 +237,7 @@ static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
       if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
       double delta = ctx->cost[i] - s->trade_cost[m];
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
-      if (!affordable(s, trade_bytes(s, i, lo, x, m))) continue;
+      if (!dpshim__dstate_affordable(s, trade_bytes(s, i, lo, x, m))) continue;
       best = delta;
       a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
     }
@@ -242,7 +246,7 @@ static action_t unlock(state_t *s, int32_t lo, int64_t *effort) {
 }
 
 /* Whether the token cap keeps lo from taking hi's longest sample. */
-static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
+static int cap_binds(const dpshim__dstate_t *s, int32_t hi, int32_t lo) {
   int64_t longest = 0;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
     if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
@@ -250,7 +254,7 @@ static int cap_binds(const state_t *s, int32_t hi, int32_t lo) {
 }
 
 /* The first position in order[] (cost descending) costing <= c. */
-static int64_t first_at_most(const state_t *s, double c) {
+static int64_t first_at_most(const dpshim__dstate_t *s, double c) {
   int64_t lo = 0, hi = s->ctx->nsamples;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo) / 2;
@@ -262,7 +266,7 @@ static int64_t first_at_most(const state_t *s, double c) {
 
 /* hi's shortest sample, the cheapest: no move from hi fits a rank without
  * room for it. */
-static int64_t shortest_on(const state_t *s, int32_t hi) {
+static int64_t shortest_on(const dpshim__dstate_t *s, int32_t hi) {
   int64_t best = -1;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
     if (best < 0 || s->ctx->samples[i].len < s->ctx->samples[best].len) best = i;
@@ -270,9 +274,9 @@ static int64_t shortest_on(const state_t *s, int32_t hi) {
 }
 
 /* The first of the n viable ranks with room for i, or -1. */
-static int32_t first_room(const state_t *s, int32_t n, int64_t i) {
+static int32_t first_room(const dpshim__dstate_t *s, int32_t n, int64_t i) {
   for (int32_t k = 0; k < n; k++)
-    if (room_for(s, s->viable[k], i)) return s->viable[k];
+    if (dpshim__dstate_room_for(s, s->viable[k], i)) return s->viable[k];
   return -1;
 }
 
@@ -280,16 +284,16 @@ static int32_t first_room(const state_t *s, int32_t n, int64_t i) {
  * ranks with load and token room for hi's shortest sample can take any.
  * For one sample, every receiver that fits rates the same but its home
  * (free): the home and the first other rank that fits are all it needs. */
-static action_t move_elsewhere(state_t *s, int32_t hi) {
+static action_t move_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
   int64_t least = shortest_on(s, hi);
   if (least < 0 || s->count[hi] < 2) return best;
   int32_t n = 0;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (r != hi && room_for(s, r, least)) s->viable[n++] = r;
+    if (r != hi && dpshim__dstate_room_for(s, r, least)) s->viable[n++] = r;
   for (int64_t i = s->head[hi]; i >= 0 && n > 0; i = s->next[i]) {
     int32_t home = s->ctx->samples[i].origin, r = first_room(s, n, i);
-    if (home == hi || !room_for(s, home, i)) home = -1;
+    if (home == hi || !dpshim__dstate_room_for(s, home, i)) home = -1;
     int32_t a = home >= 0 && (r < 0 || home < r) ? home : r;
     int32_t b = a == home ? r : home;
     if (a >= 0 && consider(s, hi, a, i, -1, &best.c)) best.to = a;
@@ -301,7 +305,7 @@ static action_t move_elsewhere(state_t *s, int32_t hi) {
 
 /* A swap with a sample elsewhere whose cost is just enough lower, found
  * through order[], not by sorting every rank. */
-static action_t swap_elsewhere(state_t *s, int32_t hi) {
+static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
   double need = s->load[hi] - s->target;
   double room = s->target - s->load[dpshim__rank_tree_min(&s->tree)];
@@ -320,7 +324,7 @@ static action_t swap_elsewhere(state_t *s, int32_t hi) {
 
 /* A long-for-short trade with every rank below U that the cap keeps from
  * taking hi's longest sample (a rank at U or above cannot fit one). */
-static action_t trade_elsewhere(state_t *s, int32_t hi) {
+static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target || !cap_binds(s, hi, r)) continue;
@@ -335,7 +339,8 @@ static action_t trade_elsewhere(state_t *s, int32_t hi) {
 /* At small rank counts, or far from the bound, every rank is worth asking:
  * a move that keeps the receiver within U, else such a swap, else such a
  * trade. */
-static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
+static action_t best_elsewhere(dpshim__dstate_t *s, int32_t hi,
+                               int64_t *effort) {
   if (!scan_allowed(s, POLISH_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   action_t best = move_elsewhere(s, hi);
   if (best.c.x.give < 0) best = swap_elsewhere(s, hi);
@@ -348,7 +353,8 @@ static action_t best_elsewhere(state_t *s, int32_t hi, int64_t *effort) {
  * bound, an exchange with any receiver within U; then a trade that beats
  * the exchange, an unlock of lo, or the exchange that lowers the peak.
  * NO_ACTION when nothing helps. */
-static action_t choose(state_t *s, int32_t hi, int32_t lo, int64_t *effort) {
+static action_t choose(dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                       int64_t *effort) {
   action_t a = {best_exchange(s, hi, lo), hi, lo, 0};
   if (a.c.fits) return a;
   int capped = cap_binds(s, hi, lo);
@@ -367,13 +373,13 @@ static action_t choose(state_t *s, int32_t hi, int32_t lo, int64_t *effort) {
   return a;
 }
 
-static void apply(state_t *s, const action_t *a) {
+static void apply(dpshim__dstate_t *s, const action_t *a) {
   if (a->back > 0) {
     apply_trade(s, a->from, a->to, a->c.x.give, a->back);
     return;
   }
-  relocate(s, a->c.x.give, a->to);
-  if (a->c.x.back >= 0) relocate(s, a->c.x.back, a->from);
+  dpshim__dstate_relocate(s, a->c.x.give, a->to);
+  if (a->c.x.back >= 0) dpshim__dstate_relocate(s, a->c.x.back, a->from);
 }
 
 /* ---- evening pairs (small rank counts) ---------------------------------- */
@@ -381,16 +387,17 @@ static void apply(state_t *s, const action_t *a) {
 /* How much exchanging i (on a) for j (on b, or -1) evens the pair: a^2 +
  * b^2 falls by 2 d (gap - d) for a transfer d in (0, gap). 0 if it does not
  * help or breaks the cap or the traffic budget. */
-static double evening(const state_t *s, int32_t a, int32_t b, int64_t i,
-                      int64_t j) {
+static double evening(const dpshim__dstate_t *s, int32_t a, int32_t b,
+                      int64_t i, int64_t j) {
   const dpshim__ctx_t *ctx = s->ctx;
   double gap = s->load[a] - s->load[b];
   double d = ctx->cost[i] - (j >= 0 ? ctx->cost[j] : 0);
   int64_t dl = ctx->samples[i].len - (j >= 0 ? ctx->samples[j].len : 0);
   if (d <= 0 || d >= gap) return 0;
   if (s->tokens[b] + dl > ctx->cap || s->tokens[a] - dl > ctx->cap) return 0;
-  int64_t bytes = extra_bytes(s, i, b) + (j >= 0 ? extra_bytes(s, j, a) : 0);
-  return affordable(s, bytes) ? d * (gap - d) : 0;
+  int64_t bytes = dpshim__dstate_extra_bytes(s, i, b) +
+                  (j >= 0 ? dpshim__dstate_extra_bytes(s, j, a) : 0);
+  return dpshim__dstate_affordable(s, bytes) ? d * (gap - d) : 0;
 }
 
 typedef struct evening_pick {
@@ -398,29 +405,29 @@ typedef struct evening_pick {
   double value;
 } evening_pick_t;
 
-static void pick(const state_t *s, int32_t a, int32_t b, int64_t i, int64_t j,
-                 evening_pick_t *best) {
+static void pick(const dpshim__dstate_t *s, int32_t a, int32_t b, int64_t i,
+                 int64_t j, evening_pick_t *best) {
   double v = evening(s, a, b, i, j);
   if (v > best->value) *best = (evening_pick_t){i, j, v};
 }
 
 /* The best evening move or swap from a to b, applied; 0 if none helps. */
-static int even_pair(state_t *s, int32_t a, int32_t b) {
+static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b) {
   evening_pick_t best = {-1, -1, EVEN_MIN * s->bound * s->bound};
   for (int64_t i = s->head[a]; i >= 0; i = s->next[i]) {
     if (s->count[a] > 1) pick(s, a, b, i, -1, &best);
     for (int64_t j = s->head[b]; j >= 0; j = s->next[j]) pick(s, a, b, i, j, &best);
   }
   if (best.i < 0) return 0;
-  relocate(s, best.i, b);
-  if (best.j >= 0) relocate(s, best.j, a);
+  dpshim__dstate_relocate(s, best.i, b);
+  if (best.j >= 0) dpshim__dstate_relocate(s, best.j, a);
   return 1;
 }
 
 /* One sweep over all ordered pairs: the repair's moves all start at the
  * busiest rank, and can be left with no receiver that fits; evening every
  * pair a little makes room that the next repair can use. */
-static int even_all_pairs(state_t *s) {
+static int even_all_pairs(dpshim__dstate_t *s) {
   int changed = 0;
   for (int32_t a = 0; a < s->ctx->ranks; a++)
     for (int32_t b = 0; b < s->ctx->ranks; b++)
@@ -428,11 +435,11 @@ static int even_all_pairs(state_t *s) {
   return changed;
 }
 
-static int repair_busiest(state_t *s);
+static int repair_busiest(dpshim__dstate_t *s);
 
 /* Evening all pairs costs P^2 exchanges per sweep: worth it only while the
  * plan is far from the bound (the cap binds), not for the last ~1e-3. */
-int dpshim__default_repair(state_t *s) {
+int dpshim__default_repair(dpshim__dstate_t *s) {
   int rc = repair_busiest(s);
   for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS &&
                       s->ctx->ranks <= POLISH_MAX_RANKS &&
@@ -445,7 +452,7 @@ int dpshim__default_repair(state_t *s) {
   return rc;
 }
 
-static int repair_busiest(state_t *s) {
+static int repair_busiest(dpshim__dstate_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
   int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;

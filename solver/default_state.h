@@ -7,7 +7,7 @@
 #include "internal.h"
 #include "rank_tree.h"
 
-typedef struct state {
+typedef struct dpshim__dstate {
   const dpshim__ctx_t *ctx;
   double *load;
   int64_t *tokens;
@@ -29,27 +29,29 @@ typedef struct state {
   double *trade_cost;
   int64_t *trade_tokens, *trade_bytes;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
-} state_t;
+} dpshim__dstate_t;
 
 /* ---- per-rank sample lists and moves ----------------------------------- */
 
-static inline void link_front(state_t *s, int64_t i, int32_t r) {
+static inline void dpshim__dstate_link_front(dpshim__dstate_t *s, int64_t i,
+                                             int32_t r) {
   s->prev[i] = -1;
   s->next[i] = s->head[r];
   if (s->head[r] >= 0) s->prev[s->head[r]] = i;
   s->head[r] = i;
 }
 
-static inline void unlink_sample(state_t *s, int64_t i, int32_t r) {
+static inline void dpshim__dstate_unlink(dpshim__dstate_t *s, int64_t i,
+                                         int32_t r) {
   if (s->prev[i] >= 0) s->next[s->prev[i]] = s->next[i];
   else s->head[r] = s->next[i];
   if (s->next[i] >= 0) s->prev[s->next[i]] = s->prev[i];
 }
 
-static inline void take(state_t *s, int64_t i) {
+static inline void dpshim__dstate_take(dpshim__dstate_t *s, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int32_t r = ctx->dest[i];
-  unlink_sample(s, i, r);
+  dpshim__dstate_unlink(s, i, r);
   s->version[r]++;
   if (r != ctx->samples[i].origin) s->moved_bytes -= ctx->samples[i].bytes;
   s->load[r] -= ctx->cost[i];
@@ -59,9 +61,10 @@ static inline void take(state_t *s, int64_t i) {
   ctx->dest[i] = -1;
 }
 
-static inline void give(state_t *s, int64_t i, int32_t r) {
+static inline void dpshim__dstate_give(dpshim__dstate_t *s, int64_t i,
+                                       int32_t r) {
   const dpshim__ctx_t *ctx = s->ctx;
-  link_front(s, i, r);
+  dpshim__dstate_link_front(s, i, r);
   s->version[r]++;
   if (r != ctx->samples[i].origin) s->moved_bytes += ctx->samples[i].bytes;
   s->load[r] += ctx->cost[i];
@@ -71,24 +74,28 @@ static inline void give(state_t *s, int64_t i, int32_t r) {
   ctx->dest[i] = r;
 }
 
-static inline void relocate(state_t *s, int64_t i, int32_t to) {
-  take(s, i);
-  give(s, i, to);
+static inline void dpshim__dstate_relocate(dpshim__dstate_t *s, int64_t i,
+                                           int32_t to) {
+  dpshim__dstate_take(s, i);
+  dpshim__dstate_give(s, i, to);
 }
 
-static inline int64_t extra_bytes(const state_t *s, int64_t i, int32_t to) {
+static inline int64_t dpshim__dstate_extra_bytes(const dpshim__dstate_t *s,
+                                                 int64_t i, int32_t to) {
   const dpshim_sample_t *smp = &s->ctx->samples[i];
   int was_moved = s->ctx->dest[i] != smp->origin;
   int will_move = to != smp->origin;
   return (will_move - was_moved) * smp->bytes;
 }
 
-static inline int room_for(const state_t *s, int32_t r, int64_t i) {
+static inline int dpshim__dstate_room_for(const dpshim__dstate_t *s, int32_t r,
+                                          int64_t i) {
   return s->load[r] + s->ctx->cost[i] <= s->target &&
          s->tokens[r] + s->ctx->samples[i].len <= s->ctx->cap;
 }
 
-static inline int within_cap(const state_t *s, int32_t r, int64_t len) {
+static inline int dpshim__dstate_within_cap(const dpshim__dstate_t *s,
+                                            int32_t r, int64_t len) {
   return s->tokens[r] + len <= s->ctx->cap;
 }
 
@@ -97,12 +104,13 @@ static inline int within_cap(const state_t *s, int32_t r, int64_t len) {
  * of a percent of balance is not worth a quarter of the batch. */
 #define DPSHIM__REPAIR_BYTES 0.25
 
-static inline int affordable(const state_t *s, int64_t bytes) {
+static inline int dpshim__dstate_affordable(const dpshim__dstate_t *s,
+                                            int64_t bytes) {
   return bytes <= 0 ||
          (double)(s->moved_bytes + bytes) <= DPSHIM__REPAIR_BYTES * (double)s->total_bytes;
 }
 
-DPSHIM__HIDDEN int dpshim__default_place(state_t *s);
-DPSHIM__HIDDEN int dpshim__default_repair(state_t *s);
+int dpshim__default_place(dpshim__dstate_t *s);
+int dpshim__default_repair(dpshim__dstate_t *s);
 
 #endif

@@ -7,6 +7,7 @@ const char *dpshim_strerror(int err) {
   case DPSHIM_EINVAL: return "invalid argument";
   case DPSHIM_ENOMEM: return "out of memory";
   case DPSHIM_ENOCONV: return "fit did not converge";
+  case DPSHIM_EMPI: return "MPI call failed";
   default: return "unknown error";
   }
 }

@@ -8,7 +8,6 @@
 
 #include "dpshim/solver.h"
 
-#define DPSHIM__HIDDEN __attribute__((visibility("hidden")))
 #define DPSHIM__NO_CAP INT64_MAX
 
 /* Bump allocator over one block that grows to the largest solve seen. */
@@ -44,31 +43,29 @@ typedef struct dpshim__ctx {
  * DPSHIM_SKIP_NONE to apply, another reason to skip; negative on ENOMEM. */
 typedef int (*dpshim__algo_fn)(const dpshim__ctx_t *ctx);
 
-DPSHIM__HIDDEN int dpshim__algo_default(const dpshim__ctx_t *ctx);
-DPSHIM__HIDDEN int dpshim__algo_seed(const dpshim__ctx_t *ctx);
-DPSHIM__HIDDEN int dpshim__algo_kk(const dpshim__ctx_t *ctx);
+int dpshim__algo_default(const dpshim__ctx_t *ctx);
+int dpshim__algo_seed(const dpshim__ctx_t *ctx);
+int dpshim__algo_kk(const dpshim__ctx_t *ctx);
 
-DPSHIM__HIDDEN void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
-DPSHIM__HIDDEN int dpshim__arena_reset(dpshim__arena_t *a);
-DPSHIM__HIDDEN void dpshim__arena_free(dpshim__arena_t *a);
+void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
+int dpshim__arena_reset(dpshim__arena_t *a);
+void dpshim__arena_free(dpshim__arena_t *a);
 #define DPSHIM__ALLOC(ctx, type, n) \
   ((type *)dpshim__arena_alloc((ctx)->arena, sizeof(type) * (size_t)(n)))
 
 /* Sample indices ordered by length descending, ties by index ascending. As
  * cost is non-decreasing in length, this is also cost descending. */
-DPSHIM__HIDDEN int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx,
-                                             int64_t *order);
+int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx, int64_t *order);
 
 /* max/mean - 1 of loads; 0 when the mean is 0. The bounds need ctx->order. */
-DPSHIM__HIDDEN double dpshim__imbalance(const double *load, int32_t ranks);
-DPSHIM__HIDDEN double dpshim__max_load(const double *load, int32_t ranks);
-DPSHIM__HIDDEN double dpshim__lower_bound(const dpshim__ctx_t *ctx);
+double dpshim__imbalance(const double *load, int32_t ranks);
+double dpshim__max_load(const double *load, int32_t ranks);
+double dpshim__lower_bound(const dpshim__ctx_t *ctx);
 /* The bound for plans within the token cap, >= from. */
-DPSHIM__HIDDEN double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx,
-                                              double from);
+double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from);
 
 /* Gives every rank without a sample the cheapest sample of the rank that
  * holds the most (ties: lowest rank). Used by the baselines. */
-DPSHIM__HIDDEN int dpshim__fill_empty_ranks(const dpshim__ctx_t *ctx);
+int dpshim__fill_empty_ranks(const dpshim__ctx_t *ctx);
 
 #endif

@@ -22,11 +22,10 @@ typedef struct dpshim__rank_tree {
   const double *load;      /* [ranks] */
 } dpshim__rank_tree_t;
 
-DPSHIM__HIDDEN int dpshim__rank_tree_init(dpshim__rank_tree_t *t,
-                                          const dpshim__ctx_t *ctx,
-                                          const double *load, int with_max);
+int dpshim__rank_tree_init(dpshim__rank_tree_t *t, const dpshim__ctx_t *ctx,
+                           const double *load, int with_max);
 /* Call after load[r] changed. */
-DPSHIM__HIDDEN void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r);
+void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r);
 
 static inline int32_t dpshim__rank_tree_max(const dpshim__rank_tree_t *t) {
   return t->hi[1].rank;

@@ -5,17 +5,17 @@
  * like; one JSON object per (profile, ranks, algorithm), aggregated over the
  * seeds, then a default-vs-seed summary when both ran. Output is a pure
  * function of the options, except the solve times. */
-#include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "dpshim/solver.h"
 #include "lengthgen.h"
+#include "timeutil.h"
 
 #define PROG "dpshim-solve-bench"
 #define MAX_LIST 64
@@ -49,22 +49,12 @@ static _Noreturn void bad_value(const char *opt, const char *value,
   exit(2);
 }
 
-static int parse_long(const char *s, long min, long max, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno == ERANGE || v < min || v > max) return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_nonneg(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end || errno == ERANGE || !isfinite(v) || v < 0) return -1;
-  *out = v;
-  return 0;
+/* A count in 1..1000000 for --seeds and --reps. */
+static long parse_count(const char *opt, const char *arg) {
+  int64_t v;
+  if (cli_int(arg, 1, 1000000, &v) < 0)
+    bad_value(opt, arg, "an integer in 1..1000000");
+  return (long)v;
 }
 
 static void parse_profiles(const char *arg, options_t *o) {
@@ -85,8 +75,8 @@ static void parse_ranks(const char *arg, options_t *o) {
   char item[64];
   o->nranks = 0;
   for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
-    long v;
-    if (o->nranks == MAX_LIST || parse_long(item, 1, MAX_RANKS, &v) < 0)
+    int64_t v;
+    if (o->nranks == MAX_LIST || cli_int(item, 1, MAX_RANKS, &v) < 0)
       bad_value("ranks", item, "a list of up to 64 integers in 1..65536");
     o->ranks[o->nranks++] = (int32_t)v;
   }
@@ -107,7 +97,7 @@ static void parse_cost(const char *arg, options_t *o) {
   double v[3];
   int n = 0;
   for (const char *c = arg; cli_next_item(&c, item, sizeof item); n++)
-    if (n == 3 || parse_nonneg(item, &v[n]) < 0) n = 4;
+    if (n == 3 || cli_double(item, 0, DBL_MAX, &v[n]) < 0) n = 4;
   if (n != 3) bad_value("cost", arg, "a,b,c: three finite numbers >= 0");
   o->model = (dpshim_cost_model_t){v[0], v[1], v[2]};
 }
@@ -117,7 +107,7 @@ static void parse_cap_ratio(const char *arg, options_t *o) {
     o->cap_ratio = 0;
     return;
   }
-  if (parse_nonneg(arg, &o->cap_ratio) < 0)
+  if (cli_double(arg, 0, DBL_MAX, &o->cap_ratio) < 0)
     bad_value("cap-ratio", arg, "'none' or a finite number >= 0 (0 = none)");
 }
 
@@ -161,32 +151,24 @@ static void set_defaults(options_t *o) {
 }
 
 static void apply_option(int c, const char *arg, options_t *o) {
-  long v;
-  double x;
+  int64_t v;
   switch (c) {
   case 'P': parse_profiles(arg, o); o->profile_given = 1; break;
   case 'r': parse_ranks(arg, o); break;
   case 'a': parse_algos(arg, o); break;
-  case 's':
-    if (parse_long(arg, 1, 1000000, &o->seeds) < 0)
-      bad_value("seeds", arg, "an integer in 1..1000000");
-    break;
-  case 'R':
-    if (parse_long(arg, 1, 1000000, &o->reps) < 0)
-      bad_value("reps", arg, "an integer in 1..1000000");
-    break;
+  case 's': o->seeds = parse_count("seeds", arg); break;
+  case 'R': o->reps = parse_count("reps", arg); break;
   case 'l': o->lengths = arg; break;
   case 'k':
-    if (parse_long(arg, 1, 1L << 30, &v) < 0)
+    if (cli_int(arg, 1, INT64_C(1) << 30, &v) < 0)
       bad_value("pack", arg, "an integer in 1..1073741824");
     o->pack = v;
     break;
   case 'c': parse_cost(arg, o); break;
   case 'C': parse_cap_ratio(arg, o); break;
   case 't':
-    if (parse_nonneg(arg, &x) < 0)
+    if (cli_double(arg, 0, DBL_MAX, &o->threshold) < 0)
       bad_value("threshold", arg, "a finite number >= 0");
-    o->threshold = x;
     break;
   }
 }
@@ -240,12 +222,6 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, size_t n) {
   qsort(v, n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
 /* ---- one instance -------------------------------------------------------- */
@@ -355,9 +331,9 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
                              .cap_ratio = o->cap_ratio,
                              .threshold = o->threshold, .algo = algo};
   for (long k = 0; k < o->reps; k++) {
-    double t0 = now_us();
+    double t0 = dpshim__tool_now_s();
     int rc = dpshim_plan_solve(&pin, plan);
-    in->rep_us[k] = now_us() - t0;
+    in->rep_us[k] = 1e6 * (dpshim__tool_now_s() - t0);
     if (rc < 0) {
       fprintf(stderr, PROG ": %s at %d ranks: %s (%s)\n",
               dpshim_algo_name(algo), in->ranks, plan->message,

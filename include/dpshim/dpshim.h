@@ -25,7 +25,8 @@ enum dpshim_error {
   DPSHIM_OK = 0,
   DPSHIM_EINVAL = -22, /* an input field is out of range; see the message */
   DPSHIM_ENOMEM = -12, /* an allocation failed */
-  DPSHIM_ENOCONV = -61 /* an iterative fit did not converge */
+  DPSHIM_ENOCONV = -61, /* an iterative fit did not converge */
+  DPSHIM_EMPI = -71     /* an MPI call of the shim's own failed */
 };
 
 /* A short static description of an error code. */

@@ -14,16 +14,48 @@ Scenarios:
               untouched
   thread      hand-offs from a loader thread (MPI_THREAD_MULTIPLE): samples
               exactly once, same digest, plans applied, no warm-up fit
+The scenarios below give every mpirun HANG_S seconds; past that, the run is
+killed and a "hang:" line says so.
+  stray_self  reftrain --stray-collective self (an MPI_Allreduce on
+              MPI_COMM_SELF after each hand-off, not the gradient sync): no
+              hang, same digest, one log line per step, plans applied
+  stray_half  the same on a communicator of half the ranks (the others make
+              no such call)
+  prefetch    a loader thread running 1, 2, 3 batches ahead
+              (DPSHIM_LOADER_THREAD=1), each without and with DPSHIM_COEFS:
+              no hang, same digest, every step's ids exactly once and as
+              without the shim, some plans applied
+  nonblocking_sync
+              the gradient sync as MPI_Iallreduce buckets ended by MPI_Wait,
+              MPI_Waitall or MPI_Testall: one log line per step (each step
+              is seen ending), the warm-up fit ("fitted cost"), plans applied
+              after the warm-up, same digest
+  thread_level
+              balancing on, DPSHIM_LOADER_THREAD unset: reftrain's
+              thread_level (MPI_Init, and MPI_Init_thread with
+              --loader-thread) as without the preload; with
+              DPSHIM_LOADER_THREAD=1 and --loader-thread it balances
+  thread_without_setting
+              a prefetching loader thread, balancing on, DPSHIM_LOADER_THREAD
+              unset: no hang, same digest, one stderr line naming
+              DPSHIM_LOADER_THREAD
+  log_unwritable
+              DPSHIM_LOG=/dev/full: runs on, same digest, one stderr line
+              naming DPSHIM_LOG
+  summary_shares
+              every percentage of rank 0's summary at MPI_Finalize lies in
+              [0, 100]; also with a prefetching loader thread
 Exit status 0 when every check holds; each failed check prints one line.
 """
 import argparse
 import collections
 import json
+import re
 import sys
 import tempfile
 
-from mpitest import (MPIRUN, check, check_plans_applied, failures, read_jsonl,
-                     run)
+from mpitest import (HANG_RC, MPIRUN, check, check_plans_applied, failures,
+                     read_jsonl, run)
 
 # Short emulated steps, the `long` profile (where imbalance is large), and a
 # short warm-up so that most steps are balanced.
@@ -31,14 +63,22 @@ TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
          "--seed", "5"]
 SHIM_ENV = {"DPSHIM_VLM_BALANCE": "1", "DPSHIM_WARMUP_ITERS": "2-4",
             "DPSHIM_VERIFY": "1"}
-
-
-
+# Seconds each mpirun of the newer scenarios may take before it counts as a
+# hang (they take a few seconds); the older ones keep run()'s default.
+HANG_S = 120
+# A cost model for runs whose hand-offs come from a loader thread, where
+# the shim may not fit one: attention-heavy (len^2 weighs in from len ~8000,
+# as in the emulated GPU), so that the `long` profile's packs are unequal.
+THREAD_COEFS = "1,8000,0"
+# Ranks of the newer scenarios, and steps: the warm-up is 2-4, so steps
+# 5-10 may apply a plan.
+RANKS, STEPS = 4, 10
 
 
 def reftrain(args, ranks, steps, shim=None, env=None, ids=None, log=None,
-             extra=()):
-    """One reftrain run; returns (result json, stderr)."""
+             extra=(), timeout=600, what="reftrain"):
+    """One reftrain run; returns (result json, stderr). A hang or a failed
+    exit returns what the run printed, with a failed check naming `what`."""
     env = dict(env or {})
     if log:
         env["DPSHIM_LOG"] = log
@@ -46,11 +86,69 @@ def reftrain(args, ranks, steps, shim=None, env=None, ids=None, log=None,
                     "--check"] + TRAIN + list(extra)
     if ids:
         cmd += ["--ids-out", ids]
-    rc, out, err = run(cmd, env=env, preload=shim)
-    check(rc == 0, "reftrain exited %d: %s" % (rc, err.strip()[-500:]))
+    rc, out, err = run(cmd, env=env, preload=shim, timeout=timeout)
+    if rc == HANG_RC:
+        print("  (%s hung; its stderr ends: %r)" % (what, err[-300:]))
+        return {}, err
+    check(rc == 0, "%s: reftrain exited %d: %s" % (what, rc,
+                                                   err.strip()[-500:]))
     lines = [l for l in out.splitlines() if l.startswith("{")]
-    check(len(lines) == 1, "expected one JSON line, got %r" % out[-300:])
+    check(len(lines) == 1, "%s: expected one JSON line, got %r"
+          % (what, out[-300:]))
     return (json.loads(lines[-1]) if lines else {}), err
+
+
+def plain_run(args, extra=(), ids=None, steps=STEPS):
+    """reftrain without the preload: the reference digest and ids."""
+    res, _ = reftrain(args, RANKS, steps, ids=ids, extra=extra,
+                      timeout=HANG_S, what="without the shim")
+    check("consumed_digest" in res, "no reference digest without the shim")
+    return res
+
+
+def shim_run(args, what, env, extra=(), ids=None, log=None, steps=STEPS):
+    """reftrain under the preload, with the newer scenarios' timeout."""
+    return reftrain(args, RANKS, steps, shim=args.shim, env=env, ids=ids,
+                    log=log, extra=extra, timeout=HANG_S, what=what)
+
+
+def check_same_result(what, res, plain):
+    """Every sample intact and exactly once (reftrain --check), and the
+    digest of the run without the shim. Silent after a hang: that is said."""
+    if not res:
+        return
+    check(res.get("check_errors") == 0, "%s: check_errors %s (samples lost, "
+          "duplicated or damaged)" % (what, res.get("check_errors")))
+    check(res.get("consumed_digest") == plain.get("consumed_digest"),
+          "%s: digest %s != without the shim %s" % (
+              what, res.get("consumed_digest"), plain.get("consumed_digest")))
+
+
+def check_one_line_per_step(what, entries, steps):
+    """DPSHIM_LOG of one DP group: one line for each step, none twice."""
+    seen = collections.Counter(e.get("step") for e in entries)
+    check(len(entries) == steps and len(seen) == steps,
+          "%s: log has %d lines for %d distinct steps, expected one for "
+          "each of %d steps" % (what, len(entries), len(seen), steps))
+
+
+def check_ids_per_step(what, plain_ids, ids):
+    """--ids-out: every step's ids exactly once, and those of the run
+    without the shim."""
+    before, after = ids_by_step(plain_ids), ids_by_step(ids)
+    check(sorted(after) == sorted(before), "%s: ids for steps %s, expected "
+          "%s" % (what, sorted(after), sorted(before)))
+    for step, got in sorted(after.items()):
+        dup = [i for i, n in got.items() if n > 1]
+        check(not dup, "%s, step %d: ids delivered twice: %s"
+              % (what, step, dup[:5]))
+        check(got == before.get(step), "%s, step %d: other ids than without "
+              "the shim" % (what, step))
+
+
+def lines_naming(err, name):
+    """The stderr lines that mention name."""
+    return [l for l in err.splitlines() if name in l]
 
 
 def ids_by_step(path):
@@ -148,11 +246,172 @@ def scenario_thread(args):
               % err[-400:])
 
 
+def stray(args, kind):
+    """--stray-collective kind under the shim: an MPI_Allreduce on another
+    communicator is no gradient sync, so steps end as without it."""
+    extra = ["--stray-collective", kind]
+    what = "stray collective on %s" % kind
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = plain_run(args, extra)
+        log = tmp + "/steps.jsonl"
+        on, _ = shim_run(args, what, SHIM_ENV, extra, log=log)
+        check_same_result(what, on, plain)
+        if not on:
+            return  # the hang or the exit status is said already
+        entries = read_jsonl(log)
+        check_one_line_per_step(what, entries, STEPS)
+        check_plans_applied(entries, 3, what)
+
+
+def scenario_stray_self(args):
+    stray(args, "self")
+
+
+def scenario_stray_half(args):
+    stray(args, "half")
+
+
+def scenario_prefetch(args):
+    steps = 8
+    base = ["--loader-thread"]
+    env = dict(SHIM_ENV, DPSHIM_LOADER_THREAD="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        plain_ids = tmp + "/plain.ids"
+        # Prefetching changes when batches are fetched, not which.
+        plain = plain_run(args, base, ids=plain_ids, steps=steps)
+        for n in (1, 2, 3):
+            for coefs in (None, THREAD_COEFS):
+                what = "prefetch %d, %s" % (
+                    n, "DPSHIM_COEFS=" + coefs if coefs else "no DPSHIM_COEFS")
+                name = "%s/prefetch%d%s" % (tmp, n, "coefs" if coefs else "")
+                ids, log = name + ".ids", name + ".jsonl"
+                run_env = dict(env, DPSHIM_COEFS=coefs) if coefs else env
+                on, _ = shim_run(args, what, run_env,
+                                 base + ["--prefetch", str(n)], ids=ids,
+                                 log=log, steps=steps)
+                check_same_result(what, on, plain)
+                if on:
+                    check_ids_per_step(what, plain_ids, ids)
+                    check_plans_applied(read_jsonl(log), 1, what)
+
+
+def scenario_nonblocking_sync(args):
+    env = dict(SHIM_ENV, DPSHIM_VERBOSE="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        # The digest does not depend on how the gradient is reduced.
+        plain = plain_run(args)
+        for mode in ("iallreduce-wait", "iallreduce-waitall",
+                     "iallreduce-test"):
+            what = "--sync " + mode
+            log = "%s/%s.jsonl" % (tmp, mode)
+            on, err = shim_run(args, what, env,
+                               ["--sync", mode, "--buckets", "3"], log=log)
+            check_same_result(what, on, plain)
+            if not on:
+                continue
+            entries = read_jsonl(log)
+            check_one_line_per_step(what, entries, STEPS)
+            check("fitted cost" in err, "%s: no warm-up fit ('fitted cost') "
+                  "on stderr: %r" % (what, err[-300:]))
+            # Steps 5-10 follow the warm-up (2-4) and its fit.
+            after = [e for e in entries if e.get("step", 0) > 4]
+            check_plans_applied(after, 3, what + ", after the warm-up")
+
+
+def scenario_thread_level(args):
+    # Both ways in: MPI_Init, and MPI_Init_thread(FUNNELED) with a loader
+    # thread. Balancing on, but no loader-thread setting: the shim has no
+    # reason to ask for more than the trainer did.
+    for extra in ([], ["--loader-thread"]):
+        what = "thread level with %s, DPSHIM_LOADER_THREAD unset" % (
+            "MPI_Init_thread" if extra else "MPI_Init")
+        plain = plain_run(args, extra, steps=5)
+        on, _ = shim_run(args, what, SHIM_ENV, extra, steps=5)
+        check("thread_level" in plain, "no thread_level in reftrain's line")
+        if on:
+            check(on.get("thread_level") == plain.get("thread_level"),
+                  "%s: %s, without the shim %s" % (
+                      what, on.get("thread_level"), plain.get("thread_level")))
+    with tempfile.TemporaryDirectory() as tmp:
+        what = "DPSHIM_LOADER_THREAD=1 and --loader-thread"
+        extra = ["--loader-thread"]
+        plain = plain_run(args, extra)
+        env = dict(SHIM_ENV, DPSHIM_LOADER_THREAD="1",
+                   DPSHIM_COEFS=THREAD_COEFS)
+        log = tmp + "/steps.jsonl"
+        on, _ = shim_run(args, what, env, extra, log=log)
+        check_same_result(what, on, plain)
+        if on:
+            check(on.get("thread_level", -1) >= plain.get("thread_level", 0),
+                  "%s: thread level %s below the trainer's own %s" % (
+                      what, on.get("thread_level"), plain.get("thread_level")))
+            check_plans_applied(read_jsonl(log), 3, what)
+
+
+def scenario_thread_without_setting(args):
+    what = "loader thread without DPSHIM_LOADER_THREAD"
+    extra = ["--loader-thread", "--prefetch", "1"]
+    plain = plain_run(args, extra)
+    on, err = shim_run(args, what, SHIM_ENV, extra)
+    check_same_result(what, on, plain)
+    lines = lines_naming(err, "DPSHIM_LOADER_THREAD")
+    check(len(lines) == 1, "%s: expected one stderr line naming "
+          "DPSHIM_LOADER_THREAD, got %d: %r" % (what, len(lines), lines[:4]))
+
+
+def scenario_log_unwritable(args):
+    what = "DPSHIM_LOG=/dev/full"
+    plain = plain_run(args)
+    on, err = shim_run(args, what, dict(SHIM_ENV, DPSHIM_LOG="/dev/full"))
+    check_same_result(what, on, plain)
+    lines = lines_naming(err, "DPSHIM_LOG")
+    check(len(lines) == 1, "%s: expected one stderr line naming DPSHIM_LOG, "
+          "got %d: %r" % (what, len(lines), lines[:4]))
+
+
+# A number followed by '%': signs, exponents, nan and inf included, so that
+# a broken share cannot slip past the range check.
+PERCENT = re.compile(r"([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+                     r"|nan|inf(?:inity)?))\s*%", re.IGNORECASE)
+
+
+def check_summary_shares(what, err):
+    """Every percentage in the shim's lines with one lies in [0, 100]. Not
+    the fit's prediction errors (on a line saying "error"): they are no
+    share of anything, and on this oversubscribed machine the warm-up's
+    timings are noisy enough for one rank-step to be off by over 100 %."""
+    lines = [l for l in err.splitlines()
+             if l.startswith("dpshim:") and "%" in l and "error" not in l]
+    shares = [(float(m), l) for l in lines for m in PERCENT.findall(l)]
+    check(shares, "%s: no percentage in the shim's summary: %r"
+          % (what, err[-400:]))
+    for v, line in shares:
+        check(0 <= v <= 100, "%s: share %g outside [0, 100]: %s"
+              % (what, v, line.strip()))
+
+
+def scenario_summary_shares(args):
+    env = dict(SHIM_ENV, DPSHIM_VERBOSE="0")
+    threaded = dict(env, DPSHIM_LOADER_THREAD="1", DPSHIM_COEFS=THREAD_COEFS)
+    for what, run_env, extra in (
+            ("summary", env, []),
+            ("summary, prefetch 2", threaded,
+             ["--loader-thread", "--prefetch", "2"])):
+        on, err = shim_run(args, what, run_env, extra)
+        if on:
+            check(on.get("check_errors") == 0, "%s: check_errors %s"
+                  % (what, on.get("check_errors")))
+            check_summary_shares(what, err)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario",
                    choices=["inert", "balance", "tp2", "badconfig",
-                            "thread"])
+                            "thread", "stray_self", "stray_half", "prefetch",
+                            "nonblocking_sync", "thread_level",
+                            "thread_without_setting", "log_unwritable",
+                            "summary_shares"])
     p.add_argument("--shim", required=True)
     p.add_argument("--reftrain", required=True)
     p.add_argument("--ranks", type=int, default=4)

@@ -3,12 +3,17 @@ machine, running a command with variables exported to the ranks, checks that
 record their failures, and the shim's JSON lines."""
 import json
 import os
+import signal
 import subprocess
+import time
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe",
           "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"]
 
 failures = []
+
+# run()'s exit status for a run it killed as hung (as timeout(1) says).
+HANG_RC = 124
 
 
 def check(ok, what):
@@ -19,9 +24,42 @@ def check(ok, what):
     return ok
 
 
-def run(cmd, env=None, preload=None):
+def kill_session(sid):
+    """SIGKILL to every process of session sid, until none is left. mpirun
+    puts each rank in a process group of its own, so killing mpirun's group
+    would leave the ranks running; they all stay in the session run()
+    started."""
+    for _ in range(20):
+        if not signal_session(sid):
+            return
+        time.sleep(0.1)
+
+
+def signal_session(sid):
+    """SIGKILL to each process of session sid; returns how many."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                # The fields after the parenthesised name: state ppid pgrp
+                # session ...
+                fields = f.read().rsplit(")", 1)[1].split()
+            # A zombie (Z) is dead already: its parent reaps it.
+            if int(fields[3]) == sid and fields[0] != "Z":
+                os.kill(int(pid), signal.SIGKILL)
+                n += 1
+        except (OSError, IndexError, ValueError):
+            pass  # gone meanwhile
+    return n
+
+
+def run(cmd, env=None, preload=None, timeout=600):
     """Runs cmd; returns (rc, stdout, stderr). env entries and LD_PRELOAD
-    are exported to the ranks with -x when cmd is an mpirun."""
+    are exported to the ranks with -x when cmd is an mpirun. Past `timeout`
+    seconds the run is a hang: one failed check says so, every process it
+    started is killed, and rc is 124 with what it had printed."""
     full_env = dict(os.environ)
     full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
@@ -31,9 +69,19 @@ def run(cmd, env=None, preload=None):
     if cmd[0] == "mpirun":
         names = list((env or {}).keys()) + (["LD_PRELOAD"] if preload else [])
         cmd = cmd[:1] + [a for n in names for a in ("-x", n)] + cmd[1:]
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True,
-                       timeout=600)
-    return p.returncode, p.stdout, p.stderr
+    # A session of its own, so that a hang can be killed whole.
+    p = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        kill_session(p.pid)
+        out, err = p.communicate(timeout=30)
+        check(False, "hang: no exit within %d s, killed: %s"
+              % (timeout, " ".join(cmd)[-300:]))
+        return HANG_RC, out, err
 
 
 def read_jsonl(path):

@@ -14,8 +14,8 @@
 /* What a rank posts for the others to read between the two barriers. */
 typedef struct slot {
   mock_op_t op;
-  const unsigned char *send;
-  size_t bytes;             /* allgather */
+  const unsigned char *send; /* max: the values */
+  size_t bytes;             /* allgather, gather, bcast; max: count */
   const size_t *counts;     /* allgatherv: all counts; alltoallv: sendcounts */
   const size_t *recvcounts; /* alltoallv */
 } slot_t;
@@ -33,9 +33,10 @@ typedef struct world {
 } world_t;
 
 typedef struct rank_ctx {
-  world_t *w;
-  dpshim__comm_t comm;
+  world_t *w, *group, *peer; /* NULL unless run by mock_run_groups */
+  dpshim__comm_t comm, dp, peers;
   mock_fn_t fn;
+  mock_group_fn_t group_fn;
   void *arg;
   pthread_t thread;
 } rank_ctx_t;
@@ -112,9 +113,10 @@ static int enter(world_t *w, int rank, const slot_t *s) {
 }
 
 static const char *op_name(mock_op_t op) {
-  return op == MOCK_ALLGATHER ? "allgather"
-         : op == MOCK_ALLGATHERV ? "allgatherv"
-                                 : "alltoallv";
+  static const char *names[MOCK_NOPS] = {"allgather", "allgatherv",
+                                         "alltoallv", "gather", "bcast",
+                                         "max"};
+  return names[op];
 }
 
 /* Between the barriers: whether the posted slots agree. Every rank computes
@@ -132,13 +134,16 @@ static int slots_agree(const world_t *w, char *why, size_t len) {
   for (int r = 0; r < p; r++) {
     switch (s[0].op) {
     case MOCK_ALLGATHER:
+    case MOCK_GATHER:
+    case MOCK_BCAST:
+    case MOCK_MAX:
       if (s[r].bytes != s[0].bytes) {
-        snprintf(why, len, "allgather: rank %d sends %zu bytes, rank 0 %zu",
-                 r, s[r].bytes, s[0].bytes);
+        snprintf(why, len, "%s: rank %d sends %zu, rank 0 %zu",
+                 op_name(s[0].op), r, s[r].bytes, s[0].bytes);
         return 0;
       }
-      if (s[r].bytes && !s[r].send) {
-        snprintf(why, len, "allgather: rank %d sends NULL", r);
+      if (s[r].bytes && !s[r].send && (s[0].op != MOCK_BCAST || r == 0)) {
+        snprintf(why, len, "%s: rank %d sends NULL", op_name(s[0].op), r);
         return 0;
       }
       break;
@@ -170,9 +175,55 @@ static int slots_agree(const world_t *w, char *why, size_t len) {
         }
       }
       break;
+    case MOCK_NOPS:
+      break;
     }
   }
   return 1;
+}
+
+/* Rank 0 counts each completed collective, once. */
+static void count_op(world_t *w, int rank) {
+  const slot_t *s = w->slot;
+  int p = w->size;
+  if (rank != 0) return;
+  pthread_mutex_lock(&w->mu);
+  w->stats.ops[s[0].op]++;
+  if (s[0].op == MOCK_ALLTOALLV) {
+    for (int r = 0; r < p; r++) {
+      for (int q = 0; q < p; q++) {
+        w->stats.alltoallv_total += s[r].counts[q];
+        if (q != r) w->stats.alltoallv_moved += s[r].counts[q];
+      }
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* bcast and max write where others read: compute between the barriers,
+ * write after the second. */
+static int complete_in_place(world_t *w, int rank, unsigned char *buf) {
+  const slot_t *s = w->slot, *me = &w->slot[rank];
+  size_t bytes = me->bytes * (me->op == MOCK_MAX ? sizeof(int64_t) : 1);
+  unsigned char *tmp = malloc(bytes ? bytes : 1);
+  if (!tmp) abort(); /* a test harness out of memory cannot go on */
+  if (me->op == MOCK_BCAST) {
+    memcpy(tmp, s[0].send, bytes);
+  } else {
+    int64_t *v = (int64_t *)(void *)tmp;
+    for (size_t k = 0; k < me->bytes; k++) {
+      v[k] = INT64_MIN;
+      for (int r = 0; r < w->size; r++) {
+        int64_t x = ((const int64_t *)(const void *)s[r].send)[k];
+        if (x > v[k]) v[k] = x;
+      }
+    }
+  }
+  count_op(w, rank);
+  int rc = barrier(w, rank);
+  if (rc == 0 && (me->op == MOCK_MAX || rank != 0)) memcpy(buf, tmp, bytes);
+  free(tmp);
+  return rc;
 }
 
 /* After the first barrier: check, copy, count, second barrier. */
@@ -186,12 +237,19 @@ static int complete(world_t *w, int rank, unsigned char *recv) {
   }
   const slot_t *s = w->slot, *me = &w->slot[rank];
   int p = w->size;
+  if (me->op == MOCK_BCAST || me->op == MOCK_MAX)
+    return complete_in_place(w, rank, recv);
+  if (me->op == MOCK_GATHER && rank != 0) {
+    count_op(w, rank);
+    return barrier(w, rank);
+  }
   size_t at = 0;
   for (int r = 0; r < p; r++) {
     const unsigned char *src = s[r].send;
     size_t n;
     switch (me->op) {
     case MOCK_ALLGATHER:
+    case MOCK_GATHER:
       n = me->bytes;
       break;
     case MOCK_ALLGATHERV:
@@ -212,19 +270,7 @@ static int complete(world_t *w, int rank, unsigned char *recv) {
     w->stats.corrupted = 1;
     pthread_mutex_unlock(&w->mu);
   }
-  if (rank == 0) {
-    pthread_mutex_lock(&w->mu);
-    w->stats.ops[me->op]++;
-    if (me->op == MOCK_ALLTOALLV) {
-      for (int r = 0; r < p; r++) {
-        for (int q = 0; q < p; q++) {
-          w->stats.alltoallv_total += s[r].counts[q];
-          if (q != r) w->stats.alltoallv_moved += s[r].counts[q];
-        }
-      }
-    }
-    pthread_mutex_unlock(&w->mu);
-  }
+  count_op(w, rank);
   return barrier(w, rank);
 }
 
@@ -253,67 +299,157 @@ static int mock_alltoallv(dpshim__comm_t *c, const void *send,
   return rc < 0 ? rc : complete(c->impl, c->rank, recv);
 }
 
+static int mock_gather(dpshim__comm_t *c, const void *send, size_t bytes,
+                       void *recv) {
+  slot_t s = {.op = MOCK_GATHER, .send = send, .bytes = bytes};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, recv);
+}
+
+static int mock_bcast(dpshim__comm_t *c, void *buf, size_t bytes) {
+  slot_t s = {.op = MOCK_BCAST, .send = buf, .bytes = bytes};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, buf);
+}
+
+static int mock_max(dpshim__comm_t *c, int64_t *v, int n) {
+  slot_t s = {.op = MOCK_MAX, .send = (const void *)v, .bytes = (size_t)n};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, (unsigned char *)v);
+}
+
 static const dpshim__comm_ops_t mock_ops = {
     .allgather = mock_allgather,
     .allgatherv = mock_allgatherv,
     .alltoallv = mock_alltoallv,
+    .gather = mock_gather,
+    .bcast = mock_bcast,
+    .max = mock_max,
 };
 
-static void *rank_main(void *p) {
-  rank_ctx_t *c = p;
-  c->fn(&c->comm, c->comm.rank, c->arg);
-  world_t *w = c->w;
+static void leave(world_t *w) {
   pthread_mutex_lock(&w->mu);
   w->exited++;
   pthread_cond_broadcast(&w->cv); /* ranks waiting for this one never finish */
   pthread_mutex_unlock(&w->mu);
+}
+
+static void *rank_main(void *p) {
+  rank_ctx_t *c = p;
+  if (c->group_fn)
+    c->group_fn(&c->comm, &c->dp, &c->peers, c->comm.rank, c->arg);
+  else
+    c->fn(&c->comm, c->comm.rank, c->arg);
+  leave(c->w);
+  if (c->group) leave(c->group);
+  if (c->peer) leave(c->peer);
   return NULL;
 }
 
-int mock_run_ex(const mock_opts_t *opts, mock_fn_t fn, void *arg,
-                mock_stats_t *stats) {
-  if (opts->size < 1 || opts->size > MOCK_MAX_RANKS) return -1;
+static world_t *world_new(int size, const mock_opts_t *opts) {
   world_t *w = calloc(1, sizeof *w);
-  rank_ctx_t *ctx = calloc((size_t)opts->size, sizeof *ctx);
-  if (!w || !ctx) {
-    free(w);
-    free(ctx);
-    return -1;
-  }
-  w->size = opts->size;
+  if (!w) return NULL;
+  w->size = size;
   w->opts = *opts;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
+  return w;
+}
+
+static void world_free(world_t *w) {
+  if (!w) return;
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+static void merge_stats(mock_stats_t *into, const mock_stats_t *s) {
+  into->deadlock |= s->deadlock;
+  into->mismatch |= s->mismatch;
+  if (!into->message[0]) memcpy(into->message, s->message, sizeof s->message);
+}
+
+/* Starts every rank of ctx[0 .. size) and joins them; -1 if one could not
+ * start (the started ones find it missing and break their worlds). */
+static int start_ranks(rank_ctx_t *ctx, int size) {
   int started = 0, rc = 0;
-  for (int r = 0; r < w->size; r++) {
-    ctx[r] = (rank_ctx_t){.w = w,
-                          .comm = {.ops = &mock_ops, .impl = w, .rank = r,
-                                   .size = w->size},
-                          .fn = fn,
-                          .arg = arg};
+  for (int r = 0; r < size; r++) {
     if (pthread_create(&ctx[r].thread, NULL, rank_main, &ctx[r]) != 0) {
-      /* The started ranks find this one missing and break the world. */
-      pthread_mutex_lock(&w->mu);
-      w->exited++;
-      break_world(w, DPSHIM_ENOMEM, &w->stats.deadlock,
-                  "could not start rank %d", r);
-      pthread_mutex_unlock(&w->mu);
+      for (int q = r; q < size; q++) {
+        pthread_mutex_lock(&ctx[q].w->mu);
+        ctx[q].w->exited++;
+        break_world(ctx[q].w, DPSHIM_ENOMEM, &ctx[q].w->stats.deadlock,
+                    "could not start rank %d", q);
+        pthread_mutex_unlock(&ctx[q].w->mu);
+      }
       rc = -1;
       break;
     }
     started++;
   }
   for (int r = 0; r < started; r++) pthread_join(ctx[r].thread, NULL);
-  if (w->stats.deadlock || w->stats.mismatch) rc = -1;
-  if (stats) *stats = w->stats;
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-  free(ctx);
-  free(w);
   return rc;
 }
 
-int mock_run(int size, mock_fn_t fn, void *arg) {
-  mock_opts_t o = {.size = size, .fail_rank = -1};
-  return mock_run_ex(&o, fn, arg, NULL);
+int mock_run_ex(const mock_opts_t *opts, mock_fn_t fn, void *arg,
+                mock_stats_t *stats) {
+  if (opts->size < 1 || opts->size > MOCK_MAX_RANKS) return -1;
+  world_t *w = world_new(opts->size, opts);
+  rank_ctx_t *ctx = calloc((size_t)opts->size, sizeof *ctx);
+  int rc = -1;
+  if (w && ctx) {
+    for (int r = 0; r < w->size; r++)
+      ctx[r] = (rank_ctx_t){.w = w,
+                            .comm = {.ops = &mock_ops, .impl = w, .rank = r,
+                                     .size = w->size, .id = r},
+                            .fn = fn,
+                            .arg = arg};
+    rc = start_ranks(ctx, w->size);
+    if (w->stats.deadlock || w->stats.mismatch) rc = -1;
+    if (stats) *stats = w->stats;
+  }
+  free(ctx);
+  world_free(w);
+  return rc;
+}
+
+int mock_run_groups(const mock_opts_t *opts, int ngroups, mock_group_fn_t fn,
+                    void *arg, mock_stats_t *stats) {
+  int size = opts->size, dp = size / (ngroups > 0 ? ngroups : 1);
+  if (size < 1 || size > MOCK_MAX_RANKS || ngroups < 1 || size % ngroups)
+    return -1;
+  mock_opts_t plain = {.size = dp, .fail_rank = -1};
+  mock_opts_t peer_opts = {.size = ngroups, .fail_rank = -1};
+  world_t *w = world_new(size, opts);
+  world_t *g[MOCK_MAX_RANKS] = {0}, *q[MOCK_MAX_RANKS] = {0};
+  rank_ctx_t *ctx = calloc((size_t)size, sizeof *ctx);
+  int ok = w && ctx, rc = -1;
+  for (int k = 0; k < ngroups; k++) ok &= (g[k] = world_new(dp, &plain)) != NULL;
+  for (int k = 0; k < dp; k++) ok &= (q[k] = world_new(ngroups, &peer_opts)) != NULL;
+  if (ok) {
+    for (int r = 0; r < size; r++) {
+      /* tp fastest: group r % ngroups, DP index r / ngroups */
+      world_t *mine = g[r % ngroups], *peer = q[r / ngroups];
+      ctx[r] = (rank_ctx_t){.w = w, .group = mine, .peer = peer,
+                            .group_fn = fn, .arg = arg,
+                            .comm = {.ops = &mock_ops, .impl = w, .rank = r,
+                                     .size = size, .id = r},
+                            .dp = {.ops = &mock_ops, .impl = mine,
+                                   .rank = r / ngroups, .size = dp, .id = r},
+                            .peers = {.ops = &mock_ops, .impl = peer,
+                                      .rank = r % ngroups, .size = ngroups,
+                                      .id = r}};
+    }
+    rc = start_ranks(ctx, size);
+    mock_stats_t all = w->stats;
+    for (int k = 0; k < ngroups; k++) merge_stats(&all, &g[k]->stats);
+    for (int k = 0; k < dp; k++) merge_stats(&all, &q[k]->stats);
+    if (all.deadlock || all.mismatch) rc = -1;
+    if (stats) *stats = all;
+  }
+  for (int k = 0; k < ngroups; k++) world_free(g[k]);
+  for (int k = 0; k < dp; k++) world_free(q[k]);
+  free(ctx);
+  world_free(w);
+  return rc;
 }

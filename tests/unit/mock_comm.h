@@ -1,7 +1,11 @@
 /* A mock of the comm seam (shim/comm.h): POSIX threads as the ranks of one
  * group.
  *
- * mock_run() starts one thread per rank; each gets its own dpshim__comm_t.
+ * mock_run_ex() starts one thread per rank; each gets its own
+ * dpshim__comm_t. mock_run_groups() gives each rank three: the world, its
+ * group of ranks r with the same r % ngroups (as DP groups are with
+ * TP = ngroups) and its peers, the ranks with the same r / ngroups (one
+ * per group); comm.id is the world rank in all.
  * A collective posts the rank's buffers and counts in its slot of the shared
  * world, waits at a barrier, copies what it receives straight out of the
  * other ranks' send buffers, and waits at a second barrier before returning
@@ -47,7 +51,13 @@ typedef struct mock_opts {
   int corrupt_rank; /* first byte flipped (when it receives any) */
 } mock_opts_t;
 
-typedef enum { MOCK_ALLGATHER, MOCK_ALLGATHERV, MOCK_ALLTOALLV } mock_op_t;
+typedef void (*mock_group_fn_t)(dpshim__comm_t *world, dpshim__comm_t *dp,
+                                dpshim__comm_t *peers, int rank, void *arg);
+
+typedef enum {
+  MOCK_ALLGATHER, MOCK_ALLGATHERV, MOCK_ALLTOALLV, MOCK_GATHER, MOCK_BCAST,
+  MOCK_MAX, MOCK_NOPS
+} mock_op_t;
 
 typedef struct mock_stats {
   int deadlock;               /* a barrier timed out */
@@ -56,18 +66,22 @@ typedef struct mock_stats {
   int corrupted;              /* a byte was flipped */
   char message[256];          /* what the first deadlock/mismatch was */
   long calls[MOCK_MAX_RANKS]; /* collectives each rank entered */
-  long ops[3];                /* completed collectives of each mock_op_t */
+  long ops[MOCK_NOPS];        /* completed collectives of each mock_op_t */
   /* Bytes over all completed alltoallv calls: to other ranks, and in all
    * (self included). */
   size_t alltoallv_moved, alltoallv_total;
 } mock_stats_t;
 
-/* Runs fn on `size` threads, rank r with comm->rank == r. Returns 0, or -1
- * when a deadlock or a mismatch was seen (or a thread could not start). */
-int mock_run(int size, mock_fn_t fn, void *arg);
-
-/* The same with a fault and the stats (stats may be NULL). */
+/* Runs fn on opts->size threads, rank r with comm->rank == r, with the
+ * fault of opts; stats may be NULL. Returns 0, or -1 when a deadlock or a
+ * mismatch was seen (or a thread could not start). */
 int mock_run_ex(const mock_opts_t *opts, mock_fn_t fn, void *arg,
                 mock_stats_t *stats);
+
+/* The same with a world and `ngroups` groups (the fault, if any, is the
+ * world's); stats merge the deadlocks and mismatches of all, the counts
+ * are the world's. */
+int mock_run_groups(const mock_opts_t *opts, int ngroups, mock_group_fn_t fn,
+                    void *arg, mock_stats_t *stats);
 
 #endif

@@ -372,9 +372,10 @@ static void inst_random(inst_t *x, uint32_t tag, prng_t *g, int min_n,
 static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
   dpshim__balance_report_t *rep = &x->rep[rank];
-  double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5};
-  x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch,
-                                x->step, note, rep);
+  double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
+  dpshim__handoff_t ho = {x->step, 1, note, NULL};
+  x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch, &ho,
+                                rep);
   if (rep->notes)
     memcpy(x->notes[rank], rep->notes,
            sizeof(double) * DPSHIM__NOTES * (size_t)x->P);

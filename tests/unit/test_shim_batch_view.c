@@ -75,9 +75,9 @@ Test(shim_batch_view, layout_of_valid_batch) {
   expect_ok();
   cr_assert_eq(layout.nfields, 3);
   cr_assert_eq(layout.width, 2, "length + one own-offsets field");
-  cr_assert_eq(layout.kind[0], ROWS_TOKENS);
-  cr_assert_eq(layout.kind[1], ROWS_ONE);
-  cr_assert_eq(layout.kind[2], ROWS_OWN);
+  cr_assert_eq(layout.kind[0], DPSHIM__ROWS_TOKENS);
+  cr_assert_eq(layout.kind[1], DPSHIM__ROWS_ONE);
+  cr_assert_eq(layout.kind[2], DPSHIM__ROWS_OWN);
   cr_assert_eq(layout.slot[2], 1);
   cr_assert_eq(layout.row_bytes[0], sizeof(int32_t));
   cr_assert_eq(layout.row_bytes[1], sizeof(uint64_t));
@@ -109,8 +109,8 @@ Test(shim_batch_view, two_own_offsets_fields_get_their_slots) {
   fx.b.nfields = 4;
   expect_ok();
   cr_assert_eq(layout.width, 3);
-  cr_assert_eq(layout.kind[0], ROWS_OWN);
-  cr_assert_eq(layout.kind[2], ROWS_OWN);
+  cr_assert_eq(layout.kind[0], DPSHIM__ROWS_OWN);
+  cr_assert_eq(layout.kind[2], DPSHIM__ROWS_OWN);
   cr_assert_eq(layout.slot[0], 1);
   cr_assert_eq(layout.slot[2], 2);
   int32_t meta[DPSHIM__MAX_FIELDS + 1];
@@ -236,12 +236,22 @@ Test(shim_batch_view, only_the_used_offsets_are_read) {
 
 /* ---- signature ------------------------------------------------------------- */
 
+/* What ranks compare: every field's signature, in order, and their count. */
 static uint64_t signature_of(const dpshim_batch_t *b) {
   dpshim__layout_t l;
   char m[256];
   int rc = dpshim__layout_of(b, &l, m, sizeof m);
   cr_assert_eq(rc, 0, "%s", m);
-  return dpshim__layout_signature(&l);
+  uint64_t h = (uint64_t)l.nfields;
+  for (int32_t f = 0; f < l.nfields; f++)
+    h = h * 1000003u + dpshim__field_signature(b, &l, f);
+  return h;
+}
+
+Test(shim_batch_view, signature_sees_names) {
+  uint64_t s = signature_of(&fx.b);
+  fx.f[1].name = "renamed";
+  cr_assert_neq(signature_of(&fx.b), s);
 }
 
 Test(shim_batch_view, signature_ignores_contents_and_counts) {
@@ -351,7 +361,7 @@ static void round_trip(const int32_t *order, int32_t n) {
   fixture_init(&out, 9); /* other contents, same layout */
   dpshim__layout_t lo;
   cr_assert_eq(dpshim__layout_of(&out.b, &lo, msg, sizeof msg), 0);
-  cr_assert_eq(dpshim__layout_signature(&lo), dpshim__layout_signature(&layout));
+  cr_assert_eq(signature_of(&out.b), signature_of(&fx.b));
   unpack(&out.b, &lo, buf, n, metas);
   assert_samples(&out, &fx, order, n);
   /* The result is a valid batch again. */

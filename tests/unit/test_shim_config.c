@@ -1,8 +1,11 @@
 /* dpshim__config_parse() through a fake environment: the defaults, the good
  * forms of every variable, and the bad ones, each rejected with
- * DPSHIM_EINVAL and a message naming the variable, the value and what is
- * expected. dpshim__config_is_warmup(). */
+ * DPSHIM_EINVAL and a one-line message naming the variable, the value and
+ * what is expected. dpshim__config_is_warmup(). The table: dump -> parse
+ * round trips, the agreement hash, and the README's table against the
+ * code's. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,20 +66,44 @@ static void parse_ok(void) {
   cr_assert_str_eq(msg, "");
 }
 
-/* `name`=`value` alone is rejected, naming both and what is expected. */
+/* The table's row for `name`. */
+static const dpshim__config_var_t *var_named(const char *name) {
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+    if (!strcmp(dpshim__config_var(i)->name, name))
+      return dpshim__config_var(i);
+  cr_assert_fail("%s is not in the table", name);
+  return NULL;
+}
+
+static int printable(const char *v) {
+  for (; *v; v++)
+    if ((unsigned char)*v < 0x20 || *v == 0x7f) return 0;
+  return 1;
+}
+
+/* `name`=`value` alone is rejected with one line naming both and ending with
+ * the variable's accepted text. The value is quoted as given when it is
+ * short and printable (else escaped and cut: see the tests below). */
 static void expect_bad(const char *name, const char *value) {
   env_clear();
   env_set(name, value);
   int rc = dpshim__config_parse(fake_getenv, &cfg, msg, sizeof msg);
   cr_assert_eq(rc, DPSHIM_EINVAL, "%s='%s' accepted (rc %d)", name, value, rc);
-  cr_assert(strstr(msg, name) != NULL, "message \"%s\" does not name %s", msg,
+  cr_assert(strstr(msg, name) == msg, "message \"%s\" does not name %s", msg,
             name);
-  char quoted[8300];
-  snprintf(quoted, sizeof quoted, "'%s'", value);
-  cr_assert(strstr(msg, quoted) != NULL, "message \"%s\" does not quote %s",
-            msg, quoted);
-  cr_assert(strstr(msg, "expected") != NULL, "message \"%s\" says nothing "
-            "expected", msg);
+  cr_assert(printable(msg), "message \"%s\" is not one line", msg);
+  if (printable(value) && strlen(value) <= 64) {
+    char quoted[8300];
+    snprintf(quoted, sizeof quoted, "='%s': ", value);
+    cr_assert(strstr(msg, quoted) != NULL, "message \"%s\" does not quote %s",
+              msg, quoted);
+  }
+  char expected[512];
+  snprintf(expected, sizeof expected, ": expected %s",
+           var_named(name)->accepted);
+  size_t n = strlen(msg), e = strlen(expected);
+  cr_assert(n >= e && !strcmp(msg + n - e, expected),
+            "message \"%s\" does not end with \"%s\"", msg, expected);
 }
 
 /* Which steps 1 .. 4096 are warm-up steps, as a string of 0/1 for 1 .. 20. */
@@ -102,6 +129,7 @@ Test(shim_config, defaults) {
   cr_assert_eq(cfg.enabled, 0);
   cr_assert_eq(cfg.verbose, 0);
   cr_assert_eq(cfg.verify, 0);
+  cr_assert_eq(cfg.loader_thread, 0);
   expect_warmup("01111111111000000000", 10, 2, 11);
   cr_assert_float_eq(cfg.max_len_ratio, 1.2, 1e-15);
   cr_assert_float_eq(cfg.threshold, 0.2, 1e-15);
@@ -121,11 +149,15 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_ENABLE, DPSHIM_ENV_WARMUP, DPSHIM_ENV_MAX_LEN_RATIO,
       DPSHIM_ENV_THRESHOLD, DPSHIM_ENV_VERBOSE, DPSHIM_ENV_SOLVER,
       DPSHIM_ENV_FIT, DPSHIM_ENV_COEFS, DPSHIM_ENV_TP, DPSHIM_ENV_PP,
-      DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY};
-  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+      DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY,
+      DPSHIM_ENV_LOADER_THREAD};
+  int32_t n = (int32_t)(sizeof names / sizeof *names);
+  cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
+  for (int32_t k = 0; k < n; k++) {
     int found = 0;
     for (int a = 0; a < nasked; a++) found |= !strcmp(asked[a], names[k]);
     cr_assert(found, "%s was never read", names[k]);
+    cr_assert_not_null(var_named(names[k]));
   }
 }
 
@@ -162,10 +194,12 @@ Test(shim_config, booleans) {
     env_set(DPSHIM_ENV_ENABLE, yes[k]);
     env_set(DPSHIM_ENV_VERBOSE, yes[k]);
     env_set(DPSHIM_ENV_VERIFY, yes[k]);
+    env_set(DPSHIM_ENV_LOADER_THREAD, yes[k]);
     parse_ok();
     cr_assert_eq(cfg.enabled, 1, "%s", yes[k]);
     cr_assert_eq(cfg.verbose, 1);
     cr_assert_eq(cfg.verify, 1);
+    cr_assert_eq(cfg.loader_thread, 1);
     env_clear();
     env_set(DPSHIM_ENV_ENABLE, no[k]);
     parse_ok();
@@ -384,6 +418,7 @@ Test(shim_config, bad_names) {
   expect_bad(DPSHIM_ENV_ENABLE, "maybe");
   expect_bad(DPSHIM_ENV_VERBOSE, "2");
   expect_bad(DPSHIM_ENV_VERIFY, "yes please");
+  expect_bad(DPSHIM_ENV_LOADER_THREAD, "2");
 }
 
 Test(shim_config, bad_log_path) {
@@ -461,4 +496,418 @@ Test(shim_config, is_warmup_list) {
                  "step %lld", (long long)s);
     cr_assert_eq(first, s == 2);
   }
+}
+
+/* ---- case 9: coefficients whose cost overflows --------------------------- */
+
+Test(shim_config, coefs_must_cost_finite_at_the_longest_sample) {
+  static const char *const bad[] = {"1e300,0,0", "1e290,0,0", "0,1e300,0",
+                                    "0,1e299,1.7e308", "1e289,1e299,1e308"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    expect_bad(DPSHIM_ENV_COEFS, bad[k]);
+    cr_assert(strstr(msg, "2147483647") != NULL, "%s", msg);
+  }
+  /* 1e289 * (2^31 - 1)^2 ~ 4.6e307: finite. */
+  static const char *const good[] = {"1e289,0,0", "0,0,1e308", "0,1e298,0"};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    env_set(DPSHIM_ENV_COEFS, good[k]);
+    parse_ok();
+    cr_assert_eq(cfg.have_coefs, 1, "%s", good[k]);
+  }
+}
+
+/* ---- case 10: parser hardening ------------------------------------------- */
+
+Test(shim_config, numbers_are_plain_decimals) {
+  static const char *const bad[] = {
+      " 1.5", "1.5 ", "\n1.5", "1.5\n", "\t1.5", "1.5\t", "0x1p3", "0X10",
+      "inf", "-inf", "INFINITY", "nan", "NaN(1)", "+", "-", ".", "e5", "1e",
+      "1e+", "1..2", "--1", "1,5", "1.5e3x", ""};
+  for (size_t k = 0; k + 1 < sizeof bad / sizeof *bad; k++) {
+    expect_bad(DPSHIM_ENV_MAX_LEN_RATIO, bad[k]);
+    expect_bad(DPSHIM_ENV_THRESHOLD, bad[k]);
+  }
+  static const struct {
+    const char *text;
+    double value;
+  } good[] = {{".5", 0.5}, {"5.", 5}, {"1E+2", 100}, {"+0.25", 0.25},
+              {"2e-1", 0.2}, {"007", 7}};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    env_set(DPSHIM_ENV_MAX_LEN_RATIO, good[k].text);
+    env_set(DPSHIM_ENV_THRESHOLD, good[k].text);
+    parse_ok();
+    cr_assert(cfg.max_len_ratio == good[k].value, "%s", good[k].text);
+    cr_assert(cfg.threshold == good[k].value, "%s", good[k].text);
+  }
+}
+
+Test(shim_config, blanks_hex_and_specials_rejected_everywhere) {
+  static const char *const coefs[] = {
+      " 1,2,3", "1,2,3\n", "\n1,2,3", "1\t2\t3", "1,\t2,3", "1\t,2,3",
+      "0x1p3,0,0", "inf,0,0", "1,nan,0", "1, 2, 3", "1,2 ,3"};
+  for (size_t k = 0; k < sizeof coefs / sizeof *coefs; k++)
+    expect_bad(DPSHIM_ENV_COEFS, coefs[k]);
+  static const char *const sizes[] = {" 4", "4 ", "\n4", "4\n", "\t4",
+                                      "0x4", "+4", "4e0", "4.0"};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    expect_bad(DPSHIM_ENV_TP, sizes[k]);
+    expect_bad(DPSHIM_ENV_CP, sizes[k]);
+  }
+  static const char *const warmup[] = {" 2-11", "2-11\n", "2\t,4", "0x2-11",
+                                       "2-\t11", "2,\n4"};
+  for (size_t k = 0; k < sizeof warmup / sizeof *warmup; k++)
+    expect_bad(DPSHIM_ENV_WARMUP, warmup[k]);
+  static const char *const bools[] = {" 1", "1\n", "\ton", "on "};
+  for (size_t k = 0; k < sizeof bools / sizeof *bools; k++)
+    expect_bad(DPSHIM_ENV_LOADER_THREAD, bools[k]);
+}
+
+Test(shim_config, tiny_ratio_is_above_zero) {
+  static const char *const tiny[] = {"1e-308", "4.9e-324",
+                                     "2.2250738585072014e-308"};
+  for (size_t k = 0; k < sizeof tiny / sizeof *tiny; k++) {
+    env_set(DPSHIM_ENV_MAX_LEN_RATIO, tiny[k]);
+    parse_ok();
+    cr_assert(cfg.max_len_ratio > 0, "%s", tiny[k]);
+  }
+  env_set(DPSHIM_ENV_MAX_LEN_RATIO, "1e-308");
+  parse_ok();
+  cr_assert(cfg.max_len_ratio == 1e-308);
+  /* Underflow to exactly 0 is 0. */
+  expect_bad(DPSHIM_ENV_MAX_LEN_RATIO, "1e-400");
+  cr_assert(strstr(msg, "expected a number > 0") != NULL, "%s", msg);
+  env_clear();
+  env_set(DPSHIM_ENV_THRESHOLD, "1e-400");
+  parse_ok();
+  cr_assert(cfg.threshold == 0 && !signbit(cfg.threshold));
+}
+
+Test(shim_config, expected_texts_state_the_limits) {
+  expect_bad(DPSHIM_ENV_PP, "1048577");
+  cr_assert(strstr(msg, "expected an integer in 1..1048576") != NULL, "%s",
+            msg);
+  env_set(DPSHIM_ENV_PP, "1048576");
+  parse_ok();
+  cr_assert_eq(cfg.pp, 1048576);
+  static const char *const bools[] = {DPSHIM_ENV_ENABLE, DPSHIM_ENV_VERBOSE,
+                                      DPSHIM_ENV_VERIFY,
+                                      DPSHIM_ENV_LOADER_THREAD};
+  for (size_t k = 0; k < 4; k++) {
+    expect_bad(bools[k], "maybe");
+    cr_assert(strstr(msg, "expected 0/1, true/false, yes/no, on/off"), "%s",
+              msg);
+  }
+}
+
+Test(shim_config, control_characters_are_escaped) {
+  expect_bad(DPSHIM_ENV_MAX_LEN_RATIO, "1.5\n");
+  cr_assert(strstr(msg, "='1.5\\n': expected") != NULL, "%s", msg);
+  expect_bad(DPSHIM_ENV_COEFS, "1\t2\t3");
+  cr_assert(strstr(msg, "='1\\t2\\t3': expected") != NULL, "%s", msg);
+  expect_bad(DPSHIM_ENV_SOLVER, "\x1b[31mkk");
+  cr_assert(strstr(msg, "='\\x1b[31mkk': expected") != NULL, "%s", msg);
+}
+
+/* A 4000-character value (5000 for the log path, which takes 4000) is cut
+ * in the message; the whole expected text still fits in 256 bytes. */
+Test(shim_config, a_long_value_keeps_the_expected_text) {
+  static char value[5001], cut[80];
+  memset(cut, 'x', 64);
+  memcpy(cut + 64, "...'", 5);
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    size_t n = strcmp(v->name, DPSHIM_ENV_LOG) ? 4000 : 5000;
+    memset(value, 'x', n);
+    value[n] = 0;
+    expect_bad(v->name, value);
+    char small[256];
+    int rc = dpshim__config_parse(fake_getenv, &cfg, small, sizeof small);
+    cr_assert_eq(rc, DPSHIM_EINVAL);
+    cr_assert_str_eq(small, msg, "%s: the line needs more than 256 bytes",
+                     v->name);
+    cr_assert(strstr(small, cut) != NULL, "%s", small);
+    /* And a control character near the cut does not push it further. */
+    memset(value, '\n', n);
+    expect_bad(v->name, value);
+    cr_assert_lt(strlen(msg), 256);
+  }
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+Test(shim_config, table_is_well_formed) {
+  cr_assert_null(dpshim__config_var(-1));
+  cr_assert_null(dpshim__config_var(dpshim__config_nvars()));
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    cr_assert(v->name && !strncmp(v->name, "DPSHIM_", 7));
+    cr_assert(v->accepted && *v->accepted, "%s", v->name);
+    cr_assert(!v->flag || !strncmp(v->flag, "--", 2), "%s", v->name);
+    for (int32_t j = 0; j < i; j++)
+      cr_assert_str_neq(dpshim__config_var(j)->name, v->name);
+  }
+}
+
+/* The dump's lines, kept by dump_line(). */
+static char dumped[16][16384];
+static int ndumped;
+
+static void dump_line(void *ctx, const char *text) {
+  cr_assert_eq(ctx, (void *)dumped);
+  cr_assert_lt(ndumped, 16);
+  cr_assert_lt(strlen(text), sizeof dumped[0] - 1, "line cut");
+  snprintf(dumped[ndumped++], sizeof dumped[0], "%s", text);
+}
+
+static void dump(const dpshim__config_t *c) {
+  ndumped = 0;
+  dpshim__config_dump(c, dump_line, dumped);
+  cr_assert_eq(ndumped, dpshim__config_nvars());
+}
+
+/* Line i's value, without the " (default)" mark; *is_default says it had
+ * one. */
+static const char *dumped_value(int32_t i, int *is_default) {
+  static char value[16384];
+  const dpshim__config_var_t *v = dpshim__config_var(i);
+  size_t n = strlen(v->name);
+  cr_assert(!strncmp(dumped[i], v->name, n) && dumped[i][n] == '=', "%s",
+            dumped[i]);
+  snprintf(value, sizeof value, "%s", dumped[i] + n + 1);
+  const char *def = v->def ? v->def : "", *mark = " (default)";
+  size_t len = strlen(value), m = strlen(mark);
+  *is_default = len == strlen(def) + m && !strncmp(value, def, len - m) &&
+                !strcmp(value + len - m, mark);
+  if (*is_default) value[len - m] = 0;
+  return value;
+}
+
+static void expect_same(const dpshim__config_t *a, const dpshim__config_t *b) {
+  cr_assert_eq(a->enabled, b->enabled);
+  cr_assert_eq(a->verbose, b->verbose);
+  cr_assert_eq(a->verify, b->verify);
+  cr_assert_eq(a->loader_thread, b->loader_thread);
+  cr_assert(!memcmp(a->warmup, b->warmup, sizeof a->warmup));
+  cr_assert_eq(a->nwarmup, b->nwarmup);
+  cr_assert_eq(a->warmup_first, b->warmup_first);
+  cr_assert_eq(a->warmup_last, b->warmup_last);
+  cr_assert(a->max_len_ratio == b->max_len_ratio, "%.17g %.17g",
+            a->max_len_ratio, b->max_len_ratio);
+  cr_assert(a->threshold == b->threshold);
+  cr_assert_eq(a->algo, b->algo);
+  cr_assert_eq(a->fit, b->fit);
+  cr_assert_eq(a->have_coefs, b->have_coefs);
+  cr_assert(a->coefs.a == b->coefs.a && a->coefs.b == b->coefs.b &&
+            a->coefs.c == b->coefs.c);
+  cr_assert_eq(a->tp, b->tp);
+  cr_assert_eq(a->pp, b->pp);
+  cr_assert_eq(a->cp, b->cp);
+  cr_assert_eq(a->sync_ops, b->sync_ops);
+  cr_assert_str_eq(a->log_path, b->log_path);
+  cr_assert_eq(dpshim__config_hash(a), dpshim__config_hash(b));
+}
+
+/* Parses the dump of `cfg` back and expects the same configuration. */
+static void expect_round_trip(void) {
+  static dpshim__config_t back;
+  dump(&cfg);
+  env_clear();
+  for (int32_t i = 0; i < ndumped; i++) {
+    int is_default;
+    const char *value = dumped_value(i, &is_default);
+    env_set(dpshim__config_var(i)->name, value);
+  }
+  memset(&back, 0xa5, sizeof back);
+  int rc = dpshim__config_parse(fake_getenv, &back, msg, sizeof msg);
+  cr_assert_eq(rc, 0, "%s", msg);
+  expect_same(&cfg, &back);
+}
+
+Test(shim_config, defaults_dump_as_their_texts) {
+  parse_ok();
+  dump(&cfg);
+  for (int32_t i = 0; i < ndumped; i++) {
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    char line[256];
+    snprintf(line, sizeof line, "%s=%s (default)", v->name,
+             v->def ? v->def : "");
+    cr_assert_str_eq(dumped[i], line);
+  }
+  expect_round_trip();
+}
+
+/* Non-default values, at least one per variable, some in odd forms. */
+static const struct {
+  const char *name, *value;
+} samples[] = {
+    {DPSHIM_ENV_ENABLE, "on"},
+    {DPSHIM_ENV_WARMUP, "12-13,3,5-6,6"},
+    {DPSHIM_ENV_WARMUP, "none"},
+    {DPSHIM_ENV_WARMUP, "1-4096"},
+    {DPSHIM_ENV_MAX_LEN_RATIO, "1e-308"},
+    {DPSHIM_ENV_MAX_LEN_RATIO, "none"},
+    {DPSHIM_ENV_MAX_LEN_RATIO, "0.1"},
+    {DPSHIM_ENV_THRESHOLD, "0.30000000000000004"},
+    {DPSHIM_ENV_THRESHOLD, "-0"},
+    {DPSHIM_ENV_THRESHOLD, "1e300"},
+    {DPSHIM_ENV_VERBOSE, "TRUE"},
+    {DPSHIM_ENV_SOLVER, "kk"},
+    {DPSHIM_ENV_SOLVER, "none"},
+    {DPSHIM_ENV_FIT, "seed"},
+    {DPSHIM_ENV_COEFS, "1e-6,0.001,2.5e-3"},
+    {DPSHIM_ENV_COEFS, "-0,0,1e308"},
+    {DPSHIM_ENV_TP, "8"},
+    {DPSHIM_ENV_PP, "4"},
+    {DPSHIM_ENV_CP, "1048576"},
+    {DPSHIM_ENV_SYNC_OPS, "MPI_Barrier,alltoall,barrier"},
+    {DPSHIM_ENV_LOG, "/tmp/a=b, c (default)"},
+    {DPSHIM_ENV_VERIFY, "yes"},
+    {DPSHIM_ENV_LOADER_THREAD, "1"},
+};
+#define NSAMPLES (sizeof samples / sizeof *samples)
+
+Test(shim_config, dump_round_trips_every_row) {
+  parse_ok();
+  uint64_t defaults = dpshim__config_hash(&cfg);
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const char *name = dpshim__config_var(i)->name;
+    int covered = 0;
+    for (size_t k = 0; k < NSAMPLES; k++) {
+      if (strcmp(samples[k].name, name)) continue;
+      covered = 1;
+      env_clear();
+      env_set(name, samples[k].value);
+      parse_ok();
+      cr_assert_neq(dpshim__config_hash(&cfg), defaults, "%s='%s'", name,
+                    samples[k].value);
+      dump(&cfg);
+      for (int32_t j = 0; j < ndumped; j++) {
+        int is_default;
+        dumped_value(j, &is_default);
+        cr_assert_eq(is_default, j != i, "%s='%s': line %s", name,
+                     samples[k].value, dumped[j]);
+      }
+      expect_round_trip();
+    }
+    cr_assert(covered, "no sample for %s", name);
+  }
+}
+
+Test(shim_config, dump_round_trips_everything_at_once) {
+  for (size_t k = 0; k < NSAMPLES; k++)
+    env_set(samples[k].name, samples[k].value);
+  parse_ok();
+  expect_round_trip();
+}
+
+/* The longest warm-up texts: every other step, and 2-step ranges. */
+Test(shim_config, dump_round_trips_the_longest_warmup) {
+  static char list[32768];
+  for (int pass = 0; pass < 2; pass++) {
+    size_t n = 0;
+    for (int s = 1; s + 1 <= DPSHIM__MAX_WARMUP; s += pass ? 3 : 2)
+      n += (size_t)snprintf(list + n, sizeof list - n, pass ? "%d,%d," : "%d,",
+                            s, s + 1);
+    list[n - 1] = 0;
+    env_clear();
+    env_set(DPSHIM_ENV_WARMUP, list);
+    parse_ok();
+    expect_round_trip();
+  }
+}
+
+/* ---- the agreement hash -------------------------------------------------- */
+
+Test(shim_config, hash_ignores_negative_zero_and_padding) {
+  static dpshim__config_t a, b;
+  env_set(DPSHIM_ENV_THRESHOLD, "-0");
+  env_set(DPSHIM_ENV_COEFS, "-0,1,-0.0");
+  memset(&a, 0x00, sizeof a);
+  cr_assert_eq(dpshim__config_parse(fake_getenv, &a, msg, sizeof msg), 0);
+  env_set(DPSHIM_ENV_THRESHOLD, "0");
+  env_set(DPSHIM_ENV_COEFS, "0,1,0");
+  memset(&b, 0xff, sizeof b);
+  cr_assert_eq(dpshim__config_parse(fake_getenv, &b, msg, sizeof msg), 0);
+  cr_assert_eq(dpshim__config_hash(&a), dpshim__config_hash(&b));
+  /* Set by hand, not parsed: still by value. */
+  a.threshold = -0.0;
+  a.coefs.a = -0.0;
+  cr_assert_eq(dpshim__config_hash(&a), dpshim__config_hash(&b));
+  /* Bytes past the log path's end do not count. */
+  memset(a.log_path + 1, 'z', sizeof a.log_path - 1);
+  a.log_path[0] = 0;
+  cr_assert_eq(dpshim__config_hash(&a), dpshim__config_hash(&b));
+}
+
+Test(shim_config, hash_differs_for_different_values) {
+  static dpshim__config_t a;
+  env_set(DPSHIM_ENV_THRESHOLD, "0.1");
+  parse_ok();
+  a = cfg;
+  env_set(DPSHIM_ENV_THRESHOLD, "0.2");
+  parse_ok();
+  cr_assert_neq(dpshim__config_hash(&a), dpshim__config_hash(&cfg));
+  env_set(DPSHIM_ENV_THRESHOLD, "0.1");
+  env_set(DPSHIM_ENV_LOG, "/tmp/x");
+  parse_ok();
+  cr_assert_neq(dpshim__config_hash(&a), dpshim__config_hash(&cfg));
+  env_set(DPSHIM_ENV_LOG, "");
+  env_set(DPSHIM_ENV_WARMUP, "2-10,12");
+  parse_ok();
+  cr_assert_neq(dpshim__config_hash(&a), dpshim__config_hash(&cfg));
+}
+
+/* ---- the README's table -------------------------------------------------- */
+
+static char *read_readme(void) {
+  FILE *f = fopen(DPSHIM_SOURCE_ROOT "/README.md", "rb");
+  cr_assert_not_null(f, "cannot open %s/README.md", DPSHIM_SOURCE_ROOT);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  return text;
+}
+
+/* Cell `k` (0-based) of table row `line`, without blanks and backticks. */
+static void readme_cell(const char *line, int k, char *out, size_t cap) {
+  const char *p = line + 1; /* past the leading '|' */
+  for (; k > 0; k--) {
+    p = strchr(p, '|');
+    cr_assert_not_null(p, "row has too few cells: %.80s", line);
+    p++;
+  }
+  size_t n = 0;
+  for (; *p && *p != '|' && *p != '\n'; p++)
+    if (*p != '`' && n + 1 < cap) out[n++] = *p;
+  while (n && out[n - 1] == ' ') n--;
+  out[n] = 0;
+  memmove(out, out + strspn(out, " "), strlen(out + strspn(out, " ")) + 1);
+}
+
+Test(shim_config, readme_table_matches_the_code) {
+  const char *p = strstr(read_readme(), "\n### Configuration\n");
+  cr_assert_not_null(p, "README has no ### Configuration");
+  const char *none = "\xe2\x80\x94"; /* an em dash: no default, no flag */
+  int seen[64] = {0}, rows = 0;
+  for (p = strchr(p + 1, '\n') + 1; *p && *p != '#'; p = strchr(p, '\n') + 1) {
+    if (*p != '|' || !strncmp(p, "|---", 4) || !strncmp(p, "| variable", 10))
+      continue;
+    char name[128], def[128], flag[128];
+    readme_cell(p, 0, name, sizeof name);
+    readme_cell(p, 1, def, sizeof def);
+    readme_cell(p, 3, flag, sizeof flag);
+    int32_t i = 0;
+    int32_t n = dpshim__config_nvars();
+    while (i < n && strcmp(dpshim__config_var(i)->name, name)) i++;
+    cr_assert_lt(i, n, "README lists %s; the code does not", name);
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    cr_assert_str_eq(def, v->def ? v->def : none, "%s's default", name);
+    cr_assert_str_eq(flag, v->flag ? v->flag : none, "%s's flag", name);
+    cr_assert_eq(seen[i]++, 0, "README lists %s twice", name);
+    rows++;
+  }
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+    cr_assert(seen[i], "README's table lacks %s", dpshim__config_var(i)->name);
+  cr_assert_eq(rows, dpshim__config_nvars());
 }

@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../timeutil.h"
 #include "vlmload.h"
 
 /* Emulated cost units: attention len^2 per sample, linear work per token
@@ -50,22 +50,6 @@ typedef struct ledger {
 } ledger_t;
 
 /* ---- small helpers ------------------------------------------------------- */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* An absolute deadline, so the checking time is absorbed, not added. */
-static void sleep_until(double t) {
-  struct timespec ts;
-  ts.tv_sec = (time_t)t;
-  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-  }
-}
 
 static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
@@ -166,10 +150,10 @@ static void consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
 static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
                  float *grad) {
   vlm_batch_t *b = vlmload_next(l);
-  double t1 = now_s();
+  double t1 = dpshim__tool_now_s();
   if (!b) die("vlmload_next returned no batch");
   consume(led, l, b, s);
-  sleep_until(t1 + emulated_seconds(b, o->time_scale));
+  dpshim__tool_sleep_until(t1 + emulated_seconds(b, o->time_scale));
   MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
                 MPI_COMM_WORLD);
 }

@@ -285,11 +285,6 @@ packload_batch_t *packload_next(packload_t *pl) {
 
 /* ---- checking ---------------------------------------------------------- */
 
-int64_t packload_sample_length(const packload_t *pl, uint64_t id) {
-  if (!id_valid(pl, id)) return -1;
-  return key_length(&pl->src, sample_key(pl->seed, id));
-}
-
 enum packload_verdict packload_verify(const packload_t *pl, uint64_t id,
                                       int64_t len, const int32_t *tokens,
                                       const int32_t *labels,

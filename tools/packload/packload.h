@@ -88,9 +88,6 @@ enum packload_verdict {
   PACKLOAD_BAD_PAYLOAD = 3 /* a token, label or loss weight differs */
 };
 
-/* Length of sample `id` in this run, or -1 when no slot draws that id. */
-PACKLOAD_EXTERN int64_t packload_sample_length(const packload_t *loader,
-                                               uint64_t id);
 /* Compares one sample (len rows of each field) with what `id` implies. */
 PACKLOAD_EXTERN enum packload_verdict packload_verify(
     const packload_t *loader, uint64_t id, int64_t len, const int32_t *tokens,

@@ -108,6 +108,7 @@ int ledger_batch(ledger_t *l, int64_t step, const packload_batch_t *b,
   return 0;
 }
 
-void ledger_produced(ledger_t *l, int64_t step, const packload_t *pl) {
-  packload_produced(pl, &l->produced[2 * step], &l->produced[2 * step + 1]);
+void ledger_produced(ledger_t *l, int64_t step, const int64_t produced[2]) {
+  l->produced[2 * step] = produced[0];
+  l->produced[2 * step + 1] = produced[1];
 }

@@ -37,7 +37,9 @@ void ledger_free(ledger_t *l);
  * sample verified against `pl`. -1 when out of memory. */
 int ledger_batch(ledger_t *l, int64_t step, const packload_batch_t *b,
                  const packload_t *pl);
-/* With check: what the loader has packed by the end of step `step`. */
-void ledger_produced(ledger_t *l, int64_t step, const packload_t *pl);
+/* With check: what the loader had packed (samples, tokens; from
+ * packload_produced()) when the last batch of step `step` was handed off. A
+ * loader thread may have packed more by the end of the step: batches ahead. */
+void ledger_produced(ledger_t *l, int64_t step, const int64_t produced[2]);
 
 #endif

@@ -14,8 +14,14 @@ enum {
   OPT_STEPS = 256, OPT_MODE, OPT_PROFILE, OPT_LENGTHS, OPT_SEED, OPT_MICRO,
   OPT_TP, OPT_CP, OPT_PP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_HEADROOM,
   OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_LOADER_THREAD, OPT_IDS_OUT,
-  OPT_STATS_OUT, OPT_HELP
+  OPT_STATS_OUT, OPT_PREFETCH, OPT_SYNC, OPT_BUCKETS, OPT_STRAY, OPT_HELP
 };
+
+/* Values of the enum-valued options, in enum order. */
+static const char *const sync_names[] = {"allreduce", "iallreduce-wait",
+                                         "iallreduce-waitall",
+                                         "iallreduce-test"};
+static const char *const stray_names[] = {"none", "self", "half"};
 
 static const struct option longopts[] = {
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -37,6 +43,10 @@ static const struct option longopts[] = {
     {"loader-thread", no_argument, NULL, OPT_LOADER_THREAD},
     {"ids-out", required_argument, NULL, OPT_IDS_OUT},
     {"stats-out", required_argument, NULL, OPT_STATS_OUT},
+    {"prefetch", required_argument, NULL, OPT_PREFETCH},
+    {"sync", required_argument, NULL, OPT_SYNC},
+    {"buckets", required_argument, NULL, OPT_BUCKETS},
+    {"stray-collective", required_argument, NULL, OPT_STRAY},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -69,8 +79,31 @@ void rt_usage(FILE *f) {
       "  --stats-out FILE    one JSON line per step: per-rank times\n"
       "  --loader-thread     call packload_next() from a loader thread\n"
       "                      (the trainer waits for each batch)\n"
+      "  --prefetch N        with --loader-thread: the loader runs up to N\n"
+      "                      batches ahead of the trainer (a bounded queue,\n"
+      "                      as a prefetching DataLoader); 0-3 (default 0:\n"
+      "                      one batch per request)\n"
+      "  --sync MODE         gradient sync: allreduce (one blocking\n"
+      "                      MPI_Allreduce, default); iallreduce-wait,\n"
+      "                      iallreduce-waitall, iallreduce-test: one\n"
+      "                      MPI_Iallreduce per bucket, then MPI_Wait on\n"
+      "                      each, one MPI_Waitall, or MPI_Testall polling\n"
+      "  --buckets K         gradient buckets of the iallreduce modes,\n"
+      "                      1-4096 (default 4)\n"
+      "  --stray-collective self|half|none\n"
+      "                      after each hand-off, before compute, an\n"
+      "                      MPI_Allreduce of one int that is not the sync:\n"
+      "                      on MPI_COMM_SELF, or on a communicator of the\n"
+      "                      first half of the ranks, ceil(world/2) (the\n"
+      "                      others skip it) (default none)\n"
       "  --verbose           per-step lines on stderr\n"
-      "  --help              this text\n",
+      "  --help              this text\n"
+      "\n"
+      "The JSON line holds steps, tokens, tgs, step_ms_mean,\n"
+      "consumed_digest (order-independent hash of every sample consumed),\n"
+      "thread_level (MPI_Query_thread after init; with --loader-thread the\n"
+      "trainer asks MPI_Init_thread for MPI_THREAD_FUNNELED, else calls\n"
+      "MPI_Init) and, with --check, check_errors.\n",
       f);
 }
 
@@ -80,6 +113,25 @@ static int bad(char *err, size_t errlen, const char *opt, const char *want,
   return -1;
 }
 
+/* Index of arg in names[n], or -1. */
+static int pick(const char *arg, const char *const names[], int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(arg, names[i]) == 0) return i;
+  return -1;
+}
+
+/* "'a', 'b' or 'c'" for an error message. */
+static const char *one_of(const char *const names[], int n, char *buf,
+                          size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s'%s'",
+                             i == 0 ? "" : i + 1 == n ? " or " : ", ",
+                             names[i]);
+  return buf;
+}
+
 static int parse_u64(const char *s, uint64_t *out) {
   char *end;
   errno = 0;
@@ -87,6 +139,24 @@ static int parse_u64(const char *s, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 0);
   if (errno || end == s || *end) return -1;
   *out = v;
+  return 0;
+}
+
+/* --sync or --stray-collective: a name from its table. */
+static int apply_name(int code, const char *arg, rt_opts_t *o, char *err,
+                      size_t errlen) {
+  bool sync = code == OPT_SYNC;
+  const char *const *names = sync ? sync_names : stray_names;
+  int n = sync ? (int)(sizeof sync_names / sizeof *sync_names)
+               : (int)(sizeof stray_names / sizeof *stray_names);
+  int i = pick(arg, names, n);
+  if (i < 0) {
+    char want[128];
+    return bad(err, errlen, sync ? "sync" : "stray-collective",
+               one_of(names, n, want, sizeof want), arg);
+  }
+  if (sync) o->sync = (rt_sync_t)i;
+  else o->stray = (rt_stray_t)i;
   return 0;
 }
 
@@ -153,6 +223,18 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
       return bad(err, errlen, name, "an integer in [1, 1024]", arg);
     o->cpu_dim = (int32_t)v;
     return 0;
+  case OPT_PREFETCH:
+    if (cli_int(arg, 0, 3, &v))
+      return bad(err, errlen, name, "an integer in [0, 3]", arg);
+    o->prefetch = (int32_t)v;
+    return 0;
+  case OPT_BUCKETS:
+    if (cli_int(arg, 1, 4096, &v))
+      return bad(err, errlen, name, "an integer in [1, 4096]", arg);
+    o->buckets = (int32_t)v;
+    return 0;
+  case OPT_SYNC: case OPT_STRAY:
+    return apply_name(code, arg, o, err, errlen);
   case OPT_CHECK: o->check = true; return 0;
   case OPT_VERBOSE: o->verbose = true; return 0;
   case OPT_LOADER_THREAD: o->loader_thread = true; return 0;
@@ -164,7 +246,8 @@ static void defaults(rt_opts_t *o) {
   *o = (rt_opts_t){.steps = 10, .mode = RT_EMULATE, .profile = "sft",
                    .seed = 1, .micro = 1, .tp = 1, .cp = 1, .pp = 1,
                    .time_scale = 0.75, .grad_bytes = 1 << 20, .headroom = 2.0,
-                   .cpu_dim = 16};
+                   .cpu_dim = 16, .sync = RT_SYNC_ALLREDUCE, .buckets = 4,
+                   .stray = RT_STRAY_NONE};
 }
 
 int rt_parse(int argc, char **argv, rt_opts_t *o, char *err, size_t errlen) {
@@ -188,6 +271,10 @@ int rt_parse(int argc, char **argv, rt_opts_t *o, char *err, size_t errlen) {
   if (optind < argc) {
     snprintf(err, errlen, "unexpected argument '%s' (see --help)",
              argv[optind]);
+    return -1;
+  }
+  if (o->prefetch > 0 && !o->loader_thread) {
+    snprintf(err, errlen, "--prefetch needs --loader-thread");
     return -1;
   }
   /* The loader indexes its buffers with int32 offsets. */

@@ -9,6 +9,21 @@
 
 typedef enum rt_mode { RT_EMULATE, RT_CPU } rt_mode_t;
 
+/* How the gradient buffer is all-reduced at the end of a step. */
+typedef enum rt_sync {
+  RT_SYNC_ALLREDUCE,  /* one blocking MPI_Allreduce */
+  RT_SYNC_IWAIT,      /* MPI_Iallreduce per bucket, MPI_Wait on each */
+  RT_SYNC_IWAITALL,   /* MPI_Iallreduce per bucket, one MPI_Waitall */
+  RT_SYNC_ITEST       /* MPI_Iallreduce per bucket, MPI_Testall polling */
+} rt_sync_t;
+
+/* A collective after each hand-off that is not the gradient sync. */
+typedef enum rt_stray {
+  RT_STRAY_NONE,
+  RT_STRAY_SELF, /* on MPI_COMM_SELF */
+  RT_STRAY_HALF  /* on a communicator of the first half of the ranks */
+} rt_stray_t;
+
 typedef struct rt_opts {
   int64_t steps;
   rt_mode_t mode;
@@ -24,6 +39,10 @@ typedef struct rt_opts {
   int32_t cpu_dim;     /* cpu: head dimension */
   bool check, verbose;
   bool loader_thread; /* hand-offs from a second thread, as a pin-memory loop */
+  int32_t prefetch;   /* loader thread: batches it may run ahead */
+  rt_sync_t sync;
+  int32_t buckets;    /* gradient buckets of the iallreduce modes */
+  rt_stray_t stray;
   const char *ids_out, *stats_out;
 } rt_opts_t;
 

@@ -3,9 +3,11 @@
  * A plain MPI program that knows nothing of dpshim. Each step it takes
  * --micro-batches packs from libpackload, each through packload_next() and
  * each followed by its compute, then all-reduces a gradient buffer over
- * MPI_COMM_WORLD. packload_next() lives in a shared library and is called
- * through the PLT, so a preloaded balancer can interpose it; the time from
- * its return to the MPI_Allreduce entry is the rank's compute.
+ * MPI_COMM_WORLD (--sync: one MPI_Allreduce, or buckets of MPI_Iallreduce;
+ * sync.c). packload_next() lives in a shared library and is called through
+ * the PLT, so a preloaded balancer can interpose it; the time from its
+ * return to the sync's entry is the rank's compute. --loader-thread moves
+ * the hand-offs to a second thread (loader.c).
  *
  * Ranks follow Megatron's order (tp fastest, then cp, dp, pp); the loader
  * slot is the dp index, so model-parallel peers draw the same packs. Tokens
@@ -15,7 +17,6 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,11 @@
 
 #include "compute.h"
 #include "ledger.h"
+#include "loader.h"
 #include "options.h"
 #include "packload.h"
 #include "report.h"
+#include "sync.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -110,75 +113,13 @@ static packload_t *open_loader(const rt_opts_t *o, const rt_layout_t *lay) {
   return pl;
 }
 
-/* --loader-thread: packload_next() runs in a second thread, as in a
- * pin-memory loop, so that a preloaded balancer communicates from a thread
- * other than MPI_Init's. The trainer waits for each batch: steps stay exact. */
-typedef struct loader_thread {
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  packload_t *pl;
-  packload_batch_t *batch;
-  bool requested, done, quit;
-} loader_thread_t;
-
-static void *loader_main(void *arg) {
-  loader_thread_t *lt = arg;
-  pthread_mutex_lock(&lt->lock);
-  for (;;) {
-    while (!lt->requested && !lt->quit) pthread_cond_wait(&lt->cond, &lt->lock);
-    if (lt->quit) break;
-    lt->requested = false;
-    pthread_mutex_unlock(&lt->lock);
-    packload_batch_t *b = packload_next(lt->pl);
-    pthread_mutex_lock(&lt->lock);
-    lt->batch = b;
-    lt->done = true;
-    pthread_cond_broadcast(&lt->cond);
-  }
-  pthread_mutex_unlock(&lt->lock);
-  return NULL;
-}
-
-static loader_thread_t *loader_thread_start(packload_t *pl) {
-  loader_thread_t *lt = calloc(1, sizeof *lt);
-  if (!lt) return NULL;
-  lt->pl = pl;
-  pthread_mutex_init(&lt->lock, NULL);
-  pthread_cond_init(&lt->cond, NULL);
-  if (pthread_create(&lt->thread, NULL, loader_main, lt) == 0) return lt;
-  free(lt);
-  return NULL;
-}
-
-static void loader_thread_stop(loader_thread_t *lt) {
-  if (!lt) return;
-  pthread_mutex_lock(&lt->lock);
-  lt->quit = true;
-  pthread_cond_broadcast(&lt->cond);
-  pthread_mutex_unlock(&lt->lock);
-  pthread_join(lt->thread, NULL);
-  pthread_mutex_destroy(&lt->lock);
-  pthread_cond_destroy(&lt->cond);
-  free(lt);
-}
-
-static packload_batch_t *loader_thread_next(loader_thread_t *lt) {
-  pthread_mutex_lock(&lt->lock);
-  lt->requested = true;
-  lt->done = false;
-  pthread_cond_broadcast(&lt->cond);
-  while (!lt->done) pthread_cond_wait(&lt->cond, &lt->lock);
-  packload_batch_t *b = lt->batch;
-  pthread_mutex_unlock(&lt->lock);
-  return b;
-}
-
 typedef struct trainer {
   const rt_opts_t *o;
   const rt_layout_t *lay;
   packload_t *pl;
-  loader_thread_t *loader; /* NULL: hand-offs from this thread */
+  rt_loader_t *loader; /* NULL: hand-offs from this thread */
+  rt_sync_state_t sync;
+  int64_t produced[2]; /* the loader's counts after the last batch taken */
   ledger_t led;
   emu_model_t model;
   cpu_work_t *cpu;
@@ -197,13 +138,30 @@ static double emulated_seconds(const trainer_t *t, const packload_batch_t *b,
   return s * noise * o->time_scale / ((double)o->tp * o->cp * o->pp);
 }
 
+/* The next batch, from the loader thread or straight from the loader. */
+static const packload_batch_t *next_batch(trainer_t *t) {
+  if (t->loader) {
+    const packload_batch_t *b = rt_loader_next(t->loader, t->produced);
+    if (!b) {
+      fprintf(stderr, "reftrain: out of memory in the loader thread\n");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return b;
+  }
+  const packload_batch_t *b = packload_next(t->pl);
+  packload_produced(t->pl, &t->produced[0], &t->produced[1]);
+  return b;
+}
+
 /* One hand-off and its compute; returns the compute seconds. */
 static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
   double t0 = now_s();
-  packload_batch_t *b = t->loader ? loader_thread_next(t->loader)
-                                  : packload_next(t->pl);
+  const packload_batch_t *b = next_batch(t);
   double t1 = now_s();
   t->led.handoff_ms[step] += 1e3 * (t1 - t0);
+  /* Part of the compute as the balancer times it (hand-off return to the
+   * sync), but a collective all the same. */
+  rt_sync_stray(&t->sync);
   if (ledger_batch(&t->led, step, b, t->pl) < 0) {
     fprintf(stderr, "reftrain: out of memory for the ledger\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -226,13 +184,12 @@ static void step(trainer_t *t, int64_t s) {
   for (int32_t m = 0; m < t->o->micro; m++)
     t->led.compute_ms[s] += 1e3 * micro_batch(t, s, m);
   double t1 = now_s();
-  MPI_Allreduce(MPI_IN_PLACE, t->grad, (int)t->ngrad, MPI_FLOAT, MPI_SUM,
-                MPI_COMM_WORLD);
+  rt_sync_grad(&t->sync, t->grad, t->ngrad);
   double t2 = now_s();
   /* Averaging keeps the values bounded over any number of steps. */
   float inv = 1.0f / (float)t->lay->world;
   for (int64_t i = 0; i < t->ngrad; i++) t->grad[i] *= inv;
-  if (t->o->check) ledger_produced(&t->led, s, t->pl);
+  if (t->o->check) ledger_produced(&t->led, s, t->produced);
   t->led.wait_ms[s] = 1e3 * (t2 - t1);
   t->led.step_ms[s] = 1e3 * (now_s() - t0);
   if (t->o->verbose && t->lay->rank == 0)
@@ -257,18 +214,23 @@ static int trainer_init(trainer_t *t, const rt_opts_t *o,
   if (!t->grad) return -1;
   for (int64_t i = 0; i < t->ngrad; i++) t->grad[i] = 1.0f;
   if (o->mode == RT_CPU && !(t->cpu = cpu_work_new(o->cpu_dim))) return -1;
-  if (o->loader_thread && !(t->loader = loader_thread_start(pl))) return -1;
+  if (rt_sync_init(&t->sync, o) < 0) return -1;
+  if (o->loader_thread &&
+      !(t->loader = rt_loader_start(pl, o->steps * o->micro, o->prefetch)))
+    return -1;
   return 0;
 }
 
 static void trainer_free(trainer_t *t) {
-  loader_thread_stop(t->loader);
+  rt_loader_stop(t->loader);
+  rt_sync_free(&t->sync);
   ledger_free(&t->led);
   cpu_work_free(t->cpu);
   free(t->grad);
 }
 
-static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl) {
+static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl,
+                 int thread_level) {
   trainer_t t;
   if (trainer_init(&t, o, lay, pl) < 0) {
     fprintf(stderr, "reftrain: out of memory\n");
@@ -287,9 +249,23 @@ static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl) {
   if (o->verbose && o->mode == RT_CPU)
     fprintf(stderr, "reftrain: rank %d cpu checksum %.6g\n", lay->rank,
             t.cpu_sink);
-  int rc = rt_report(&t.led, o, lay, elapsed);
+  int rc = rt_report(&t.led, o, lay, elapsed, thread_level);
   trainer_free(&t);
   return rc;
+}
+
+/* Initialises MPI; returns the thread level MPI reports. The loader thread
+ * makes no MPI call of its own, so a trainer with one needs only
+ * MPI_THREAD_FUNNELED; one without asks nothing (MPI_Init). Anything more
+ * a balancer needs is its own to ask for, and shows in the level. */
+static int init_mpi(const rt_opts_t *o, int *argc, char ***argv) {
+  int provided = MPI_THREAD_SINGLE;
+  if (o->loader_thread)
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  else
+    MPI_Init(argc, argv);
+  MPI_Query_thread(&provided);
+  return provided;
 }
 
 int main(int argc, char **argv) {
@@ -303,12 +279,12 @@ int main(int argc, char **argv) {
     }
     return parsed > 0 ? 0 : 2;
   }
-  MPI_Init(&argc, &argv);
+  int thread_level = init_mpi(&o, &argc, &argv);
   rt_layout_t lay;
   packload_t *pl = NULL;
   int rc = 2;
   if (make_layout(&o, &lay) == 0 && (pl = open_loader(&o, &lay)) != NULL)
-    rc = train(&o, &lay, pl);
+    rc = train(&o, &lay, pl, thread_level);
   packload_close(pl);
   MPI_Finalize();
   return rc;

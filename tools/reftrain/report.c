@@ -227,7 +227,7 @@ static int64_t run_checks(const ledger_t *l, const rt_layout_t *lay,
 /* ---- the JSON line ------------------------------------------------------ */
 
 int rt_report(const ledger_t *l, const rt_opts_t *o, const rt_layout_t *lay,
-              double elapsed_s) {
+              double elapsed_s, int thread_level) {
   int64_t tokens = 0;
   uint64_t digest = 0;
   MPI_Reduce(&l->tokens, &tokens, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -244,8 +244,10 @@ int rt_report(const ledger_t *l, const rt_opts_t *o, const rt_layout_t *lay,
   if (lay->rank != 0) return 0;
   double tgs = elapsed_s > 0 ? (double)tokens / lay->world / elapsed_s : 0;
   printf("{\"steps\":%" PRId64 ",\"tokens\":%" PRId64 ",\"tgs\":%.1f,"
-         "\"step_ms_mean\":%.3f,\"consumed_digest\":\"%016" PRIx64 "\"",
-         l->steps, tokens, tgs, 1e3 * elapsed_s / (double)l->steps, digest);
+         "\"step_ms_mean\":%.3f,\"consumed_digest\":\"%016" PRIx64 "\","
+         "\"thread_level\":%d",
+         l->steps, tokens, tgs, 1e3 * elapsed_s / (double)l->steps, digest,
+         thread_level);
   if (o->check) printf(",\"check_errors\":%" PRId64, errors);
   printf("}\n");
   fflush(stdout);

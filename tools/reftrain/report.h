@@ -16,9 +16,10 @@ typedef struct rt_layout {
 /* The rank that stands for DP slot `dp_i` (tp = cp = pp = 0). */
 int rt_slot_rank(const rt_layout_t *lay, int dp_i);
 
-/* Collective over MPI_COMM_WORLD. elapsed_s: rank 0's stepping-loop time.
+/* Collective over MPI_COMM_WORLD. elapsed_s: rank 0's stepping-loop time;
+ * thread_level: what MPI_Query_thread reported after init.
  * Returns the exit status: 0, or 1 on a check failure or an unwritable file. */
 int rt_report(const ledger_t *l, const rt_opts_t *o, const rt_layout_t *lay,
-              double elapsed_s);
+              double elapsed_s, int thread_level);
 
 #endif

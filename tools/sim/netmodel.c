@@ -11,10 +11,11 @@
  *                       tree       2 x bytes / bw + 2 ceil(log2 P) x latency
  *                                  (pipelined double binary tree, as NCCL)
  * The shim's per hand-off, in steady state: one allgather of every rank's
- * header (208 B) with its samples' metas (4 B each, in a slot 1.25x the
- * largest), the solver, and when applied the alltoallv of the samples that
- * change rank plus the copies. The first hand-offs also gather the metas
- * apart and agree after growing buffers: not modelled.
+ * header with its samples' metas (4 B each) in a slot (both sized as
+ * shim/balance.c sizes them; simulate.c sums the bytes), the solver, and
+ * when applied the alltoallv of the samples that change rank plus the
+ * copies. The first hand-offs also gather the metas apart and agree after
+ * growing buffers: not modelled.
  *
  * CPU work (solver, copies) runs on every rank at once: with `cores` shared
  * by all ranks (an oversubscribed test machine) it takes P/cores times
@@ -51,8 +52,7 @@ static double cpu_factor(const sim_net_t *n, int32_t P) {
 static double shim_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
   if (s->handoffs == 0) return 0;
   double h = s->handoffs;
-  double coll = h * allgather(n, P, (double)SIM_HEADER_BYTES * P) +
-                SIM_SLOT_SLACK * s->meta_bytes * (P - 1) / P / n->bandwidth +
+  double coll = h * allgather(n, P, s->gather_bytes / h) +
                 s->xfer_bytes / n->bandwidth + s->peers * n->latency_s;
   double collectives = h + s->applied;
   double cpu = s->solve_s + s->copy_bytes / n->memcpy_bps;
@@ -68,6 +68,13 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
                   n->serial_s * world;
   p.step_s = s->compute_max_s + p.shim_s + p.allreduce_s;
   return p;
+}
+
+/* Hand-offs and what became of them, summed into the run's result. */
+static void count_decisions(sim_result_t *res, const sim_step_t *s) {
+  res->handoffs += s->handoffs;
+  res->applied += s->applied;
+  for (int k = 0; k < SIM_NSKIPS; k++) res->skipped[k] += s->skipped[k];
 }
 
 sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
@@ -86,6 +93,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     res.bytes_moved += s->moved_bytes;
     res.imb_before += s->imb_before;
     res.imb_after += s->imb_after;
+    count_decisions(&res, s);
   }
   double gpus = (double)r->ranks * c->tp;
   res.tgs = res.step_s > 0 ? tokens / gpus / res.step_s : 0;

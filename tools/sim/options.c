@@ -225,7 +225,8 @@ static int apply_model(int code, const char *opt, const char *arg,
     o->cfg.threshold = need_double(opt, arg, 0, 1e3, "a number in [0, 1000]");
     return 1;
   case OPT_SOLVE_REPS:
-    o->cfg.solve_reps = (int)need_int(opt, arg, 1, 99, "an integer in [1, 99]");
+    o->cfg.solve_reps = (int)need_int(opt, arg, 1, SIM_MAX_SOLVE_REPS,
+                                      "an integer in [1, 99]");
     return 1;
   case OPT_LATENCY:
     n->latency_s = 1e-6 * need_double(opt, arg, 0, 1e6, "microseconds >= 0");

@@ -4,6 +4,20 @@
 
 #include "sim.h"
 
+/* What became of the run's hand-offs: "skips" lists only the reasons seen. */
+static void print_decisions(FILE *f, const sim_result_t *r) {
+  fprintf(f, ",\"handoffs\":%lld,\"applied\":%lld,\"skips\":{",
+          (long long)r->handoffs, (long long)r->applied);
+  const char *sep = "";
+  for (int k = 0; k < SIM_NSKIPS; k++) {
+    if (!r->skipped[k]) continue;
+    fprintf(f, "%s\"%s\":%lld", sep, sim_skip_name(k),
+            (long long)r->skipped[k]);
+    sep = ",";
+  }
+  fputc('}', f);
+}
+
 static void print_fields(FILE *f, const sim_result_t *r) {
   double share = r->step_s > 0 ? r->shim_s / r->step_s : 0;
   fprintf(f,
@@ -11,10 +25,12 @@ static void print_fields(FILE *f, const sim_result_t *r) {
           "\"compute_max_ms\":%.3f,\"shim_ms\":%.4f,\"shim_share\":%.6f,"
           "\"solve_ms\":%.4f,\"allreduce_ms\":%.4f,"
           "\"bytes_moved_per_step\":%.0f,\"imbalance_before\":%.4f,"
-          "\"imbalance_after\":%.4f}",
+          "\"imbalance_after\":%.4f",
           (int)r->ranks, sim_algo_name(r->algo), r->tgs, 1e3 * r->step_s,
           1e3 * r->compute_max_s, 1e3 * r->shim_s, share, 1e3 * r->solve_s,
           1e3 * r->allreduce_s, r->bytes_moved, r->imb_before, r->imb_after);
+  print_decisions(f, r);
+  fputc('}', f);
 }
 
 void sim_print_result(FILE *f, const sim_result_t *r) {

@@ -6,6 +6,8 @@
  *                only) and their emulated-GPU compute times (reftrain's model);
  *   simulate.c   per step and algorithm: the shim's warm-up fit, the real
  *                solver, the plan applied, and what the shim communicates;
+ *   decide.c     one hand-off's decision, by the shim's own rules
+ *                (shim/policy.c, linked: never copied here);
  *   netmodel.c   the price in seconds of a simulated step under a network and
  *                CPU model (collectives, solver, memcpy);
  *   report.c     JSON lines, the summary, --json;
@@ -28,16 +30,16 @@
 #define SIM_PROG "dpshim-sim"
 #define SIM_MAX_LIST 64
 #define SIM_MAX_RANKS 65536
+#define SIM_NSKIPS 9 /* sim_skip_name() */
 /* What travels with a sample in the shim's exchange: tokens, labels and loss
  * weights (4 B each per token) and the 8-byte sample id. */
 #define SIM_BYTES_PER_TOKEN 12
 #define SIM_BYTES_PER_SAMPLE 8
-/* shim/balance.c: header_t with DPSHIM__MAX_FIELDS = 16 and 4 notes
- * (16 + 32 + 32 + 128 B); the per-sample meta is the length (4 B), and it
- * travels with the header in a slot 1.25x the largest rank's metas. */
-#define SIM_HEADER_BYTES 208
+/* The per-sample meta the shim gathers: the length (4 B). It travels with
+ * the shim's header in a slot sized by the largest rank's metas; both sizes
+ * come from shim/balance.h. */
 #define SIM_META_BYTES 4
-#define SIM_SLOT_SLACK 1.25
+#define SIM_MAX_SOLVE_REPS 99
 
 /* The network and CPU model; see netmodel.c. */
 typedef struct sim_net {
@@ -84,7 +86,8 @@ typedef struct sim_step {
   double tokens;        /* all DP slots' tokens */
   int32_t handoffs;     /* balanced hand-offs (0 without the shim) */
   int32_t applied;      /* of which the plan was applied */
-  double meta_bytes;    /* allgatherv totals */
+  int32_t skipped[SIM_NSKIPS]; /* the others, by sim_skip_index() */
+  double gather_bytes;  /* allgather totals: every rank's header and slot */
   double xfer_bytes;    /* alltoallv: max over ranks of max(sent, received) */
   double peers;         /* alltoallv: max over ranks of its partners */
   double copy_bytes;    /* max over ranks of the bytes packed and repacked */
@@ -108,6 +111,7 @@ typedef struct sim_result {
   double step_s, compute_max_s, shim_s, allreduce_s, solve_s;
   double bytes_moved;   /* per step */
   double imb_before, imb_after;
+  int64_t handoffs, applied, skipped[SIM_NSKIPS]; /* over all steps */
 } sim_result_t;
 
 /* ---- options.c ----------------------------------------------------------- */
@@ -156,6 +160,48 @@ double sim_noise(const sim_config_t *c, int32_t rank, int64_t step,
 int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
                  int nalgos, sim_run_t *runs, char *err, size_t errlen);
 void sim_run_free(sim_run_t *r);
+
+/* ---- decide.c ------------------------------------------------------------ */
+
+/* One hand-off as every rank has gathered it: all the shim's decision
+ * (shim/policy.h) depends on, so that a unit test can hold sim_decide()
+ * against the shim's balancer. */
+typedef struct sim_decide_in {
+  int32_t ranks;
+  int64_t nsamples;
+  const dpshim_sample_t *samples; /* [nsamples] */
+  /* [2 * ranks]: what rank r's buffers hold, room[SIM_ROOM_SAMPLES(r)]
+   * samples and room[SIM_ROOM_TOKENS(r)] tokens (its token-aligned fields:
+   * tokens, labels, loss weights) */
+  const int64_t *room;
+  const double *history; /* [ranks] the step's earlier hand-offs' loads */
+  dpshim_cost_model_t model;
+  double cap_ratio; /* configured, x mean tokens per rank; 0 = none */
+  double threshold;
+  dpshim_algo_t algo;
+  int solve_reps;   /* timed solves, 1 .. SIM_MAX_SOLVE_REPS (< 1: one) */
+} sim_decide_in_t;
+
+#define SIM_ROOM_SAMPLES(r) (2 * (size_t)(r))
+#define SIM_ROOM_TOKENS(r) (2 * (size_t)(r) + 1)
+
+typedef struct sim_decide_out {
+  int rc;         /* 0, or a DPSHIM_E* code with the plan's message */
+  int solved;     /* the plan holds this hand-off's (its loads are valid) */
+  double solve_s; /* median wall time of the solves */
+} sim_decide_out_t;
+
+/* The shim's decision: NULL when it applies `plan`, else why it skips
+ * (check out->rc first: on an error the answer means nothing). */
+const char *sim_decide(const sim_decide_in_t *in, dpshim_plan_t *plan,
+                       sim_decide_out_t *out);
+/* The history the step's next hand-off starts from, as the shim keeps it. */
+void sim_decide_history(const sim_decide_out_t *out, const char *why,
+                        const dpshim_plan_t *plan, int32_t ranks,
+                        double *history);
+/* Skip reasons as counted in sim_step_t: the shim's, then "other". */
+int sim_skip_index(const char *why);
+const char *sim_skip_name(int k);
 
 /* ---- netmodel.c ---------------------------------------------------------- */
 

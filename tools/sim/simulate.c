@@ -9,15 +9,16 @@
  *
  * What the shim does follows shim/balance.c: a new step starts from no
  * history, each hand-off solves with the history of the step's earlier
- * hand-offs, a plan is applied only when the solver says apply and every
- * rank's buffers (--headroom x pack) hold what it gets, and only samples that
- * change rank are sent. */
+ * hand-offs, and only samples that change rank are sent. Whether a plan is
+ * applied is the shim's own decision (sim_decide(), on shim/policy.c), with
+ * every rank's buffers holding --headroom x pack samples and tokens. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "balance.h"
 #include "dpshim/fit.h"
+#include "policy.h"
 #include "sim.h"
 
 typedef struct ctx {
@@ -32,20 +33,24 @@ typedef struct ctx {
   double *history;  /* [P] */
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
-  int64_t *tokens_to, *count_to; /* [P] capacity check */
+  int64_t *room;    /* [2P] what each rank's buffers hold; see sim_decide_in */
+  int64_t *metas;   /* [P] one hand-off's meta bytes per rank */
+  size_t slot;      /* the shim's meta slot: it only grows, per run */
 } ctx_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int64_t sample_bytes(int64_t len) {
   return SIM_BYTES_PER_TOKEN * len + SIM_BYTES_PER_SAMPLE;
 }
 
 /* ---- setup ----------------------------------------------------------------- */
+
+/* Every rank's loader buffers: --headroom x pack tokens (tokens, labels and
+ * loss weights alike), and as many samples. */
+static void set_room(ctx_t *x) {
+  int64_t cap = (int64_t)ceil(x->c->headroom * (double)x->w.pack);
+  for (int32_t r = 0; r < x->P; r++)
+    x->room[SIM_ROOM_SAMPLES(r)] = x->room[SIM_ROOM_TOKENS(r)] = cap;
+}
 
 static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
                     size_t errlen) {
@@ -71,12 +76,14 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->partners_in = calloc(p, sizeof *x->partners_in);
   x->stamp = calloc(p, sizeof *x->stamp);
   x->last_src = calloc(p, sizeof *x->last_src);
-  x->tokens_to = calloc(p, sizeof *x->tokens_to);
-  x->count_to = calloc(p, sizeof *x->count_to);
+  x->room = calloc(2 * p, sizeof *x->room);
+  x->metas = calloc(p, sizeof *x->metas);
   if (x->samples && x->held && x->drawn && x->history && x->sent &&
       x->received && x->kept && x->partners_out && x->partners_in &&
-      x->stamp && x->last_src && x->tokens_to && x->count_to)
+      x->stamp && x->last_src && x->room && x->metas) {
+    set_room(x);
     return 0;
+  }
   snprintf(err, errlen, "out of memory at %d ranks", (int)P);
   return -1;
 }
@@ -95,8 +102,8 @@ static void ctx_free(ctx_t *x) {
   free(x->partners_in);
   free(x->stamp);
   free(x->last_src);
-  free(x->tokens_to);
-  free(x->count_to);
+  free(x->room);
+  free(x->metas);
 }
 
 /* ---- compute time ---------------------------------------------------------- */
@@ -177,8 +184,7 @@ static void fit_model(ctx_t *x) {
   dpshim_fit_input_t in = {iters, world, pts, NULL, DPSHIM_FIT_RANKS};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
-    x->model = (dpshim_cost_model_t){fit.model.a * 1e6, fit.model.b * 1e6,
-                                     fit.model.c * 1e6};
+    x->model = dpshim__policy_model_from_fit(fit.model);
   else
     fprintf(stderr, SIM_PROG ": %d ranks: warm-up fit failed (%s); linear "
             "cost\n", (int)x->P, fit.message);
@@ -186,47 +192,6 @@ static void fit_model(ctx_t *x) {
 }
 
 /* ---- one hand-off ----------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Solves reps times; the median wall time. */
-static double timed_solve(ctx_t *x, const dpshim_plan_input_t *in, int *rc) {
-  double t[99];
-  int reps = x->c->solve_reps;
-  for (int k = 0; k < reps; k++) {
-    double t0 = now_s();
-    *rc = dpshim_plan_solve(in, &x->plan);
-    t[k] = now_s() - t0;
-    if (*rc < 0) return 0;
-  }
-  qsort(t, (size_t)reps, sizeof *t, cmp_double);
-  return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-}
-
-/* The shim's cap: the configured ratio, lowered to what the smallest buffer
- * holds (every rank's buffer is --headroom x pack). */
-static double cap_ratio(const ctx_t *x, int64_t tokens) {
-  double fits = x->c->headroom * (double)x->w.pack * x->P / (double)tokens;
-  double r = x->c->cap_ratio;
-  return r == 0 || fits < r ? fits : r;
-}
-
-/* Whether every rank can hold what the plan gives it. */
-static int fits_buffers(ctx_t *x, int64_t first, int64_t n) {
-  int64_t cap = (int64_t)ceil(x->c->headroom * (double)x->w.pack);
-  memset(x->tokens_to, 0, (size_t)x->P * sizeof *x->tokens_to);
-  memset(x->count_to, 0, (size_t)x->P * sizeof *x->count_to);
-  for (int64_t i = 0; i < n; i++) {
-    x->tokens_to[x->plan.dest[i]] += x->w.len[first + i];
-    x->count_to[x->plan.dest[i]]++;
-  }
-  for (int32_t r = 0; r < x->P; r++)
-    if (x->tokens_to[r] > cap || x->count_to[r] > cap) return 0;
-  return 1;
-}
 
 /* What the exchange sends: bytes and partners per rank, into the step. Samples
  * come grouped by origin, which makes counting distinct partners one pass. */
@@ -277,31 +242,56 @@ static void apply_plan(ctx_t *x, int64_t first, int64_t n, int32_t m) {
     held[x->plan.dest[i]] += x->w.seconds[first + i];
 }
 
+/* The gathered samples of hand-off h into x->samples, and what the gather
+ * sends: every rank's header and meta slot (balance.c's, which grows to the
+ * largest rank's metas and never shrinks; the hand-offs that grow it also
+ * gather the metas apart: not modelled). */
+static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
+  memset(x->metas, 0, (size_t)x->P * sizeof *x->metas);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t len = x->w.len[first + i];
+    x->samples[i] = (dpshim_sample_t){len, sample_bytes(len),
+                                      x->w.origin[first + i]};
+    x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
+  }
+  size_t most = 0;
+  for (int32_t r = 0; r < x->P; r++)
+    if ((size_t)x->metas[r] > most) most = (size_t)x->metas[r];
+  if (most > x->slot) x->slot = dpshim__balance_slot_bytes(most);
+  st->gather_bytes +=
+      (double)x->P * (double)(dpshim__balance_header_bytes() + x->slot);
+}
+
 /* The shim at one hand-off; -1 with err on a solver error. */
 static int balance_handoff(ctx_t *x, dpshim_algo_t algo, int64_t h, int32_t m,
                            sim_step_t *st, char *err, size_t errlen) {
-  int64_t first = x->w.first[h], n = x->w.first[h + 1] - first, tokens = 0;
-  for (int64_t i = 0; i < n; i++) {
-    x->samples[i] = (dpshim_sample_t){x->w.len[first + i],
-                                      sample_bytes(x->w.len[first + i]),
-                                      x->w.origin[first + i]};
-    tokens += x->w.len[first + i];
-  }
+  int64_t first = x->w.first[h], n = x->w.first[h + 1] - first;
+  gather(x, first, n, st);
   st->handoffs++;
-  st->meta_bytes += (double)n * SIM_META_BYTES;
-  dpshim_plan_input_t in = {x->P, n, x->samples, x->history, x->P, x->model,
-                            cap_ratio(x, tokens), x->c->threshold, algo};
-  int rc = 0;
-  st->solve_s += timed_solve(x, &in, &rc);
-  if (rc < 0) {
+  sim_decide_in_t in = {
+      .ranks = x->P,
+      .nsamples = n,
+      .samples = x->samples,
+      .room = x->room,
+      .history = x->history,
+      .model = x->model,
+      .cap_ratio = x->c->cap_ratio,
+      .threshold = x->c->threshold,
+      .algo = algo,
+      .solve_reps = x->c->solve_reps,
+  };
+  sim_decide_out_t out;
+  const char *why = sim_decide(&in, &x->plan, &out);
+  if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
     return -1;
   }
-  int apply = x->plan.decision == DPSHIM_DECISION_APPLY &&
-              fits_buffers(x, first, n);
-  memcpy(x->history, apply ? x->plan.load_after : x->plan.load_before,
-         (size_t)x->P * sizeof *x->history);
-  if (!apply) return 0;
+  st->solve_s += out.solve_s;
+  sim_decide_history(&out, why, &x->plan, x->P, x->history);
+  if (why) {
+    st->skipped[sim_skip_index(why)]++;
+    return 0;
+  }
   st->applied++;
   exchange_costs(x, n, st);
   apply_plan(x, first, n, m);
@@ -338,6 +328,7 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   int rc = ctx_init(&x, c, ranks, err, errlen);
   if (rc == 0) fit_model(&x);
   for (int a = 0; rc == 0 && a < nalgos; a++) {
+    x.slot = 0; /* each run is a process of its own */
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL, x.model};
     runs[a].step = calloc((size_t)c->steps, sizeof *runs[a].step);
     if (!runs[a].step) {

@@ -1,0 +1,119 @@
+/* The shim's core: steps, warm-up, the fit, the step log and the summary,
+ * driven by the events the MPI wrappers report, over the comm seam.
+ *
+ * No MPI and no globals: the shim owns one core in its state struct; the
+ * unit tests run one per thread over the mock. Every collective the core
+ * starts is at a hand-off (which every rank of the job reaches the same
+ * number of times) or at close (MPI_Finalize, which every rank reaches):
+ * never at a sync, whose communicator the core does not see.
+ *
+ * Warm-up is agreed: until the cost model is final ("settled"), each
+ * hand-off starts with a small max over the world of each rank's step
+ * counter and thread, so that every rank takes the same decision even when
+ * a loader thread runs ahead of the steps: warm-up (measure, move nothing),
+ * fit (every rank's points to rank 0, one model to all), or no fit at all
+ * (a loader thread's hand-offs do not follow the steps).
+ */
+#ifndef DPSHIM_SHIM_CORE_H
+#define DPSHIM_SHIM_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "balance.h"
+#include "comm.h"
+#include "config.h"
+#include "dpshim/batch.h"
+#include "dpshim/fit.h"
+#include "steplog.h"
+
+/* One warm-up step of one rank, sent as doubles. */
+typedef struct dpshim__point {
+  double valid; /* 1: every hand-off of the step was measured */
+  double sum_len2, sum_len, count;
+  double compute; /* first hand-off entry -> sync entry, less hand-offs */
+  double step;    /* first hand-off entry -> sync exit */
+} dpshim__point_t;
+
+/* This rank's step in progress: main-thread hand-offs, then the sync. */
+typedef struct dpshim__step {
+  int64_t index; /* 1-based */
+  int open;      /* a hand-off came since the last sync */
+  int syncing;   /* the trainer waits for the sync */
+  int bad;       /* a warm-up hand-off failed: no point */
+  double first_entry, last_return, sync_entry;
+  double compute, shim, arrival;
+  double sum_len2, sum_len, count;
+  dpshim__handoff_note_t last; /* the latest hand-off, for the step log */
+} dpshim__step_t;
+
+/* Totals for the summary. The balancing ones are the same on every rank of
+ * a group; the timing ones are this rank's. */
+typedef struct dpshim__stats {
+  int64_t handoffs, applied, skipped, failed, solved;
+  double imbalance_before, imbalance_after; /* sums over solved hand-offs */
+  double bytes_moved, bytes_total;
+  /* [0]: steps before the cost model is final, [1]: after */
+  double steps[2], wait[2], step_time[2];
+  double shim_time, arrival_time;
+} dpshim__stats_t;
+
+typedef struct dpshim__core {
+  dpshim__config_t cfg;
+  dpshim__comm_t *world, *dp, *peers;
+  int dp_group, ngroups;
+  double (*clock)(void);         /* seconds */
+  void (*say)(const char *line); /* one diagnostic line */
+  pthread_mutex_t lock;    /* steps and totals: sync and hand-off threads */
+  pthread_mutex_t handoff; /* one hand-off at a time */
+  dpshim__balancer_t *balancer;
+  int settled; /* the cost model is final; changes only at agreed points */
+  int fitted;
+  dpshim_cost_model_t model;
+  dpshim_fit_result_t fit;
+  dpshim__step_t step;
+  /* step.open and step.syncing, readable without the lock: a sync outside
+   * a step (a benchmark's allreduce loop) costs no clock read. */
+  atomic_int open_hint, sync_hint;
+  dpshim__point_t *points; /* [cfg.nwarmup], by warm-up ordinal */
+  dpshim__stats_t stats;
+  dpshim__steplog_t log;
+  double opened_at;
+} dpshim__core_t;
+
+typedef struct dpshim__core_setup {
+  const dpshim__config_t *cfg;
+  dpshim__comm_t *world, *dp; /* dp: this rank's DP group */
+  dpshim__comm_t *peers; /* its TP/CP peers, one per DP group; may be NULL */
+  int dp_group, ngroups;
+  double (*clock)(void);
+  void (*say)(const char *line);
+} dpshim__core_setup_t;
+
+/* Returns 0 or DPSHIM_ENOMEM (this rank's; the caller agrees). */
+int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s);
+/* Collective over the world: pending step-log lines, the summary (world
+ * rank 0 prints it); then frees. */
+void dpshim__core_close(dpshim__core_t *c);
+
+/* A batch handed off, from the thread that called MPI_Init (main) or a
+ * loader thread. Collective over the DP group (and, until settled, the
+ * world). Returns 0 or the DPSHIM_E* code every rank of the group returns. */
+int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main);
+
+/* The gradient sync, on the main thread: begin when the trainer starts
+ * waiting for it (a blocking call's entry, the first wait on a request),
+ * end when it has completed. A begin without an open step, and an end
+ * without a begin, do nothing. Starts no collective. */
+void dpshim__core_sync_begin(dpshim__core_t *c);
+void dpshim__core_sync_end(dpshim__core_t *c);
+
+/* One diagnostic line through c->say (printf format). */
+void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Whether step `step` is a warm-up step of this configuration. */
+int dpshim__core_warming(const dpshim__core_t *c, int64_t step);
+
+#endif

@@ -1,0 +1,64 @@
+/* The hand-off's decision rules; see policy.h. */
+#include "policy.h"
+
+const char *dpshim__policy_precheck(const int32_t *nsamples, int32_t ranks) {
+  int64_t total = 0;
+  int empty = 0;
+  for (int32_t r = 0; r < ranks; r++) {
+    total += nsamples[r];
+    empty |= nsamples[r] == 0;
+  }
+  if (!empty) return NULL;
+  return total < ranks ? "too-few-samples" : "empty-rank";
+}
+
+double dpshim__policy_cap_ratio(double configured, const int64_t *token_rows,
+                                int32_t ranks, int64_t tokens) {
+  double ratio = configured;
+  if (tokens <= 0) return ratio; /* no tokens: no buffer can overflow */
+  for (int32_t r = 0; r < ranks; r++) {
+    if (token_rows[r] < 0) continue;
+    double fits = (double)token_rows[r] * ranks / (double)tokens;
+    if (ratio == 0 || fits < ratio) ratio = fits;
+  }
+  return ratio;
+}
+
+static double max_of(const double *v, int32_t n) {
+  double m = 0;
+  for (int32_t r = 0; r < n; r++)
+    if (v[r] > m) m = v[r];
+  return m;
+}
+
+static int moves_any(const dpshim_plan_t *plan, const dpshim_sample_t *s,
+                     int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (plan->dest[i] != s[i].origin) return 1;
+  return 0;
+}
+
+const char *dpshim__policy_skip(const dpshim_plan_t *plan,
+                                const dpshim_sample_t *samples, int64_t n,
+                                int32_t ranks, dpshim_algo_t algo, int fits) {
+  if (plan->decision != DPSHIM_DECISION_APPLY)
+    return dpshim_skip_reason_name(plan->reason);
+  /* The original applies whatever it solves; the others never raise the
+   * busiest rank's load. */
+  if (algo != DPSHIM_ALGO_SEED &&
+      max_of(plan->load_after, ranks) > max_of(plan->load_before, ranks))
+    return dpshim_skip_reason_name(DPSHIM_SKIP_NO_GAIN);
+  if (!moves_any(plan, samples, n)) return "no-move";
+  return fits ? NULL : "capacity";
+}
+
+int dpshim__policy_fits(const int64_t *use, const int64_t *room,
+                        size_t count) {
+  for (size_t k = 0; k < count; k++)
+    if (use[k] > room[k]) return 0;
+  return 1;
+}
+
+dpshim_cost_model_t dpshim__policy_model_from_fit(dpshim_cost_model_t fit) {
+  return (dpshim_cost_model_t){fit.a * 1e6, fit.b * 1e6, fit.c * 1e6};
+}

@@ -1,0 +1,45 @@
+/* The rules that decide a hand-off, once, for the shim and for dpshim-sim.
+ *
+ * Pure functions of what every rank of a DP group has gathered, so every
+ * rank takes the same decision; the simulator links them instead of copying
+ * them. A hand-off is skipped, in this order, when some rank holds no sample
+ * ("too-few-samples" / "empty-rank"), when the solver skips (its reasons),
+ * when a plan other than the original's would raise the busiest rank's load
+ * ("no-gain"), when it moves nothing ("no-move"), or when a rank could not
+ * hold what the plan gives it ("capacity").
+ */
+#ifndef DPSHIM_SHIM_POLICY_H
+#define DPSHIM_SHIM_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpshim/solver.h"
+
+/* Why a hand-off cannot be balanced before solving, or NULL. nsamples[r] is
+ * rank r's sample count: the solver keeps every rank busy, so it needs a
+ * sample on each to begin with. */
+const char *dpshim__policy_precheck(const int32_t *nsamples, int32_t ranks);
+
+/* The solver's cap ratio: `configured` (x mean tokens per rank; 0 = none),
+ * lowered so that no rank is given more tokens than token_rows[r], the
+ * smallest token-aligned buffer of rank r (< 0: none). */
+double dpshim__policy_cap_ratio(double configured, const int64_t *token_rows,
+                                int32_t ranks, int64_t tokens);
+
+/* Why a solved plan is not applied, or NULL to apply it. `fits`: whether
+ * every rank can hold what the plan gives it (the caller knows its buffers;
+ * see dpshim__policy_fits). */
+const char *dpshim__policy_skip(const dpshim_plan_t *plan,
+                                const dpshim_sample_t *samples, int64_t n,
+                                int32_t ranks, dpshim_algo_t algo, int fits);
+
+/* Whether use[k] <= room[k] for every k < count: rows, samples or bytes per
+ * rank and buffer, in any layout both arrays share. */
+int dpshim__policy_fits(const int64_t *use, const int64_t *room, size_t count);
+
+/* The fitted model (seconds per sample) as the shim uses it: microseconds,
+ * which changes no decision (all are scale-free) and keeps loads readable. */
+dpshim_cost_model_t dpshim__policy_model_from_fit(dpshim_cost_model_t fit);
+
+#endif

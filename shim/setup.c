@@ -1,0 +1,162 @@
+/* The shim's start and end: configuration agreed by every rank, the DP
+ * groups, the core; see shim.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_mpi.h"
+#include "env.h"
+#include "shim.h"
+
+dpshim__state_t dpshim__state = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                 .span_key = MPI_KEYVAL_INVALID};
+
+void dpshim__say(const char *line) { fprintf(stderr, "dpshim: %s\n", line); }
+
+static double shim_clock(void) {
+  return dpshim__clock_now(&dpshim__state.clock);
+}
+
+static int check_topology(dpshim__state_t *st, char *msg, size_t len) {
+  long model = (long)st->cfg.tp * st->cfg.pp * st->cfg.cp;
+  if (st->world_size % model == 0) return 0;
+  snprintf(msg, len,
+           "%s x %s x %s = %ld does not divide the %d ranks: expected sizes "
+           "whose product divides the world size", DPSHIM_ENV_TP,
+           DPSHIM_ENV_PP, DPSHIM_ENV_CP, model, st->world_size);
+  return DPSHIM_EINVAL;
+}
+
+static int check_threads(dpshim__state_t *st, char *msg, size_t len) {
+  if (!st->cfg.enabled || !st->cfg.loader_thread ||
+      st->mpi_provided >= MPI_THREAD_MULTIPLE)
+    return 0;
+  snprintf(msg, len,
+           "%s=1, but MPI provides thread level %d: expected "
+           "MPI_THREAD_MULTIPLE (%d) for hand-offs from a loader thread",
+           DPSHIM_ENV_LOADER_THREAD, st->mpi_provided, MPI_THREAD_MULTIPLE);
+  return DPSHIM_EINVAL;
+}
+
+/* Every rank learns whether any rank's configuration is bad or differs;
+ * rank 0 prints the first bad rank's message. Returns 1 when all is well. */
+static int agree_on_config(dpshim__state_t *st, int rc, char *msg,
+                           size_t len) {
+  uint64_t h = dpshim__config_hash(&st->cfg), range[2] = {h, ~h};
+  int first_bad = rc < 0 ? st->world_rank : st->world_size;
+  PMPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, st->world);
+  PMPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT64_T, MPI_MAX, st->world);
+  if (first_bad < st->world_size) {
+    PMPI_Bcast(msg, (int)len, MPI_CHAR, first_bad, st->world);
+    if (st->world_rank == 0) {
+      char line[512];
+      snprintf(line, sizeof line, "%s (rank %d); balancing is off", msg,
+               first_bad);
+      dpshim__say(line);
+    }
+    return 0;
+  }
+  if (range[0] != h || range[1] != ~h) { /* not every rank has h */
+    if (st->world_rank == 0)
+      dpshim__say("the DPSHIM_* variables differ between ranks: expected the "
+                  "same on every rank (mpirun -x); balancing is off");
+    return 0;
+  }
+  return st->cfg.enabled;
+}
+
+/* Megatron's order: tp fastest, then cp, dp, pp. A DP group is the ranks
+ * that share (tp, cp, pp) indices. */
+static int open_groups(dpshim__state_t *st, int *dp_group) {
+  int tp = st->cfg.tp, cp = st->cfg.cp, r = st->world_rank;
+  int dp_size = st->world_size / (tp * cp * st->cfg.pp);
+  int tp_i = r % tp, cp_i = r / tp % cp, pp_i = r / (tp * cp * dp_size);
+  *dp_group = tp_i + tp * (cp_i + cp * pp_i);
+  int rc = dpshim__comm_mpi_open(st->world, *dp_group, &st->dp_seam);
+  if (rc == 0) rc = dpshim__comm_mpi_open(st->world, 0, &st->world_seam);
+  /* The ranks at the same DP index in every group hold the same samples */
+  if (rc == 0)
+    rc = dpshim__comm_mpi_open(st->world, st->dp_seam.rank, &st->peers_seam);
+  if (rc < 0) return rc;
+  MPI_Comm dp = dpshim__comm_mpi_handle(&st->dp_seam);
+  if (PMPI_Comm_group(dp, &st->dp_ranks) != MPI_SUCCESS ||
+      PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN,
+                              &st->span_key, NULL) != MPI_SUCCESS)
+    return DPSHIM_EMPI;
+  return 0;
+}
+
+static void config_line(void *ctx, const char *text) {
+  char line[512];
+  (void)ctx;
+  snprintf(line, sizeof line, "  %s", text);
+  dpshim__say(line);
+}
+
+static void say_started(const dpshim__state_t *st) {
+  if (!st->cfg.verbose || st->world_rank != 0) return;
+  char line[256];
+  snprintf(line, sizeof line,
+           "balancing %d DP groups of %d ranks; the configuration:",
+           st->core.ngroups, st->dp_seam.size);
+  dpshim__say(line);
+  dpshim__config_dump(&st->cfg, config_line, NULL);
+}
+
+static int open_core(dpshim__state_t *st) {
+  int dp_group = 0;
+  int rc = open_groups(st, &dp_group);
+  if (rc < 0) return rc;
+  dpshim__core_setup_t s = {&st->cfg, &st->world_seam, &st->dp_seam,
+                            &st->peers_seam, dp_group,
+                            st->world_size / st->dp_seam.size, shim_clock,
+                            dpshim__say};
+  return dpshim__core_open(&st->core, &s);
+}
+
+void dpshim__on_init(void) {
+  dpshim__state_t *st = &dpshim__state;
+  char msg[256] = "";
+  st->init_thread = pthread_self();
+  PMPI_Comm_dup(MPI_COMM_WORLD, &st->world);
+  PMPI_Comm_rank(st->world, &st->world_rank);
+  PMPI_Comm_size(st->world, &st->world_size);
+  st->mpi_up = 1;
+  int rc = dpshim__config_parse(getenv, &st->cfg, msg, sizeof msg);
+  if (rc == 0) rc = check_topology(st, msg, sizeof msg);
+  if (rc == 0) rc = check_threads(st, msg, sizeof msg);
+  if (!agree_on_config(st, rc, msg, sizeof msg)) return;
+  const char *note = dpshim__clock_init(&st->clock);
+  if (*note && st->world_rank == 0) dpshim__say(note);
+  rc = open_core(st);
+  PMPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, st->world);
+  if (rc < 0) {
+    if (st->world_rank == 0) {
+      snprintf(msg, sizeof msg, "cannot set up the DP groups (%s); balancing "
+               "is off", dpshim_strerror(rc));
+      dpshim__say(msg);
+    }
+    return;
+  }
+  st->active = 1;
+  say_started(st);
+}
+
+void dpshim__on_finalize(void) {
+  dpshim__state_t *st = &dpshim__state;
+  if (!st->mpi_up) return;
+  if (st->active) {
+    st->active = 0;
+    dpshim__core_close(&st->core);
+  }
+  dpshim__comm_mpi_close(&st->dp_seam);
+  dpshim__comm_mpi_close(&st->world_seam);
+  dpshim__comm_mpi_close(&st->peers_seam);
+  if (st->dp_ranks != MPI_GROUP_NULL && st->dp_ranks)
+    PMPI_Group_free(&st->dp_ranks);
+  if (st->span_key != MPI_KEYVAL_INVALID)
+    PMPI_Comm_free_keyval(&st->span_key);
+  PMPI_Comm_free(&st->world);
+  st->mpi_up = 0;
+  st->finalized = 1;
+}

@@ -1,0 +1,359 @@
+/* The shim's core (core.h) over the thread mock of the comm seam: steps,
+ * the agreed warm-up, the fit at the hand-off, errors agreed and printed
+ * from every DP group, TP/CP peers kept identical, the step log and the
+ * summary. Each rank is a thread with its own core, as each process has
+ * one; the mock fails a test that leaves ranks in different collectives. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "mock_comm.h"
+
+#define MAXP 8
+#define CAP_SAMPLES 64
+#define CAP_TOKENS 8192
+#define MAX_CALLS 24
+
+/* ---- what the ranks say --------------------------------------------------------- */
+
+static pthread_mutex_t said_lock = PTHREAD_MUTEX_INITIALIZER;
+static char said[64][512];
+static int nsaid;
+
+static void capture(const char *line) {
+  pthread_mutex_lock(&said_lock);
+  if (nsaid < 64) snprintf(said[nsaid++], sizeof said[0], "%s", line);
+  pthread_mutex_unlock(&said_lock);
+}
+
+/* Lines that contain w1, and w2 unless it is NULL. */
+static int said_with(const char *w1, const char *w2) {
+  int n = 0;
+  for (int k = 0; k < nsaid; k++)
+    n += strstr(said[k], w1) && (!w2 || strstr(said[k], w2));
+  return n;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- configuration ---------------------------------------------------------------- */
+
+static const char *env[16][2];
+
+static char *fake_getenv(const char *name) {
+  for (int k = 0; env[k][0]; k++)
+    if (!strcmp(env[k][0], name)) return (char *)env[k][1];
+  return NULL;
+}
+
+static dpshim__config_t config(const char *log) {
+  int k = 0;
+  env[k][0] = "DPSHIM_VLM_BALANCE", env[k++][1] = "1";
+  env[k][0] = "DPSHIM_WARMUP_ITERS", env[k++][1] = "2-4";
+  env[k][0] = "DPSHIM_VERIFY", env[k++][1] = "1";
+  if (log) env[k][0] = "DPSHIM_LOG", env[k++][1] = log;
+  env[k][0] = NULL;
+  dpshim__config_t c;
+  char msg[256];
+  cr_assert_eq(dpshim__config_parse(fake_getenv, &c, msg, sizeof msg), 0,
+               "%s", msg);
+  return c;
+}
+
+/* ---- a rank's batch: tokens and ids, payload from the id --------------------------- */
+
+typedef struct rank_batch {
+  int32_t cu[CAP_SAMPLES + 1];
+  int32_t tokens[CAP_TOKENS];
+  uint64_t ids[CAP_SAMPLES];
+  dpshim_field_t f[2];
+  dpshim_batch_t b;
+} rank_batch_t;
+
+/* Call `call` of DP index `d`: lengths uneven across ranks, so plans apply. */
+static void draw(rank_batch_t *rb, int d, int call) {
+  int n = 4 + (d * 7 + call) % 5;
+  rb->cu[0] = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t id = (uint64_t)call << 32 | (uint64_t)d << 16 | (uint64_t)i;
+    int32_t len = 20 + (int32_t)((id * 2654435761u) % 90) + (d == 0 ? 300 : 0);
+    rb->ids[i] = id;
+    for (int32_t t = 0; t < len; t++)
+      rb->tokens[rb->cu[i] + t] = (int32_t)(id % 1000003) + t;
+    rb->cu[i + 1] = rb->cu[i] + len;
+  }
+  rb->f[0] = (dpshim_field_t){"tokens", rb->tokens, 4, rb->cu, CAP_TOKENS};
+  rb->f[1] = (dpshim_field_t){"ids", rb->ids, 8, NULL, CAP_SAMPLES};
+  rb->b = (dpshim_batch_t){n, CAP_SAMPLES, rb->cu, 2, rb->f};
+}
+
+/* Every sample intact: its tokens re-derived from its id. */
+static int intact(const rank_batch_t *rb) {
+  for (int i = 0; i < rb->b.nsamples; i++)
+    for (int32_t t = rb->cu[i]; t < rb->cu[i + 1]; t++)
+      if (rb->tokens[t] != (int32_t)(rb->ids[i] % 1000003) + t - rb->cu[i])
+        return 0;
+  return 1;
+}
+
+static uint64_t id_sum(const rank_batch_t *rb) {
+  uint64_t s = 0;
+  for (int i = 0; i < rb->b.nsamples; i++) s += rb->ids[i] * 2654435761u;
+  return s;
+}
+
+/* ---- a run: every rank hands off `calls` times ----------------------------------- */
+
+typedef enum { FAULT_NONE, FAULT_NULL, FAULT_RENAME } fault_t;
+
+typedef struct run {
+  int P, ngroups, calls;
+  int main_thread;        /* hand-offs from the main thread */
+  int extra_syncs_rank;   /* this rank ends steps of its own (-1: none) */
+  fault_t fault;
+  int fault_rank, fault_call;
+  const char *log;
+  dpshim__config_t cfg;
+  /* results, per world rank */
+  int rc[MAXP][MAX_CALLS];
+  int bad[MAXP];             /* a sample not intact */
+  uint64_t before[MAXP][MAX_CALLS], after[MAXP][MAX_CALLS];
+  int fitted[MAXP];
+  dpshim_cost_model_t model[MAXP];
+  int64_t applied[MAXP], handoffs[MAXP];
+  mock_stats_t stats;
+} run_t;
+
+static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
+  rank_batch_t rb;
+  draw(&rb, rank / x->ngroups, call);
+  dpshim_batch_t *b = &rb.b;
+  if (x->fault && rank == x->fault_rank && call == x->fault_call) {
+    if (x->fault == FAULT_NULL) b = NULL;
+    else rb.f[0].name = "renamed";
+  }
+  x->before[rank][call] = id_sum(&rb);
+  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread);
+  x->after[rank][call] = id_sum(&rb);
+  x->bad[rank] |= !intact(&rb);
+  usleep(200 + 50 * (unsigned)rank); /* compute */
+  dpshim__core_sync_begin(c);
+  dpshim__core_sync_end(c);
+  /* A collective that is no sync on one rank alone: the MPI layer makes
+   * it no sync; a core that saw it as one must still start nothing. */
+  if (rank == x->extra_syncs_rank) {
+    dpshim__core_sync_begin(c);
+    dpshim__core_sync_end(c);
+  }
+}
+
+static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
+                      dpshim__comm_t *peers, int rank, void *arg) {
+  run_t *x = arg;
+  dpshim__core_t c;
+  dpshim__core_setup_t s = {&x->cfg, world, dp, peers, rank % x->ngroups,
+                            x->ngroups, now, capture};
+  if (dpshim__core_open(&c, &s) < 0) return;
+  for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
+  x->fitted[rank] = c.fitted;
+  x->model[rank] = c.model;
+  x->applied[rank] = c.stats.applied;
+  x->handoffs[rank] = c.stats.handoffs;
+  dpshim__core_close(&c);
+}
+
+static run_t *run_new(int P, int ngroups, int calls) {
+  run_t *x = calloc(1, sizeof *x);
+  x->P = P;
+  x->ngroups = ngroups;
+  x->calls = calls;
+  x->main_thread = 1;
+  x->extra_syncs_rank = -1;
+  x->fault_rank = -1;
+  nsaid = 0;
+  return x;
+}
+
+static void run_go(run_t *x) {
+  x->cfg = config(x->log);
+  mock_opts_t o = {.size = x->P, .fail_rank = -1};
+  int rc = mock_run_groups(&o, x->ngroups, rank_main, x, &x->stats);
+  cr_assert_eq(rc, 0, "mock: %s", x->stats.message);
+  for (int r = 0; r < x->P; r++) cr_assert(!x->bad[r], "rank %d corrupt", r);
+}
+
+/* ---- warm-up and the fit ------------------------------------------------------------ */
+
+Test(shim_core, fit_at_the_handoff_same_model_everywhere) {
+  run_t *x = run_new(4, 1, 12);
+  run_go(x);
+  for (int r = 0; r < x->P; r++) {
+    cr_assert(x->fitted[r], "rank %d did not fit", r);
+    cr_assert(!memcmp(&x->model[r], &x->model[0], sizeof x->model[0]),
+              "rank %d has another model", r);
+    cr_assert_eq(x->applied[r], x->applied[0]);
+    for (int k = 1; k <= x->calls; k++) cr_assert_eq(x->rc[r][k], 0);
+  }
+  cr_assert_gt(x->applied[0], 0, "nothing applied after the warm-up");
+  /* Warm-up hand-offs (steps 2-4, and the fit's at 5) moved nothing. */
+  for (int k = 2; k <= 4; k++)
+    for (int r = 0; r < x->P; r++)
+      cr_assert_eq(x->before[r][k], x->after[r][k], "warm-up moved samples");
+  free(x);
+}
+
+/* Step counters that differ between ranks (a loader thread ahead of its
+ * main thread, or a rank that ended steps of its own) cannot split the
+ * ranks between collectives: the warm-up decision is agreed. */
+Test(shim_core, differing_step_counters_do_not_hang) {
+  run_t *x = run_new(4, 1, 12);
+  x->extra_syncs_rank = 2;
+  run_go(x);
+  for (int r = 0; r < x->P; r++) {
+    cr_assert_eq(x->handoffs[r], x->calls);
+    cr_assert_eq(x->applied[r], x->applied[0], "rank %d decided otherwise",
+                 r);
+  }
+  free(x);
+}
+
+Test(shim_core, loader_thread_handoffs_settle_without_fit) {
+  run_t *x = run_new(4, 1, 10);
+  x->main_thread = 0;
+  run_go(x);
+  for (int r = 0; r < x->P; r++) cr_assert(!x->fitted[r]);
+  cr_assert_gt(x->applied[0], 0, "a loader thread's hand-offs are balanced");
+  cr_assert_eq(said_with("loader thread", "no warm-up fit"), 1);
+  free(x);
+}
+
+/* ---- errors: agreed, printed once per group, naming the world rank ------------------ */
+
+static void assert_failed_everywhere(const run_t *x, int call) {
+  for (int r = 0; r < x->P; r++) {
+    cr_assert_lt(x->rc[r][call], 0, "rank %d: rc %d", r, x->rc[r][call]);
+    cr_assert_eq(x->before[r][call], x->after[r][call],
+                 "rank %d's batch changed on error", r);
+  }
+}
+
+Test(shim_core, null_batch_in_warmup_is_an_agreed_error) {
+  run_t *x = run_new(4, 1, 10);
+  x->fault = FAULT_NULL;
+  x->fault_rank = 1;
+  x->fault_call = 3; /* a warm-up step */
+  run_go(x);
+  assert_failed_everywhere(x, 3);
+  cr_assert_eq(said_with("rank 1", "batch is NULL"), 1);
+  cr_assert(x->fitted[0], "the other warm-up steps still fit");
+  free(x);
+}
+
+Test(shim_core, a_renamed_field_is_an_agreed_error) {
+  run_t *x = run_new(4, 1, 8);
+  x->fault = FAULT_RENAME;
+  x->fault_rank = 2;
+  x->fault_call = 7;
+  run_go(x);
+  assert_failed_everywhere(x, 7);
+  cr_assert_eq(said_with("rank 2", "'renamed'"), 1, "%s", said[0]);
+  free(x);
+}
+
+/* TP=2: DP groups {0, 2, 4, 6} and {1, 3, 5, 7}. An error in group 1 is
+ * printed (once, naming world rank 3), and group 0 does not apply a plan
+ * either: TP peers must keep identical batches. */
+Test(shim_core, an_error_in_any_group_is_printed_and_stops_its_peers) {
+  run_t *x = run_new(8, 2, 8);
+  x->fault = FAULT_NULL;
+  x->fault_rank = 3;
+  x->fault_call = 7;
+  run_go(x);
+  assert_failed_everywhere(x, 7);
+  cr_assert_eq(said_with("rank 3", "batch is NULL"), 1);
+  cr_assert_eq(said_with("hand-off not balanced", NULL), 2,
+               "each group says its first error");
+  for (int r = 0; r < x->P; r += 2)
+    for (int k = 1; k <= x->calls; k++)
+      cr_assert_eq(x->after[r][k], x->after[r + 1][k],
+                   "TP peers %d and %d differ after hand-off %d", r, r + 1,
+                   k);
+  free(x);
+}
+
+/* ---- the step log and the summary ------------------------------------------------- */
+
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0, ch;
+  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+Test(shim_core, step_log_has_one_line_per_step) {
+  char path[] = "/tmp/dpshim-core-log-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  unlink(path);
+  run_t *x = run_new(4, 1, 9);
+  x->log = path;
+  run_go(x);
+  cr_assert_eq(count_lines(path), x->calls);
+  unlink(path);
+  free(x);
+}
+
+Test(shim_core, no_handoff_leaves_no_log_file) {
+  char path[] = "/tmp/dpshim-core-nolog-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  unlink(path);
+  run_t *x = run_new(4, 1, 0);
+  x->log = path;
+  run_go(x);
+  cr_assert_eq(access(path, F_OK), -1, "a log file was left behind");
+  free(x);
+}
+
+Test(shim_core, an_unwritable_log_is_said_once) {
+  run_t *x = run_new(4, 1, 6);
+  x->log = "/dev/full";
+  run_go(x);
+  cr_assert_eq(said_with("DPSHIM_LOG", "cannot write"), 1);
+  free(x);
+}
+
+Test(shim_core, summary_shares_stay_within_100_percent) {
+  run_t *x = run_new(4, 1, 8);
+  run_go(x);
+  int seen = 0;
+  for (int k = 0; k < nsaid; k++) {
+    const char *p = said[k];
+    if (!strstr(p, "of step time") && !strstr(p, "of wall time")) continue;
+    while ((p = strchr(p, '%'))) {
+      const char *q = p;
+      while (q > said[k] && (q[-1] == '.' || (q[-1] >= '0' && q[-1] <= '9')))
+        q--;
+      if (q < p) {
+        cr_assert_leq(atof(q), 100.0, "%s", said[k]);
+        seen++;
+      }
+      p++;
+    }
+  }
+  cr_assert_geq(seen, 4, "expected the summary's shares");
+  free(x);
+}
