@@ -27,20 +27,35 @@ static int spans(const dpshim__state_t *st, MPI_Comm comm) {
   return in && all;
 }
 
-static int spans_dp_group(const dpshim__state_t *st, MPI_Comm comm) {
+/* The attribute's delete callback: a freed communicator's handle may be
+ * reused, so it leaves the one-entry cache. */
+int dpshim__forget_comm(MPI_Comm comm, int key, void *value, void *extra) {
+  (void)key, (void)value, (void)extra;
+  if (comm == dpshim__state.span_comm) dpshim__state.span_comm = MPI_COMM_NULL;
+  return MPI_SUCCESS;
+}
+
+/* The last communicator asked about is answered without a lookup: a
+ * trainer's sync uses the same one every step. */
+static int spans_dp_group(dpshim__state_t *st, MPI_Comm comm) {
   void *value = NULL;
-  int found = 0;
+  int found = 0, yes;
   if (comm == MPI_COMM_NULL) return 0;
+  if (comm == st->span_comm) return st->span_yes;
   if (PMPI_Comm_get_attr(comm, st->span_key, &value, &found) ==
-          MPI_SUCCESS && found)
-    return (intptr_t)value == 2;
-  int yes = spans(st, comm);
-  PMPI_Comm_set_attr(comm, st->span_key, (void *)(intptr_t)(1 + yes));
+          MPI_SUCCESS && found) {
+    yes = (intptr_t)value == 2;
+  } else {
+    yes = spans(st, comm);
+    PMPI_Comm_set_attr(comm, st->span_key, (void *)(intptr_t)(1 + yes));
+  }
+  st->span_comm = comm;
+  st->span_yes = yes;
   return yes;
 }
 
 int dpshim__is_sync(unsigned op, MPI_Comm comm) {
-  const dpshim__state_t *st = &dpshim__state;
+  dpshim__state_t *st = &dpshim__state;
   return st->active && (st->cfg.sync_ops & op) &&
          pthread_equal(pthread_self(), st->init_thread) &&
          spans_dp_group(st, comm);

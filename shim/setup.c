@@ -9,7 +9,8 @@
 #include "shim.h"
 
 dpshim__state_t dpshim__state = {.lock = PTHREAD_MUTEX_INITIALIZER,
-                                 .span_key = MPI_KEYVAL_INVALID};
+                                 .span_key = MPI_KEYVAL_INVALID,
+                                 .span_comm = MPI_COMM_NULL};
 
 void dpshim__say(const char *line) { fprintf(stderr, "dpshim: %s\n", line); }
 
@@ -44,10 +45,15 @@ static int agree_on_config(dpshim__state_t *st, int rc, char *msg,
                            size_t len) {
   uint64_t h = dpshim__config_hash(&st->cfg), range[2] = {h, ~h};
   int first_bad = rc < 0 ? st->world_rank : st->world_size;
-  PMPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, st->world);
-  PMPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT64_T, MPI_MAX, st->world);
+  if (PMPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN,
+                     st->world) != MPI_SUCCESS ||
+      PMPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT64_T, MPI_MAX,
+                     st->world) != MPI_SUCCESS)
+    return 0;
   if (first_bad < st->world_size) {
-    PMPI_Bcast(msg, (int)len, MPI_CHAR, first_bad, st->world);
+    if (PMPI_Bcast(msg, (int)len, MPI_CHAR, first_bad, st->world) !=
+        MPI_SUCCESS)
+      return 0;
     if (st->world_rank == 0) {
       char line[512];
       snprintf(line, sizeof line, "%s (rank %d); balancing is off", msg,
@@ -80,7 +86,7 @@ static int open_groups(dpshim__state_t *st, int *dp_group) {
   if (rc < 0) return rc;
   MPI_Comm dp = dpshim__comm_mpi_handle(&st->dp_seam);
   if (PMPI_Comm_group(dp, &st->dp_ranks) != MPI_SUCCESS ||
-      PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN,
+      PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, dpshim__forget_comm,
                               &st->span_key, NULL) != MPI_SUCCESS)
     return DPSHIM_EMPI;
   return 0;
@@ -118,10 +124,16 @@ void dpshim__on_init(void) {
   dpshim__state_t *st = &dpshim__state;
   char msg[256] = "";
   st->init_thread = pthread_self();
-  PMPI_Comm_dup(MPI_COMM_WORLD, &st->world);
+  st->mpi_up = 1;
+  if (PMPI_Comm_dup(MPI_COMM_WORLD, &st->world) != MPI_SUCCESS) {
+    st->world = MPI_COMM_NULL;
+    dpshim__say("cannot duplicate MPI_COMM_WORLD; balancing is off");
+    return;
+  }
+  /* The shim's own calls report failures instead of aborting the job. */
+  PMPI_Comm_set_errhandler(st->world, MPI_ERRORS_RETURN);
   PMPI_Comm_rank(st->world, &st->world_rank);
   PMPI_Comm_size(st->world, &st->world_size);
-  st->mpi_up = 1;
   int rc = dpshim__config_parse(getenv, &st->cfg, msg, sizeof msg);
   if (rc == 0) rc = check_topology(st, msg, sizeof msg);
   if (rc == 0) rc = check_threads(st, msg, sizeof msg);
@@ -129,7 +141,9 @@ void dpshim__on_init(void) {
   const char *note = dpshim__clock_init(&st->clock);
   if (*note && st->world_rank == 0) dpshim__say(note);
   rc = open_core(st);
-  PMPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, st->world);
+  if (PMPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, st->world) !=
+      MPI_SUCCESS)
+    rc = DPSHIM_EMPI;
   if (rc < 0) {
     if (st->world_rank == 0) {
       snprintf(msg, sizeof msg, "cannot set up the DP groups (%s); balancing "
@@ -156,7 +170,7 @@ void dpshim__on_finalize(void) {
     PMPI_Group_free(&st->dp_ranks);
   if (st->span_key != MPI_KEYVAL_INVALID)
     PMPI_Comm_free_keyval(&st->span_key);
-  PMPI_Comm_free(&st->world);
+  if (st->world != MPI_COMM_NULL) PMPI_Comm_free(&st->world);
   st->mpi_up = 0;
   st->finalized = 1;
 }

@@ -33,6 +33,8 @@ typedef struct dpshim__state {
   MPI_Comm world;       /* private duplicate of MPI_COMM_WORLD */
   MPI_Group dp_ranks;   /* this rank's DP group, as a group of world */
   int span_key;         /* attribute: does a communicator span dp_ranks? */
+  MPI_Comm span_comm;   /* the last one asked about (main thread) */
+  int span_yes;         /* and the answer */
   dpshim__comm_t world_seam, dp_seam, peers_seam;
   dpshim__core_t core;
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
@@ -58,6 +60,8 @@ void dpshim__on_finalize(void);
  * gradient sync: balancing on, the main thread, an op of DPSHIM_SYNC_OPS,
  * and a communicator that spans this rank's whole DP group. */
 int dpshim__is_sync(unsigned op, MPI_Comm comm);
+/* The span attribute's delete callback (MPI_Comm_delete_attr_function). */
+int dpshim__forget_comm(MPI_Comm comm, int key, void *value, void *extra);
 
 /* ---- mpi_wait.c ---------------------------------------------------------------- */
 

@@ -101,7 +101,6 @@ typedef struct dpshim_plan {
   int32_t ranks_cap_;
   int64_t samples_cap_;
   void *scratch_;
-  uint64_t scratch_size_;
 } dpshim_plan_t;
 
 DPSHIM_EXTERN void dpshim_plan_init(dpshim_plan_t *plan);

@@ -16,8 +16,9 @@ no preload (the hand-off a no-op). Checks:
     stderr line "dpshim: ..." is about the fault: it names the bad world
     rank (rank 1; huge-capacity is every rank's) and what is wrong;
   - TP=2 (8 ranks), fields-order on world rank 3 (DP group 1): the line
-    names rank 3 (the world rank, not its DP rank 1), group 1 fails the
-    call, group 0 does not;
+    names rank 3 (the world rank, not its DP rank 1); group 1 fails the
+    call, and group 0 with it (TP peers keep identical batches), saying
+    so in a line of its own;
   - after-finalize: a hand-off after MPI_Finalize returns, nothing aborts;
   - no-handoff: DPSHIM_LOG is not created when nothing is handed off;
   - thread-level: MPI_Init_thread's provided (and MPI_Query_thread) under
@@ -251,15 +252,20 @@ def check_fault(args, none_ref, case, words, at):
 
 
 def check_tp2(args):
-    """DP groups {0,2,4,6} and {1,3,5,7}: only group 1 has the fault."""
+    """DP groups {0,2,4,6} and {1,3,5,7}: only group 1 has the fault, but
+    group 0 holds the same samples (TP peers) and must not move them
+    alone."""
     what, env, at = "TP=2, fields-order on rank 3", {"DPSHIM_TP_SIZE": "2"}, 6
     ref = reference(args, case_args("none"), what, 8, env)
     r = shim_run(args, case_args("fields-order", at, 3), what, 8, env)
     if not completed(r, what):
         return
     same_samples(r, ref, what)
-    check_failed_call(r, at, {1, 3, 5, 7}, what)
+    check_failed_call(r, at, set(range(8)), what)
     check_message(r.err, 3, [["tokens", "labels"]], what)
+    peer = [l for l in r.err.splitlines() if "peer" in l]
+    check(len(peer) == 1, "%s: expected group 0 to say once that a peer "
+          "group failed, got %r" % (what, peer))
 
 
 def check_after_finalize(args):

@@ -14,32 +14,15 @@
  * libvlmload.so across a shared-object boundary: a call that stays inside
  * one object cannot be interposed.
  */
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-
+#include "dpshim/adapter.h"
 #include "dpshim/batch.h"
 #include "vlmload.h"
 
-typedef vlm_batch_t *(*vlmload_next_fn)(vlmload_t *);
-
-static vlmload_next_fn real_vlmload_next;
-static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
-
-/* RTLD_NEXT: the next definition after this library, the loader's own.
- * Resolved at the first call, not in a constructor: this library is also
- * preloaded into mpirun, bash and whatever else the launch starts. */
-static void resolve(void) {
-  void *sym = dlsym(RTLD_NEXT, "vlmload_next");
-  if (!sym) {
-    const char *why = dlerror();
-    fprintf(stderr, "dpshim_vlm: cannot find the real vlmload_next (%s)\n",
-            why ? why : "not found");
-    return;
-  }
-  memcpy(&real_vlmload_next, &sym, sizeof sym); /* no void * -> fn cast */
-}
+/* The loader's own vlmload_next(), the next definition after this
+ * library's: resolved at the first call, not in a constructor, as this
+ * library is also preloaded into mpirun, bash and whatever else the launch
+ * starts. */
+static dpshim_next_t real_next = DPSHIM_NEXT_INIT("vlmload_next");
 
 /* The batch as dpshim fields. Token-aligned fields share cu_seqlens (the
  * pointer itself: that is how the shim tells them apart); patches have
@@ -68,9 +51,9 @@ static void balance(vlm_batch_t *b) {
 }
 
 VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
-  pthread_once(&resolve_once, resolve);
-  if (!real_vlmload_next) return NULL;
-  vlm_batch_t *b = real_vlmload_next(loader);
+  vlm_batch_t *(*next)(vlmload_t *);
+  DPSHIM_NEXT(real_next, next);
+  vlm_batch_t *b = next ? next(loader) : NULL;
   if (b) balance(b);
   return b;
 }
