@@ -289,8 +289,11 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main) {
   count_handoff(c, rc, warm, &rep);
   if (main) {
     step_leave(&c->step, batch, rc, warm, t0, t1, arrival);
-    atomic_store(&c->open_hint, 1);
+  } else if (!c->step.open) { /* the main thread's step begins */
+    c->step.open = 1;
+    c->step.first_entry = c->step.last_return = t1;
   }
+  atomic_store(&c->open_hint, 1);
   c->stats.shim_time += t1 - t0 - arrival;
   c->stats.arrival_time += arrival;
   dpshim__steplog_receive(&c->log, rep.notes);

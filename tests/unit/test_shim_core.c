@@ -191,6 +191,15 @@ static void run_go(run_t *x) {
   for (int r = 0; r < x->P; r++) cr_assert(!x->bad[r], "rank %d corrupt", r);
 }
 
+static int count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int n = 0, ch;
+  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
 /* ---- warm-up and the fit ------------------------------------------------------------ */
 
 Test(shim_core, fit_at_the_handoff_same_model_everywhere) {
@@ -226,13 +235,27 @@ Test(shim_core, differing_step_counters_do_not_hang) {
   free(x);
 }
 
+static void temp_path(char *path) {
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  unlink(path);
+}
+
+/* A loader thread's hand-offs: no fit (nothing to fit on), balanced from
+ * the first, and the main thread's steps still logged. */
 Test(shim_core, loader_thread_handoffs_settle_without_fit) {
+  char path[] = "/tmp/dpshim-core-thread-XXXXXX";
+  temp_path(path);
   run_t *x = run_new(4, 1, 10);
   x->main_thread = 0;
+  x->log = path;
   run_go(x);
   for (int r = 0; r < x->P; r++) cr_assert(!x->fitted[r]);
   cr_assert_gt(x->applied[0], 0, "a loader thread's hand-offs are balanced");
   cr_assert_eq(said_with("loader thread", "no warm-up fit"), 1);
+  cr_assert_eq(count_lines(path), x->calls);
+  unlink(path);
   free(x);
 }
 
@@ -292,21 +315,9 @@ Test(shim_core, an_error_in_any_group_is_printed_and_stops_its_peers) {
 
 /* ---- the step log and the summary ------------------------------------------------- */
 
-static int count_lines(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  int n = 0, ch;
-  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
-  fclose(f);
-  return n;
-}
-
 Test(shim_core, step_log_has_one_line_per_step) {
   char path[] = "/tmp/dpshim-core-log-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
-  close(fd);
-  unlink(path);
+  temp_path(path);
   run_t *x = run_new(4, 1, 9);
   x->log = path;
   run_go(x);
@@ -317,10 +328,7 @@ Test(shim_core, step_log_has_one_line_per_step) {
 
 Test(shim_core, no_handoff_leaves_no_log_file) {
   char path[] = "/tmp/dpshim-core-nolog-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
-  close(fd);
-  unlink(path);
+  temp_path(path);
   run_t *x = run_new(4, 1, 0);
   x->log = path;
   run_go(x);
