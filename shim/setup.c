@@ -103,8 +103,9 @@ static void say_started(const dpshim__state_t *st) {
   if (!st->cfg.verbose || st->world_rank != 0) return;
   char line[256];
   snprintf(line, sizeof line,
-           "balancing %d DP groups of %d ranks; the configuration:",
-           st->core.ngroups, st->dp_seam.size);
+           "balancing %d DP group%s of %d ranks; the configuration:",
+           st->core.ngroups, st->core.ngroups == 1 ? "" : "s",
+           st->dp_seam.size);
   dpshim__say(line);
   dpshim__config_dump(&st->cfg, config_line, NULL);
 }

@@ -2,7 +2,10 @@
 """Edge cases of dpshim_balance_batch() under real mpirun: handoff_cases
 hands its own batches to the preloaded shim and injects one fault per run.
 
-    check_handoff.py --shim libdpshim.so --prog handoff_cases
+    check_handoff.py GROUP --shim libdpshim.so --prog handoff_cases
+
+GROUP picks the checks below: malformed, fields, sizes, tp2,
+after_finalize, no_handoff, thread_level.
 
 Each run: 4 ranks (8 for the TP case), 8 steps, warm-up 2-4, DPSHIM_VERIFY=1,
 no DPSHIM_COEFS. The reference of each run is the same run with --plain and
@@ -326,22 +329,48 @@ def check_thread_level(args, level):
               % (what, loader["provided"], plain["provided"]))
 
 
+def faults(cases):
+    """The checks of the FAULTS in `cases`, against one fault-free run."""
+    def run(args):
+        none_ref = check_none(args)
+        for case, words, ats in FAULTS:
+            if case in cases:
+                for at in ats:
+                    check_fault(args, none_ref, case, words, at)
+    return run
+
+
+def group_no_handoff(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        check_no_handoff(args, tmp)
+
+
+def group_thread_level(args):
+    for level in (0, 1, 2):
+        check_thread_level(args, level)
+
+
+# One meson test each (tests/mpi/meson.build), so that a failure names the
+# case it breaks.
+GROUPS = {
+    "malformed": faults(("null-batch", "null-cu-seqlens", "absurd-nsamples")),
+    "fields": faults(("fields-order", "field-renamed")),
+    "sizes": faults(("huge-capacity",)),  # what int32 offsets cannot hold
+    "tp2": check_tp2,                     # errors in any DP group
+    "after_finalize": check_after_finalize,
+    "no_handoff": group_no_handoff,       # no empty DPSHIM_LOG
+    "thread_level": group_thread_level,   # MPI_Init_thread's provided
+}
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("group", choices=sorted(GROUPS))
     p.add_argument("--shim", required=True)
     p.add_argument("--prog", required=True)
     args = p.parse_args()
-    none_ref = check_none(args)
-    for case, words, ats in FAULTS:
-        for at in ats:
-            check_fault(args, none_ref, case, words, at)
-    check_tp2(args)
-    check_after_finalize(args)
-    with tempfile.TemporaryDirectory() as tmp:
-        check_no_handoff(args, tmp)
-    for level in (0, 1, 2):
-        check_thread_level(args, level)
-    print("adapter_edge_cases: %d failed checks" % len(failures))
+    GROUPS[args.group](args)
+    print("handoff %s: %d failed checks" % (args.group, len(failures)))
     return 1 if failures else 0
 
 

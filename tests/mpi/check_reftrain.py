@@ -279,6 +279,20 @@ def stray(args, kind):
         entries = read_jsonl(log)
         check_one_line_per_step(what, entries, STEPS)
         check_plans_applied(entries, 3, what)
+        check_compute_seen(what, entries)
+
+
+def check_compute_seen(what, entries):
+    """Steps end at the real sync: the emulated GPU's time (tens of ms per
+    step here) is each rank's compute. A stray call taken for the sync would
+    end that rank's steps at the hand-off, with ~0 compute."""
+    ranks = max((len(e.get("compute_ms", [])) for e in entries), default=0)
+    for r in range(ranks):
+        ms = sorted(e["compute_ms"][r] for e in entries
+                    if len(e.get("compute_ms", [])) > r)
+        check(ms[len(ms) // 2] >= 5, "%s: rank %d's median compute per step "
+              "%.3f ms, expected the emulated GPU's >= 5 ms (did a stray "
+              "collective end its steps?)" % (what, r, ms[len(ms) // 2]))
 
 
 def scenario_stray_self(args):

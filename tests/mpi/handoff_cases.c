@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "dpshim/batch.h"
+#include "hash.h"
 
 #define CAP_SAMPLES 64
 #define CAP_TOKENS 32768
@@ -218,23 +219,17 @@ static int sample_intact(const batch_t *b, int32_t i, int call) {
   return 1;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
 /* What sample i holds, wherever it sits: its id and every row of it. */
 static uint64_t sample_hash(const batch_t *b, int32_t i, int call) {
   int32_t t = b->cu[i], len = b->cu[i + 1] - t;
   int32_t p = b->patch_off[i], np = b->patch_off[i + 1] - p;
-  uint64_t h = fnv(1469598103934665603ull, &call, sizeof call);
-  h = fnv(h, &b->ids[i], sizeof b->ids[i]);
-  h = fnv(h, &len, sizeof len);
-  h = fnv(h, b->tokens + t, (size_t)len * sizeof *b->tokens);
-  h = fnv(h, b->labels + t, (size_t)len * sizeof *b->labels);
-  h = fnv(h, &np, sizeof np);
-  return fnv(h, b->patches + p, (size_t)np * sizeof b->patches[0]);
+  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, &call, sizeof call);
+  h = dpshim__fnv(h, &b->ids[i], sizeof b->ids[i]);
+  h = dpshim__fnv(h, &len, sizeof len);
+  h = dpshim__fnv(h, b->tokens + t, (size_t)len * sizeof *b->tokens);
+  h = dpshim__fnv(h, b->labels + t, (size_t)len * sizeof *b->labels);
+  h = dpshim__fnv(h, &np, sizeof np);
+  return dpshim__fnv(h, b->patches + p, (size_t)np * sizeof b->patches[0]);
 }
 
 /* Per-sample hashes into out[0 .. b->n); -1 when the layout is broken. */

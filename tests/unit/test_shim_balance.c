@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "balance.h"
+#include "hash.h"
 #include "mock_comm.h"
 #include "plan_fixture.h"
 
@@ -50,12 +51,6 @@ static uint64_t make_id(uint32_t tag, int rank, int i) {
 }
 static int id_rank(uint64_t id) { return (int)((id >> 24) & 0xffff); }
 static int id_index(uint64_t id) { return (int)(id & 0xffffff); }
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
 
 /* ---- one rank's batch ------------------------------------------------------ */
 
@@ -150,11 +145,12 @@ static void rb_free(rank_batch_t *rb) {
 static uint64_t rb_sample_sum(const rank_batch_t *rb, int32_t k) {
   int32_t t0 = rb->cu[k], t1 = rb->cu[k + 1];
   int32_t p0 = rb->pix_off[k], p1 = rb->pix_off[k + 1];
-  uint64_t h = 1469598103934665603ull;
-  h = fnv(h, rb->tokens + t0, (size_t)(t1 - t0) * sizeof(int32_t));
-  h = fnv(h, rb->weights + t0, (size_t)(t1 - t0) * sizeof(float));
-  h = fnv(h, rb->ids + k, sizeof(uint64_t));
-  h = fnv(h, rb->pixels + (size_t)p0 * PIX_BYTES, (size_t)(p1 - p0) * PIX_BYTES);
+  uint64_t h = DPSHIM__FNV_SEED;
+  h = dpshim__fnv(h, rb->tokens + t0, (size_t)(t1 - t0) * sizeof(int32_t));
+  h = dpshim__fnv(h, rb->weights + t0, (size_t)(t1 - t0) * sizeof(float));
+  h = dpshim__fnv(h, rb->ids + k, sizeof(uint64_t));
+  h = dpshim__fnv(h, rb->pixels + (size_t)p0 * PIX_BYTES,
+                  (size_t)(p1 - p0) * PIX_BYTES);
   return h;
 }
 

@@ -221,6 +221,20 @@ Test(shim_batch_view, negative_capacity) {
   expect_bad("'tokens'", "capacity_rows");
 }
 
+/* Offsets are int32: a capacity they cannot index is refused, named, for
+ * token-aligned fields and fields with their own offsets alike; a field of
+ * one row per sample has no offsets and no such limit. */
+Test(shim_batch_view, capacity_beyond_int32_offsets) {
+  fx.f[0].capacity_rows = (int64_t)INT32_MAX + 1;
+  expect_bad("'tokens'", "int32");
+  setup();
+  fx.f[2].capacity_rows = (int64_t)INT32_MAX + 1;
+  expect_bad("'patches'", "int32");
+  setup();
+  fx.f[0].capacity_rows = INT32_MAX;
+  expect_ok();
+}
+
 Test(shim_batch_view, unnamed_field) {
   fx.f[2].name = NULL;
   fx.f[2].row_bytes = 0;

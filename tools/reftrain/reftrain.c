@@ -29,23 +29,7 @@
 #include "packload.h"
 #include "report.h"
 #include "sync.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Absolute deadline: time already spent since the hand-off (bookkeeping)
- * is absorbed instead of added. */
-static void sleep_until(double t) {
-  struct timespec ts;
-  ts.tv_sec = (time_t)t;
-  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-  if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-  }
-}
+#include "../timeutil.h"
 
 /* Before MPI_Init, a process knows its rank only from the launcher; bad
  * arguments are then reported once, not once per rank. */
@@ -155,9 +139,9 @@ static const packload_batch_t *next_batch(trainer_t *t) {
 
 /* One hand-off and its compute; returns the compute seconds. */
 static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
-  double t0 = now_s();
+  double t0 = dpshim__tool_now_s();
   const packload_batch_t *b = next_batch(t);
-  double t1 = now_s();
+  double t1 = dpshim__tool_now_s();
   t->led.handoff_ms[step] += 1e3 * (t1 - t0);
   /* Part of the compute as the balancer times it (hand-off return to the
    * sync), but a collective all the same. */
@@ -167,7 +151,7 @@ static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (t->o->mode == RT_EMULATE) {
-    sleep_until(t1 + emulated_seconds(t, b, step, m));
+    dpshim__tool_sleep_until(t1 + emulated_seconds(t, b, step, m));
   } else {
     double r = cpu_pack(t->cpu, b->cu_seqlens, b->nsamples, b->tokens);
     if (isnan(r)) {
@@ -176,22 +160,22 @@ static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
     }
     t->cpu_sink += r;
   }
-  return now_s() - t1;
+  return dpshim__tool_now_s() - t1;
 }
 
 static void step(trainer_t *t, int64_t s) {
-  double t0 = now_s();
+  double t0 = dpshim__tool_now_s();
   for (int32_t m = 0; m < t->o->micro; m++)
     t->led.compute_ms[s] += 1e3 * micro_batch(t, s, m);
-  double t1 = now_s();
+  double t1 = dpshim__tool_now_s();
   rt_sync_grad(&t->sync, t->grad, t->ngrad);
-  double t2 = now_s();
+  double t2 = dpshim__tool_now_s();
   /* Averaging keeps the values bounded over any number of steps. */
   float inv = 1.0f / (float)t->lay->world;
   for (int64_t i = 0; i < t->ngrad; i++) t->grad[i] *= inv;
   if (t->o->check) ledger_produced(&t->led, s, t->produced);
   t->led.wait_ms[s] = 1e3 * (t2 - t1);
-  t->led.step_ms[s] = 1e3 * (now_s() - t0);
+  t->led.step_ms[s] = 1e3 * (dpshim__tool_now_s() - t0);
   if (t->o->verbose && t->lay->rank == 0)
     fprintf(stderr,
             "step %lld: %.1f ms (rank 0: compute %.1f, hand-off %.2f, "
@@ -243,9 +227,9 @@ static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl,
             lay->world, lay->tp, lay->cp, lay->dp, lay->pp,
             emu_break_even(&t.model));
   MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = now_s();
+  double t0 = dpshim__tool_now_s();
   for (int64_t s = 0; s < o->steps; s++) step(&t, s);
-  double elapsed = now_s() - t0;
+  double elapsed = dpshim__tool_now_s() - t0;
   if (o->verbose && o->mode == RT_CPU)
     fprintf(stderr, "reftrain: rank %d cpu checksum %.6g\n", lay->rank,
             t.cpu_sink);
