@@ -33,13 +33,11 @@ import argparse
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
-from mpitest import MPIRUN, check, failures
+from mpitest import HANG_RC, MPIRUN, check, failures, run
 
 STEPS = 8
 RANKS = 4
@@ -72,72 +70,19 @@ class Run:
         self.res = json.loads(lines[-1]) if lines else None
 
 
-def session_groups(sid):
-    """Process groups of the processes in session sid: mpirun puts each
-    rank in a group of its own, all in the session we started."""
-    groups = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            groups.add(int(fields[2]))
-    return groups
-
-
-def kill_session(p):
-    """SIGTERM to mpirun (it takes its ranks down), then SIGKILL whatever
-    is left of the session."""
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=5)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    for pgid in session_groups(p.pid):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def clean_env(env, preload):
-    """The caller's environment without any DPSHIM_* (DPSHIM_COEFS above
-    all) or LD_PRELOAD of its own, plus env and preload."""
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith("DPSHIM_") and k != "LD_PRELOAD"}
-    full.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
-                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
-    full.update(env)
-    if preload:
-        full["LD_PRELOAD"] = preload
-    return full
-
-
 def mpirun(args, ranks, prog_args, env, preload, what):
     """Runs handoff_cases under mpirun with env exported; a Run."""
-    left = DEADLINE - time.monotonic()
+    left = int(DEADLINE - time.monotonic())
     if not check(left > 5, "%s: not run, the test's %d s are spent"
                  % (what, TOTAL_BUDGET)):
         return Run(None, "", "", True)
-    names = list(env) + (["LD_PRELOAD"] if preload else [])
-    cmd = (MPIRUN[:1] + [a for n in names for a in ("-x", n)] + MPIRUN[1:] +
-           ["-np", str(ranks), args.prog] + prog_args)
-    p = subprocess.Popen(cmd, env=clean_env(env, preload), text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=min(RUN_TIMEOUT, left))
-        return Run(p.returncode, out, err, False)
-    except subprocess.TimeoutExpired:
-        kill_session(p)
-        out, err = p.communicate()
-        check(False, "%s: hang (killed after %d s): %s"
-              % (what, min(RUN_TIMEOUT, left), err.strip()[-300:]))
+    rc, out, err = run(MPIRUN + ["-np", str(ranks), args.prog] + prog_args,
+                       env=env, preload=preload,
+                       timeout=min(RUN_TIMEOUT, left))
+    if rc == HANG_RC:
+        print("  (%s hung; its stderr ends: %r)" % (what, err[-300:]))
         return Run(None, out, err, True)
+    return Run(rc, out, err, False)
 
 
 def case_args(case, at=None, bad=None):

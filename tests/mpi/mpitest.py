@@ -60,7 +60,10 @@ def run(cmd, env=None, preload=None, timeout=600):
     are exported to the ranks with -x when cmd is an mpirun. Past `timeout`
     seconds the run is a hang: one failed check says so, every process it
     started is killed, and rc is 124 with what it had printed."""
-    full_env = dict(os.environ)
+    # The caller's own DPSHIM_* (DPSHIM_COEFS above all) and LD_PRELOAD
+    # would change what is tested: only env and preload reach the ranks.
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("DPSHIM_") and k != "LD_PRELOAD"}
     full_env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     full_env.update(env or {})
