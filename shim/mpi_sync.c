@@ -63,8 +63,14 @@ int dpshim__is_sync(unsigned op, MPI_Comm comm) {
 
 /* ---- blocking: the call is the wait -------------------------------------------- */
 
+/* With no step open (balancing off, a benchmark's loop, the trainer's
+ * collectives outside a step) the call cannot begin a sync: straight to
+ * PMPI, a tail call that costs a load and a branch. */
 #define SYNC(BIT, COMM, CALL)                                                 \
   do {                                                                        \
+    if (!atomic_load_explicit(&dpshim__state.core.open_hint,                  \
+                              memory_order_relaxed))                          \
+      return (CALL);                                                          \
     int is_sync = dpshim__is_sync(BIT, COMM);                                 \
     if (is_sync) dpshim__core_sync_begin(&dpshim__state.core);                \
     int rc = (CALL);                                                          \
