@@ -283,7 +283,7 @@ static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
   for (int32_t r = 0; r < b->size; r++) {
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const int32_t *m = b->meta + (size_t)i * width;
-      b->samples[i] = (dpshim_sample_t){m[0], dpshim__meta_bytes(l, m), r};
+      b->samples[i] = (dpshim_sample_t){m[0], dpshim__meta_bytes(l, m), r, 0};
     }
   }
   return 0;

@@ -24,6 +24,9 @@
  *      may first be unlocked by such a trade with any rank, and every rank
  *      is tried as the receiver. The repair adds
  *      traffic only while the plan moves under a quarter of all bytes.
+ * Every step also keeps each rank within its rows cap (a hard limit: a
+ * rank above one sheds samples with rows first, and a plan still above one
+ * is skipped by plan.c for capacity).
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
  * property tests); the plan is applied only if it lowers the maximum load. */
@@ -89,21 +92,41 @@ static void release_fringe(dpshim__dstate_t *s, int32_t r) {
   }
 }
 
+/* A rank above its rows cap (set below what it holds) sheds samples with
+ * rows, longest first, until it is within it. */
+static void shed_rows(dpshim__dstate_t *s, int32_t r) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t k = s->start[r];
+       k < s->start[r + 1] && s->rows[r] > ctx->rows_cap[r] && s->count[r] > 1;
+       k++) {
+    int64_t i = s->group[k];
+    if (ctx->dest[i] == r && ctx->samples[i].rows > 0) dpshim__dstate_take(s, i);
+  }
+}
+
+static int over_rows_cap_before(const dpshim__ctx_t *ctx) {
+  for (int32_t r = 0; ctx->rows_cap && r < ctx->ranks; r++)
+    if (ctx->rows0[r] > ctx->rows_cap[r]) return 1;
+  return 0;
+}
+
 static void shed(dpshim__dstate_t *s) {
   double min_load = s->load[0];
   for (int32_t r = 1; r < s->ctx->ranks; r++) min_load = fmin(min_load, s->load[r]);
   double max_room = s->target - min_load;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
     if (s->load[r] > s->target) shed_rank(s, r, max_room);
+  for (int32_t r = 0; s->ctx->rows_cap && r < s->ctx->ranks; r++) shed_rows(s, r);
   for (int32_t r = 0; r < s->ctx->ranks; r++) release_fringe(s, r);
 }
 
 /* ---- driver ------------------------------------------------------------- */
 
-static int init_state(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
+int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   *s = (dpshim__dstate_t){.ctx = ctx,
                           .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                           .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                          .rows = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                           .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                           .token_key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                           .bound = ctx->lower_bound_cap,
@@ -112,18 +135,24 @@ static int init_state(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
                           .head = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                           .next = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples),
                           .prev = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples)};
-  if (!s->load || !s->tokens || !s->count || !s->token_key || !s->order || !s->head ||
-      !s->next || !s->prev)
+  if (!s->load || !s->tokens || !s->rows || !s->count || !s->token_key ||
+      !s->order || !s->head || !s->next || !s->prev)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
-    s->load[r] = ctx->load0[r];
-    s->tokens[r] = s->count[r] = 0;
+    s->load[r] = ctx->history[r];
+    s->tokens[r] = s->rows[r] = s->count[r] = 0;
     s->head[r] = -1;
   }
+  /* Summed in index order, as the loads before are: bit for bit the same
+   * when dest is the origin. */
+  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
-    int32_t r = ctx->samples[i].origin;
-    s->total_bytes += ctx->samples[i].bytes;
-    s->tokens[r] += ctx->samples[i].len;
+    const dpshim_sample_t *smp = &ctx->samples[i];
+    int32_t r = ctx->dest[i];
+    s->total_bytes += smp->bytes;
+    if (r != smp->origin) s->moved_bytes += smp->bytes;
+    s->tokens[r] += smp->len;
+    s->rows[r] += smp->rows;
     s->count[r]++;
     dpshim__dstate_link_front(s, i, r);
   }
@@ -133,18 +162,20 @@ static int init_state(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   s->trade_key = DPSHIM__ALLOC(ctx, uint64_t, ctx->nsamples);
   s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
   s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  s->trade_rows = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
   if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
-      !s->trade_bytes || !s->viable)
+      !s->trade_rows || !s->trade_bytes || !s->viable)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
-  return group_by_origin(s);
+  return 0;
 }
 
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   dpshim__dstate_t s;
-  int rc = init_state(&s, ctx);
+  int rc = dpshim__dstate_init(&s, ctx);
+  if (rc == 0) rc = group_by_origin(&s);
   if (rc == 0) {
     shed(&s);
     rc = dpshim__default_place(&s);
@@ -155,7 +186,10 @@ int dpshim__algo_default(const dpshim__ctx_t *ctx) {
    * depends on the path taken. */
   for (int32_t r = 0; r < ctx->ranks; r++) s.load[r] = ctx->history[r];
   for (int64_t i = 0; i < ctx->nsamples; i++) s.load[ctx->dest[i]] += ctx->cost[i];
+  /* Staying put is no option when the samples as they lie exceed a rows
+   * cap: then any plan within the caps (plan.c checks it) is applied. */
   double before = dpshim__max_load(ctx->load0, ctx->ranks);
-  return dpshim__max_load(s.load, ctx->ranks) < before ? DPSHIM_SKIP_NONE
-                                                       : DPSHIM_SKIP_NO_GAIN;
+  int gain = dpshim__max_load(s.load, ctx->ranks) < before;
+  return gain || over_rows_cap_before(ctx) ? DPSHIM_SKIP_NONE
+                                           : DPSHIM_SKIP_NO_GAIN;
 }

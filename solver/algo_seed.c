@@ -9,7 +9,10 @@
  *        between the two (tie: Move), within the cap; stop when neither helps.
  * It never compares the plan with the original assignment. One addition: a
  * rank left empty (possible with history) gets a sample back, since no rank
- * may train on an empty batch. */
+ * may train on an empty batch. With rows caps, "within the cap" means within
+ * both, and the fallback is the least-loaded rank with rows room: a plan
+ * that still exceeds a rows cap is not applied (plan.c skips it), since an
+ * overflowing buffer is no option. Without rows caps all is as published. */
 #include <math.h>
 
 #include "internal.h"
@@ -22,6 +25,7 @@ typedef struct seed_state {
   const dpshim__ctx_t *ctx;
   double *load;
   int64_t *tokens;
+  int64_t *rows;
   int64_t *count;
   int64_t *head; /* [ranks] per-rank sample lists, built after LPT for */
   int64_t *next; /* [nsamples] the refinement rounds */
@@ -33,16 +37,29 @@ static void place(seed_state_t *s, int64_t i, int32_t r) {
   if (from >= 0) {
     s->load[from] -= ctx->cost[i];
     s->tokens[from] -= ctx->samples[i].len;
+    s->rows[from] -= ctx->samples[i].rows;
     s->count[from]--;
   }
   ctx->dest[i] = r;
   s->load[r] += ctx->cost[i];
   s->tokens[r] += ctx->samples[i].len;
+  s->rows[r] += ctx->samples[i].rows;
   s->count[r]++;
 }
 
+/* Whether rank r takes sample `add` in exchange for `remove` (-1: none)
+ * within the token cap and its rows cap. */
+static int rows_fit(const seed_state_t *s, int32_t r, int64_t add,
+                    int64_t remove) {
+  const dpshim_sample_t *smp = s->ctx->samples;
+  return dpshim__rows_fit(s->ctx, r, s->rows[r],
+                          smp[add].rows - (remove >= 0 ? smp[remove].rows : 0));
+}
+
 static int fits(const seed_state_t *s, int32_t r, int64_t add, int64_t remove) {
-  return s->tokens[r] - remove + add <= s->ctx->cap;
+  const dpshim_sample_t *smp = s->ctx->samples;
+  int64_t tokens = s->tokens[r] - (remove >= 0 ? smp[remove].len : 0);
+  return tokens + smp[add].len <= s->ctx->cap && rows_fit(s, r, add, remove);
 }
 
 static int lpt(seed_state_t *s, const int64_t *order) {
@@ -54,12 +71,13 @@ static int lpt(seed_state_t *s, const int64_t *order) {
   for (int32_t r = 0; r < ctx->ranks; r++) dpshim__rank_heap_push(&heap, r);
   for (int64_t k = 0; k < ctx->nsamples; k++) {
     int64_t i = order[k];
-    int32_t popped = 0, chosen = -1;
+    int32_t popped = 0, chosen = -1, fallback = -1;
     while (heap.size > 0 && chosen < 0) {
       int32_t r = stash[popped++] = dpshim__rank_heap_pop(&heap);
-      if (fits(s, r, ctx->samples[i].len, 0)) chosen = r;
+      if (fallback < 0 && rows_fit(s, r, i, -1)) fallback = r;
+      if (fits(s, r, i, -1)) chosen = r;
     }
-    place(s, i, chosen >= 0 ? chosen : stash[0]);
+    place(s, i, chosen >= 0 ? chosen : fallback >= 0 ? fallback : stash[0]);
     for (int32_t p = 0; p < popped; p++) dpshim__rank_heap_push(&heap, stash[p]);
   }
   return 0;
@@ -118,10 +136,9 @@ static int refine_round(seed_state_t *s) {
   if (hi == lo || gap < SEED_TOLERANCE * s->load[lo]) return 0;
   int64_t i = extreme_sample(s, hi, 1), j = extreme_sample(s, lo, 0);
   if (i < 0) return 0; /* the busiest rank is busy with history alone */
-  int64_t li = ctx->samples[i].len, lj = j >= 0 ? ctx->samples[j].len : 0;
   double ci = ctx->cost[i], cj = j >= 0 ? ctx->cost[j] : 0;
-  int move_ok = s->count[hi] > 1 && fits(s, lo, li, 0);
-  int swap_ok = j >= 0 && fits(s, lo, li, lj) && fits(s, hi, lj, li);
+  int move_ok = s->count[hi] > 1 && fits(s, lo, i, -1);
+  int swap_ok = j >= 0 && fits(s, lo, i, j) && fits(s, hi, j, i);
   double move_gap = fabs((s->load[hi] - ci) - (s->load[lo] + ci));
   double swap_gap = fabs((s->load[hi] - ci + cj) - (s->load[lo] - cj + ci));
   if (move_ok && move_gap < gap && (!swap_ok || move_gap <= swap_gap)) {
@@ -148,11 +165,12 @@ int dpshim__algo_seed(const dpshim__ctx_t *ctx) {
   seed_state_t s = {.ctx = ctx,
                     .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                     .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                    .rows = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
                     .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks)};
-  if (!s.load || !s.tokens || !s.count) return DPSHIM_ENOMEM;
+  if (!s.load || !s.tokens || !s.rows || !s.count) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     s.load[r] = ctx->history[r];
-    s.tokens[r] = s.count[r] = 0;
+    s.tokens[r] = s.rows[r] = s.count[r] = 0;
   }
   for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = -1;
   int rc = lpt(&s, ctx->order);

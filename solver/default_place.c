@@ -12,15 +12,17 @@
 static int can_make_room(const dpshim__dstate_t *s, int32_t r, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   double load = s->load[r];
-  int64_t tokens = s->tokens[r];
+  int64_t tokens = s->tokens[r], rows = s->rows[r];
   for (int64_t k = s->start[r]; k < s->start[r + 1]; k++) {
     int64_t j = s->group[k];
     if (ctx->dest[j] != r || ctx->samples[j].len >= ctx->samples[i].len) continue;
     load -= ctx->cost[j];
     tokens -= ctx->samples[j].len;
+    rows -= ctx->samples[j].rows;
   }
   return load + ctx->cost[i] <= s->target &&
-         tokens + ctx->samples[i].len <= ctx->cap;
+         tokens + ctx->samples[i].len <= ctx->cap &&
+         dpshim__rows_fit(ctx, r, rows, ctx->samples[i].rows);
 }
 
 /* Rank r sheds its own samples shorter than i, longest first, until i fits;
@@ -72,19 +74,36 @@ static void unblock(const dpshim__dstate_t *s, placer_t *pl, int64_t len) {
   }
 }
 
-/* The least-loaded open rank; with token room for len, or -1. */
+static int lighter(const dpshim__dstate_t *s, int32_t a, int32_t b) {
+  return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
+}
+
+/* The slow path when the least-loaded open rank lacks rows room for i: a
+ * later sample may have fewer rows, so no rank is blocked for it. */
+static int32_t least_loaded_with_rows(const dpshim__dstate_t *s,
+                                      const placer_t *pl, int64_t i) {
+  int32_t best = -1;
+  for (int32_t r = 0; r < s->ctx->ranks; r++)
+    if (pl->key[r] != INFINITY && lighter(s, r, best) &&
+        dpshim__dstate_within_cap(s, r, s->ctx->samples[i].len) &&
+        dpshim__dstate_rows_fit(s, r, s->ctx->samples[i].rows))
+      best = r;
+  return best;
+}
+
+/* The least-loaded open rank with token and rows room for i, or -1. */
 static int32_t least_loaded_fitting(const dpshim__dstate_t *s, placer_t *pl,
-                                    int64_t len) {
+                                    int64_t i) {
   for (;;) {
     int32_t r = dpshim__rank_tree_min(&pl->open);
     if (pl->key[r] == INFINITY) return -1;
-    if (dpshim__dstate_within_cap(s, r, len)) return r;
-    block(pl, r);
+    if (!dpshim__dstate_within_cap(s, r, s->ctx->samples[i].len)) {
+      block(pl, r);
+      continue;
+    }
+    if (dpshim__dstate_rows_fit(s, r, s->ctx->samples[i].rows)) return r;
+    return least_loaded_with_rows(s, pl, i);
   }
-}
-
-static int lighter(const dpshim__dstate_t *s, int32_t a, int32_t b) {
-  return b < 0 || s->load[a] < s->load[b] || (s->load[a] == s->load[b] && a < b);
 }
 
 /* The least-loaded rank of all that can shed shorter samples to fit i, or
@@ -129,7 +148,7 @@ static int32_t choose_receiver(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   if (dpshim__dstate_room_for(s, ctx->samples[i].origin, i))
     return ctx->samples[i].origin;
   unblock(s, pl, len);
-  int32_t r = least_loaded_fitting(s, pl, len);
+  int32_t r = least_loaded_fitting(s, pl, i);
   if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
   if (ctx->cost[i] >= BIG_SAMPLE * s->bound) {
     int32_t maker = room_maker(s, pl, i);

@@ -74,14 +74,16 @@ static int consider(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
                     int64_t i, int64_t j, candidate_t *best) {
   const dpshim__ctx_t *ctx = s->ctx;
   exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_bytes(s, i, lo)};
-  int64_t dlen = ctx->samples[i].len;
+  int64_t dlen = ctx->samples[i].len, drows = ctx->samples[i].rows;
   if (j >= 0) {
     x.delta -= ctx->cost[j];
     x.bytes += dpshim__dstate_extra_bytes(s, j, hi);
     dlen -= ctx->samples[j].len;
+    drows -= ctx->samples[j].rows;
   }
   if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
+  if (!dpshim__dstate_rows_fit_both(s, hi, lo, drows)) return 0;
   candidate_t c = rate(s, hi, lo, x);
   if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
   if (!better(&c, best)) return 0;
@@ -106,11 +108,12 @@ static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo, int32_t hi) {
     s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
   qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
   s->trade_cost[0] = 0;
-  s->trade_tokens[0] = s->trade_bytes[0] = 0;
+  s->trade_tokens[0] = s->trade_rows[0] = s->trade_bytes[0] = 0;
   for (int64_t m = 0; m < n; m++) {
     int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
     s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
     s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
+    s->trade_rows[m + 1] = s->trade_rows[m] + s->ctx->samples[j].rows;
     s->trade_bytes[m + 1] =
         s->trade_bytes[m] + dpshim__dstate_extra_bytes(s, j, hi);
   }
@@ -172,6 +175,13 @@ static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
   return lo;
 }
 
+/* Whether i may go from -> to while to's m shortest (trade_key) go back. */
+static int trade_rows_fit(const dpshim__dstate_t *s, int64_t i, int32_t from,
+                          int32_t to, int64_t m) {
+  return dpshim__dstate_rows_fit_both(s, from, to,
+                                      s->ctx->samples[i].rows - s->trade_rows[m]);
+}
+
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
  * Returns the best such trade; *back is how many samples go back. */
@@ -185,6 +195,7 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
     int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
+    if (!trade_rows_fit(s, i, hi, lo, m)) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
                     dpshim__dstate_extra_bytes(s, i, lo) + s->trade_bytes[m]};
     if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) continue;
@@ -235,6 +246,7 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
       if (need <= 0) continue;
       int64_t m = shortest_covering(s, n, need);
       if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
+      if (!trade_rows_fit(s, i, x, lo, m)) continue;
       double delta = ctx->cost[i] - s->trade_cost[m];
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
       if (!dpshim__dstate_affordable(s, trade_bytes(s, i, lo, x, m))) continue;
@@ -281,7 +293,8 @@ static int32_t first_room(const dpshim__dstate_t *s, int32_t n, int64_t i) {
 }
 
 /* A move of one of hi's samples to any rank that keeps it within U. Only
- * ranks with load and token room for hi's shortest sample can take any.
+ * ranks with load and token room for hi's shortest sample can take any
+ * (rows room for it they may lack: another may have fewer rows).
  * For one sample, every receiver that fits rates the same but its home
  * (free): the home and the first other rank that fits are all it needs. */
 static action_t move_elsewhere(dpshim__dstate_t *s, int32_t hi) {
@@ -290,7 +303,7 @@ static action_t move_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   if (least < 0 || s->count[hi] < 2) return best;
   int32_t n = 0;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (r != hi && dpshim__dstate_room_for(s, r, least)) s->viable[n++] = r;
+    if (r != hi && dpshim__dstate_load_room_for(s, r, least)) s->viable[n++] = r;
   for (int64_t i = s->head[hi]; i >= 0 && n > 0; i = s->next[i]) {
     int32_t home = s->ctx->samples[i].origin, r = first_room(s, n, i);
     if (home == hi || !dpshim__dstate_room_for(s, home, i)) home = -1;
@@ -393,8 +406,10 @@ static double evening(const dpshim__dstate_t *s, int32_t a, int32_t b,
   double gap = s->load[a] - s->load[b];
   double d = ctx->cost[i] - (j >= 0 ? ctx->cost[j] : 0);
   int64_t dl = ctx->samples[i].len - (j >= 0 ? ctx->samples[j].len : 0);
+  int64_t dr = ctx->samples[i].rows - (j >= 0 ? ctx->samples[j].rows : 0);
   if (d <= 0 || d >= gap) return 0;
   if (s->tokens[b] + dl > ctx->cap || s->tokens[a] - dl > ctx->cap) return 0;
+  if (!dpshim__dstate_rows_fit_both(s, a, b, dr)) return 0;
   int64_t bytes = dpshim__dstate_extra_bytes(s, i, b) +
                   (j >= 0 ? dpshim__dstate_extra_bytes(s, j, a) : 0);
   return dpshim__dstate_affordable(s, bytes) ? d * (gap - d) : 0;

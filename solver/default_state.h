@@ -1,6 +1,7 @@
 /* The state the three steps of `default` share (algo_default.c sheds and
- * drives, default_place.c places, default_repair.c repairs): per-rank loads,
- * tokens and sample lists, and the moves that keep them consistent. */
+ * drives, default_place.c places, default_repair.c repairs; kk-cap repairs
+ * kk's plan with it): per-rank loads, tokens, rows and sample lists, and the
+ * moves that keep them consistent. */
 #ifndef DPSHIM_SOLVER_DEFAULT_STATE_H
 #define DPSHIM_SOLVER_DEFAULT_STATE_H
 
@@ -11,6 +12,7 @@ typedef struct dpshim__dstate {
   const dpshim__ctx_t *ctx;
   double *load;
   int64_t *tokens;
+  int64_t *rows;
   int64_t *count;
   double *token_key; /* tokens as a heap key */
   double bound;      /* the cap's lower bound: no plan here does better */
@@ -27,7 +29,7 @@ typedef struct dpshim__dstate {
   int64_t trade_version, trade_n;
   uint64_t *trade_key;
   double *trade_cost;
-  int64_t *trade_tokens, *trade_bytes;
+  int64_t *trade_tokens, *trade_rows, *trade_bytes;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
 } dpshim__dstate_t;
 
@@ -56,6 +58,7 @@ static inline void dpshim__dstate_take(dpshim__dstate_t *s, int64_t i) {
   if (r != ctx->samples[i].origin) s->moved_bytes -= ctx->samples[i].bytes;
   s->load[r] -= ctx->cost[i];
   s->tokens[r] -= ctx->samples[i].len;
+  s->rows[r] -= ctx->samples[i].rows;
   s->token_key[r] = (double)s->tokens[r];
   s->count[r]--;
   ctx->dest[i] = -1;
@@ -69,6 +72,7 @@ static inline void dpshim__dstate_give(dpshim__dstate_t *s, int64_t i,
   if (r != ctx->samples[i].origin) s->moved_bytes += ctx->samples[i].bytes;
   s->load[r] += ctx->cost[i];
   s->tokens[r] += ctx->samples[i].len;
+  s->rows[r] += ctx->samples[i].rows;
   s->token_key[r] = (double)s->tokens[r];
   s->count[r]++;
   ctx->dest[i] = r;
@@ -88,10 +92,32 @@ static inline int64_t dpshim__dstate_extra_bytes(const dpshim__dstate_t *s,
   return (will_move - was_moved) * smp->bytes;
 }
 
-static inline int dpshim__dstate_room_for(const dpshim__dstate_t *s, int32_t r,
-                                          int64_t i) {
+/* Whether rank r may take `add` more rows (or give some up). */
+static inline int dpshim__dstate_rows_fit(const dpshim__dstate_t *s, int32_t r,
+                                          int64_t add) {
+  return dpshim__rows_fit(s->ctx, r, s->rows[r], add);
+}
+
+/* Whether `rows` more rows may go from -> to (negative: to -> from). */
+static inline int dpshim__dstate_rows_fit_both(const dpshim__dstate_t *s,
+                                               int32_t from, int32_t to,
+                                               int64_t rows) {
+  return dpshim__dstate_rows_fit(s, to, rows) &&
+         dpshim__dstate_rows_fit(s, from, -rows);
+}
+
+/* Whether rank r has load room within U and token room for sample i. */
+static inline int dpshim__dstate_load_room_for(const dpshim__dstate_t *s,
+                                               int32_t r, int64_t i) {
   return s->load[r] + s->ctx->cost[i] <= s->target &&
          s->tokens[r] + s->ctx->samples[i].len <= s->ctx->cap;
+}
+
+/* ... and rows room. */
+static inline int dpshim__dstate_room_for(const dpshim__dstate_t *s, int32_t r,
+                                          int64_t i) {
+  return dpshim__dstate_load_room_for(s, r, i) &&
+         dpshim__dstate_rows_fit(s, r, s->ctx->samples[i].rows);
 }
 
 static inline int dpshim__dstate_within_cap(const dpshim__dstate_t *s,
@@ -110,6 +136,8 @@ static inline int dpshim__dstate_affordable(const dpshim__dstate_t *s,
          (double)(s->moved_bytes + bytes) <= DPSHIM__REPAIR_BYTES * (double)s->total_bytes;
 }
 
+/* The state of ctx->dest (every sample placed), aiming at the cap bound. */
+int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx);
 int dpshim__default_place(dpshim__dstate_t *s);
 int dpshim__default_repair(dpshim__dstate_t *s);
 

@@ -32,9 +32,11 @@ typedef struct dpshim__ctx {
   int64_t tokens;        /* the samples' total length */
   const int64_t *order;  /* [nsamples] by length, so cost, descending */
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
+  const int64_t *rows_cap; /* [ranks] per-rank rows cap, NULL for none */
+  const int64_t *rows0;  /* [ranks] rows held before */
   double threshold;
   double lower_bound;
-  double lower_bound_cap; /* for plans within the cap; >= lower_bound */
+  double lower_bound_cap; /* for plans within both caps; >= lower_bound */
   int32_t *dest;         /* [nsamples], holds origin on entry */
   dpshim__arena_t *arena;
 } dpshim__ctx_t;
@@ -46,6 +48,7 @@ typedef int (*dpshim__algo_fn)(const dpshim__ctx_t *ctx);
 int dpshim__algo_default(const dpshim__ctx_t *ctx);
 int dpshim__algo_seed(const dpshim__ctx_t *ctx);
 int dpshim__algo_kk(const dpshim__ctx_t *ctx);
+int dpshim__algo_kk_cap(const dpshim__ctx_t *ctx);
 
 void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
 int dpshim__arena_reset(dpshim__arena_t *a);
@@ -63,6 +66,23 @@ double dpshim__max_load(const double *load, int32_t ranks);
 double dpshim__lower_bound(const dpshim__ctx_t *ctx);
 /* The bound for plans within the token cap, >= from. */
 double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from);
+/* The bound for plans within the rows caps, >= from. */
+double dpshim__rows_lower_bound(const dpshim__ctx_t *ctx, double from);
+/* The lowest level L with sum_k max(0, L - base[k]) = work over n bases. */
+double dpshim__water_level(const dpshim__ctx_t *ctx, const double *base,
+                           int32_t n, double work);
+
+/* Whether rank r, holding `held` rows, may take `add` more (negative: give
+ * some up): never above its cap, though a rank above it may still shed. */
+static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,
+                                   int64_t held, int64_t add) {
+  return add <= 0 || !ctx->rows_cap || held + add <= ctx->rows_cap[r];
+}
+
+/* Rows per rank when sample i sits on where[i], into rows[ranks]; returns
+ * how many ranks exceed their rows cap (0 without caps). */
+int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
+                               int64_t *rows);
 
 /* Gives every rank without a sample the cheapest sample of the rank that
  * holds the most (ties: lowest rank). Used by the baselines. */

@@ -1,4 +1,5 @@
-/* Cost model and load metrics: imbalance, the lower bound, non-empty repair. */
+/* Cost model and load metrics: imbalance, the lower bound, rows per rank,
+ * non-empty repair. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -28,13 +29,14 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The lowest level L with sum_r max(0, L - history_r) = work: the best any
- * assignment could do if samples were divisible. */
-static double water_level(const dpshim__ctx_t *ctx, double work) {
-  int32_t p = ctx->ranks;
+/* The lowest level L with sum_k max(0, L - base[k]) = work over p bases:
+ * with the ranks' histories, the best any assignment could do if samples
+ * were divisible. */
+double dpshim__water_level(const dpshim__ctx_t *ctx, const double *base,
+                           int32_t p, double work) {
   double *h = DPSHIM__ALLOC(ctx, double, p);
   if (!h) return NAN;
-  for (int32_t r = 0; r < p; r++) h[r] = ctx->history[r];
+  for (int32_t r = 0; r < p; r++) h[r] = base[r];
   qsort(h, (size_t)p, sizeof *h, cmp_double);
   double filled = work;
   for (int32_t k = 1; k <= p; k++) {
@@ -146,9 +148,20 @@ double dpshim__lower_bound(const dpshim__ctx_t *ctx) {
   }
   /* Equal histories (the common, single micro-batch case) need no sort. */
   double level = min_h == max_h ? min_h + work / ctx->ranks
-                                : water_level(ctx, work);
+                                : dpshim__water_level(ctx, ctx->history,
+                                                      ctx->ranks, work);
   /* The costliest sample lands somewhere; every rank receives a sample. */
   return max2(level, max2(min_h + max_cost, max_h + min_cost));
+}
+
+int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
+                               int64_t *rows) {
+  for (int32_t r = 0; r < ctx->ranks; r++) rows[r] = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) rows[where[i]] += ctx->samples[i].rows;
+  int32_t over = 0;
+  for (int32_t r = 0; ctx->rows_cap && r < ctx->ranks; r++)
+    over += rows[r] > ctx->rows_cap[r];
+  return over;
 }
 
 static int32_t fullest_rank(const int64_t *count, int32_t ranks) {

@@ -12,6 +12,7 @@ static const char *const algo_names[] = {
     [DPSHIM_ALGO_SEED] = "seed",
     [DPSHIM_ALGO_KK] = "kk",
     [DPSHIM_ALGO_NONE] = "none",
+    [DPSHIM_ALGO_KK_CAP] = "kk-cap",
 };
 #define ALGO_COUNT ((int)(sizeof algo_names / sizeof algo_names[0]))
 
@@ -20,6 +21,7 @@ static const dpshim__algo_fn algo_fns[] = {
     [DPSHIM_ALGO_SEED] = dpshim__algo_seed,
     [DPSHIM_ALGO_KK] = dpshim__algo_kk,
     [DPSHIM_ALGO_NONE] = NULL,
+    [DPSHIM_ALGO_KK_CAP] = dpshim__algo_kk_cap,
 };
 
 int dpshim_algo_from_name(const char *name, dpshim_algo_t *algo) {
@@ -42,6 +44,7 @@ const char *dpshim_skip_reason_name(dpshim_skip_reason_t reason) {
   case DPSHIM_SKIP_DOMINANT: return "dominant-sample";
   case DPSHIM_SKIP_NO_GAIN: return "no-gain";
   case DPSHIM_SKIP_ALGO_NONE: return "algo-none";
+  case DPSHIM_SKIP_CAPACITY: return "capacity";
   }
   return "?";
 }
@@ -88,8 +91,11 @@ static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
     return FAIL(p, "threshold = %g: expected a finite number >= 0",
                 in->threshold);
   if ((int)in->algo < 0 || (int)in->algo >= ALGO_COUNT)
-    return FAIL(p, "algo = %d: expected default, seed, kk or none",
+    return FAIL(p, "algo = %d: expected default, seed, kk, none or kk-cap",
                 (int)in->algo);
+  if (in->rows_cap && in->rows_cap_len != in->ranks)
+    return FAIL(p, "rows_cap_len = %d: expected ranks (%d)", in->rows_cap_len,
+                in->ranks);
   return 0;
 }
 
@@ -99,6 +105,10 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (!finite_nonneg(in->history[r]))
       return FAIL(p, "history[%d] = %g: expected a finite number >= 0", r,
                   in->history[r]);
+  for (int32_t r = 0; in->rows_cap && r < in->ranks; r++)
+    if (in->rows_cap[r] < 0)
+      return FAIL(p, "rows_cap[%d] = %lld: expected >= 0", r,
+                  (long long)in->rows_cap[r]);
   for (int32_t r = 0; r < in->ranks; r++) per_rank[r] = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
     const dpshim_sample_t *s = &in->samples[i];
@@ -108,6 +118,9 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (s->bytes < 0)
       return FAIL(p, "samples[%lld].bytes = %lld: expected >= 0", (long long)i,
                   (long long)s->bytes);
+    if (s->rows < 0 || s->rows > INT32_MAX)
+      return FAIL(p, "samples[%lld].rows = %lld: expected 0..%d", (long long)i,
+                  (long long)s->rows, INT32_MAX);
     if (s->origin < 0 || s->origin >= in->ranks)
       return FAIL(p, "samples[%lld].origin = %d: expected 0..%d", (long long)i,
                   s->origin, in->ranks - 1);
@@ -148,14 +161,17 @@ static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
 }
 
 
-/* Costs, history and cap; a finite model can still overflow on a huge len. */
+/* Costs, history and caps; a finite model can still overflow on a huge len. */
 static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
                          dpshim__ctx_t *ctx) {
   double *cost = DPSHIM__ALLOC(ctx, double, in->nsamples);
   double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
-  if (!cost || !history) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < in->ranks; r++)
+  int64_t *rows0 = DPSHIM__ALLOC(ctx, int64_t, in->ranks);
+  if (!cost || !history || !rows0) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < in->ranks; r++) {
     p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
+    rows0[r] = 0;
+  }
   int64_t tokens = 0;
   double work = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
@@ -167,9 +183,12 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     tokens += smp->len;
     work += cost[i];
     p->load_before[smp->origin] += cost[i];
+    rows0[smp->origin] += smp->rows;
     p->dest[i] = smp->origin;
   }
   ctx->cost = cost;
+  ctx->rows0 = rows0;
+  ctx->rows_cap = in->rows_cap;
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;
@@ -182,15 +201,28 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
 
 /* ---- solve -------------------------------------------------------------- */
 
+/* Every algorithm but kk (which ignores caps, as verl does) is held to the
+ * rows caps here, whatever it did to meet them. */
 static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
-                         double imbalance) {
+                         double imbalance, int64_t *rows) {
   if (in->algo == DPSHIM_ALGO_NONE) return DPSHIM_SKIP_ALGO_NONE;
   if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
-  return algo_fns[in->algo](ctx);
+  int reason = algo_fns[in->algo](ctx);
+  if (reason == DPSHIM_SKIP_NONE && in->algo != DPSHIM_ALGO_KK &&
+      dpshim__rows_over_caps(ctx, ctx->dest, rows) > 0)
+    return DPSHIM_SKIP_CAPACITY;
+  return reason;
+}
+
+static int64_t max_rows(const int64_t *rows, int32_t ranks) {
+  int64_t max = rows[0];
+  for (int32_t r = 1; r < ranks; r++)
+    if (rows[r] > max) max = rows[r];
+  return max;
 }
 
 static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
-                         const dpshim__ctx_t *ctx, int reason) {
+                         const dpshim__ctx_t *ctx, int reason, int64_t *rows) {
   if (reason != DPSHIM_SKIP_NONE)
     for (int64_t i = 0; i < in->nsamples; i++) p->dest[i] = in->samples[i].origin;
   p->decision = reason == DPSHIM_SKIP_NONE ? DPSHIM_DECISION_APPLY
@@ -204,6 +236,8 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (p->dest[i] != in->samples[i].origin) p->bytes_moved += in->samples[i].bytes;
   }
   p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
+  dpshim__rows_over_caps(ctx, p->dest, rows);
+  p->rows_max_after = max_rows(rows, in->ranks);
   p->cap_tokens = ctx->cap == DPSHIM__NO_CAP ? -1 : ctx->cap;
   p->message[0] = '\0';
   if (reason != DPSHIM_SKIP_NONE)
@@ -235,11 +269,13 @@ static int solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
   ctx.order = order;
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
-  p->lower_bound_cap = ctx.lower_bound_cap =
-      dpshim__cap_lower_bound(&ctx, ctx.lower_bound);
-  int reason = run_algorithm(in, &ctx, p->imbalance_before);
+  p->lower_bound_cap = ctx.lower_bound_cap = dpshim__rows_lower_bound(
+      &ctx, dpshim__cap_lower_bound(&ctx, ctx.lower_bound));
+  int64_t *rows = DPSHIM__ALLOC(&ctx, int64_t, in->ranks);
+  if (!rows) return DPSHIM_ENOMEM;
+  int reason = run_algorithm(in, &ctx, p->imbalance_before, rows);
   if (reason < 0) return reason;
-  fill_outputs(in, p, &ctx, reason);
+  fill_outputs(in, p, &ctx, reason, rows);
   return 0;
 }
 

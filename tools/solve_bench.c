@@ -23,6 +23,12 @@
 #define FILE_PACK_DEFAULT 32768
 /* Tokens, labels and loss weights travel with a sample, 4 bytes each. */
 #define BYTES_PER_TOKEN 12
+/* With --image-rows: a patch row of 14 x 14 RGB pixels in bf16. */
+#define BYTES_PER_ROW (14 * 14 * 3 * 2)
+#define ROWS_MEDIAN 1024.0
+#define ROWS_SIGMA 1.2
+#define ROWS_MAX 65536
+#define SKIP_REASONS (DPSHIM_SKIP_CAPACITY + 1)
 
 typedef struct options {
   const lengthgen_profile_t *profile[MAX_LIST];
@@ -38,7 +44,15 @@ typedef struct options {
   double cap_ratio; /* 0: no cap */
   double threshold;
   int per_instance; /* also one line per (instance, algorithm) */
+  double image_share;    /* share of samples with image rows; 0: none */
+  double rows_cap_ratio; /* per-rank rows cap / mean rows; 0: no cap */
 } options_t;
+
+/* The rows fields are printed only when asked for, so that the output
+ * without them stays as it was. */
+static int rows_wanted(const options_t *o) {
+  return o->image_share > 0 || o->rows_cap_ratio > 0;
+}
 
 /* ---- option parsing ------------------------------------------------------ */
 
@@ -88,7 +102,7 @@ static void parse_algos(const char *arg, options_t *o) {
   for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
     if (o->nalgos == MAX_LIST ||
         dpshim_algo_from_name(item, &o->algo[o->nalgos++]) < 0)
-      bad_value("algos", item, "a list of default, seed, kk, none");
+      bad_value("algos", item, "a list of default, seed, kk, none, kk-cap");
   }
 }
 
@@ -102,13 +116,12 @@ static void parse_cost(const char *arg, options_t *o) {
   o->model = (dpshim_cost_model_t){v[0], v[1], v[2]};
 }
 
-static void parse_cap_ratio(const char *arg, options_t *o) {
-  if (strcmp(arg, "none") == 0) {
-    o->cap_ratio = 0;
-    return;
-  }
-  if (cli_double(arg, 0, DBL_MAX, &o->cap_ratio) < 0)
-    bad_value("cap-ratio", arg, "'none' or a finite number >= 0 (0 = none)");
+/* --cap-ratio and --rows-cap-ratio: 'none' or a ratio, 0 = none. */
+static double parse_ratio(const char *opt, const char *arg) {
+  double v = 0;
+  if (strcmp(arg, "none") != 0 && cli_double(arg, 0, DBL_MAX, &v) < 0)
+    bad_value(opt, arg, "'none' or a finite number >= 0 (0 = none)");
+  return v;
 }
 
 static void usage(FILE *f) {
@@ -125,7 +138,8 @@ static void usage(FILE *f) {
 "  --profile NAME[,NAME...]  length profiles (sft, long, fewlong)\n"
 "                            [default: sft,long,fewlong]\n"
 "  --ranks N[,N...]          rank counts, 1..65536 [default: 8,32,128,1024,4096]\n"
-"  --algos LIST              default, seed, kk, none [default: none,seed,kk,default]\n"
+"  --algos LIST              default, seed, kk, none, kk-cap\n"
+"                            [default: none,seed,kk,default]\n"
 "  --seeds K                 instances per cell, seeds 1..K [default: 5]\n"
 "  --reps R                  timed solves per instance; the median counts\n"
 "                            [default: 5]\n"
@@ -137,6 +151,15 @@ static void usage(FILE *f) {
 "  --cap-ratio X | none      per-rank token cap = X * mean tokens [default: 1.2]\n"
 "  --threshold X             skip when imbalance is below X [default: 0: always\n"
 "                            balance, as the bench measures plans, not triggers]\n"
+"  --image-rows SHARE        give that share of samples image rows, as a VLM\n"
+"                            packing loader does: log-normal (median 1024,\n"
+"                            sigma 1.2), at most the sample's length; each row\n"
+"                            moves 1176 bytes [default: 0: none]\n"
+"  --rows-cap-ratio X | none per-rank rows cap = X * mean rows per rank; adds\n"
+"                            rows_cap_violations and skips by reason to each\n"
+"                            line; a sample whose image would overflow its\n"
+"                            pack's cap comes without, as the loader defers it\n"
+"                            [default: none]\n"
 "  --per-instance            also print one line per instance and algorithm\n"
 "                            (\"instance\":seed; no aggregation)\n"
 "  --help                    this text\n");
@@ -165,7 +188,12 @@ static void apply_option(int c, const char *arg, options_t *o) {
     o->pack = v;
     break;
   case 'c': parse_cost(arg, o); break;
-  case 'C': parse_cap_ratio(arg, o); break;
+  case 'C': o->cap_ratio = parse_ratio("cap-ratio", arg); break;
+  case 'i':
+    if (cli_double(arg, 0, 1, &o->image_share) < 0)
+      bad_value("image-rows", arg, "a share in 0..1");
+    break;
+  case 'x': o->rows_cap_ratio = parse_ratio("rows-cap-ratio", arg); break;
   case 't':
     if (cli_double(arg, 0, DBL_MAX, &o->threshold) < 0)
       bad_value("threshold", arg, "a finite number >= 0");
@@ -185,6 +213,8 @@ static void parse_options(int argc, char **argv, options_t *o) {
       {"cost", required_argument, NULL, 'c'},
       {"cap-ratio", required_argument, NULL, 'C'},
       {"threshold", required_argument, NULL, 't'},
+      {"image-rows", required_argument, NULL, 'i'},
+      {"rows-cap-ratio", required_argument, NULL, 'x'},
       {"per-instance", no_argument, NULL, 'I'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -237,8 +267,9 @@ typedef struct instance {
   int32_t ranks;
   int64_t n;
   dpshim_sample_t *samples;
-  int64_t *tokens; /* [ranks] */
-  int64_t *count;  /* [ranks] */
+  int64_t *tokens;   /* [ranks] */
+  int64_t *count;    /* [ranks] */
+  int64_t *rows_cap; /* [ranks], NULL without --rows-cap-ratio */
   double *rep_us;  /* [reps] */
   lengthgen_batch_t batch;
 } instance_t;
@@ -247,7 +278,9 @@ typedef struct instance {
 typedef struct outcome {
   double makespan, over_lb, over_lb_cap, imb_before, imb_after, solve_us;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty;
+  int64_t rows_viol, rows_viol_orig;
   int applied;
+  dpshim_skip_reason_t reason;
 } outcome_t;
 
 static void *grow(void *p, size_t bytes) {
@@ -259,10 +292,46 @@ static void *grow(void *p, size_t bytes) {
   return q;
 }
 
+/* A loader packs within its image buffer too: a sample whose image would
+ * overflow its pack's buffer comes without (the loader would defer it). */
+static void fit_rows_in_caps(instance_t *in) {
+  int64_t *held = in->tokens; /* scratch */
+  memset(held, 0, (size_t)in->ranks * sizeof *held);
+  for (int64_t i = 0; i < in->n; i++) {
+    dpshim_sample_t *s = &in->samples[i];
+    if (held[s->origin] + s->rows > in->rows_cap[s->origin]) {
+      s->bytes -= BYTES_PER_ROW * s->rows;
+      s->rows = 0;
+    }
+    held[s->origin] += s->rows;
+  }
+}
+
+/* Image rows for a share of the samples, from a stream of their own so
+ * that the lengths stay those of the instance without them; and the cap. */
+static void add_rows(const options_t *o, long seed, instance_t *in) {
+  lengthgen_rng_t rng;
+  lengthgen_seed(&rng, ~((uint64_t)seed << 32 | (uint32_t)in->ranks));
+  int64_t total = 0;
+  for (int64_t i = 0; o->image_share > 0 && i < in->n; i++) {
+    dpshim_sample_t *s = &in->samples[i];
+    if (lengthgen_uniform(&rng) >= o->image_share) continue;
+    int64_t rows = lengthgen_lognormal(&rng, ROWS_MEDIAN, ROWS_SIGMA, ROWS_MAX);
+    s->rows = rows < s->len ? rows : s->len; /* the image is in the tokens */
+    s->bytes += BYTES_PER_ROW * s->rows;
+    total += s->rows;
+  }
+  if (o->rows_cap_ratio <= 0) return;
+  in->rows_cap = grow(in->rows_cap, (size_t)in->ranks * sizeof *in->rows_cap);
+  for (int32_t r = 0; r < in->ranks; r++)
+    in->rows_cap[r] = (int64_t)floor(o->rows_cap_ratio * (double)total / in->ranks);
+  fit_rows_in_caps(in);
+}
+
 /* The stream seed mixes the rank count in, so a small grid's instance is not
  * the prefix of a larger one; profiles share it (common random numbers). */
-static void make_instance(const workload_t *w, int32_t ranks, long seed,
-                          instance_t *in) {
+static void make_instance(const options_t *o, const workload_t *w,
+                          int32_t ranks, long seed, instance_t *in) {
   lengthgen_rng_t rng;
   lengthgen_seed(&rng, (uint64_t)seed << 32 | (uint32_t)ranks);
   if (lengthgen_pack(&w->src, ranks, &rng, &in->batch) < 0) {
@@ -281,16 +350,19 @@ static void make_instance(const workload_t *w, int32_t ranks, long seed,
         .len = len, .bytes = BYTES_PER_TOKEN * len,
         .origin = in->batch.origin[i]};
   }
+  add_rows(o, seed, in);
 }
 
-/* Ranks over `cap` when sample i sits on where[i] (origins when NULL). */
+/* Ranks over their cap when sample i sits on where[i] (origins when NULL):
+ * the token cap `cap`, or with `caps` each rank's rows cap. */
 static int64_t ranks_over_cap(instance_t *in, const int32_t *where,
-                              int64_t cap) {
+                              int64_t cap, const int64_t *caps) {
   memset(in->tokens, 0, (size_t)in->ranks * sizeof *in->tokens);
   for (int64_t i = 0; i < in->n; i++)
-    in->tokens[where ? where[i] : in->samples[i].origin] += in->samples[i].len;
+    in->tokens[where ? where[i] : in->samples[i].origin] +=
+        caps ? in->samples[i].rows : in->samples[i].len;
   int64_t over = 0;
-  for (int32_t r = 0; r < in->ranks; r++) over += in->tokens[r] > cap;
+  for (int32_t r = 0; r < in->ranks; r++) over += in->tokens[r] > (caps ? caps[r] : cap);
   return over;
 }
 
@@ -315,13 +387,18 @@ static void describe(instance_t *in, const dpshim_plan_t *plan,
   out->bytes_moved = plan->bytes_moved;
   out->bytes_total = plan->bytes_total;
   out->applied = plan->decision == DPSHIM_DECISION_APPLY;
+  out->reason = plan->reason;
   out->empty = empty_ranks(in, plan->dest);
+  /* Unlike the token cap, a rows cap the batch already broke is one the
+   * plan must meet: the buffer is what it is. */
+  out->rows_viol_orig = in->rows_cap ? ranks_over_cap(in, NULL, 0, in->rows_cap) : 0;
+  out->rows_viol = in->rows_cap ? ranks_over_cap(in, plan->dest, 0, in->rows_cap) : 0;
   out->cap_viol = out->cap_viol_orig = 0;
   if (plan->cap_tokens < 0) return;
-  out->cap_viol_orig = ranks_over_cap(in, NULL, plan->cap_tokens);
+  out->cap_viol_orig = ranks_over_cap(in, NULL, plan->cap_tokens, NULL);
   /* A plan cannot be blamed for a cap the batch already broke. */
   if (out->cap_viol_orig == 0)
-    out->cap_viol = ranks_over_cap(in, plan->dest, plan->cap_tokens);
+    out->cap_viol = ranks_over_cap(in, plan->dest, plan->cap_tokens, NULL);
 }
 
 static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
@@ -329,7 +406,9 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
   dpshim_plan_input_t pin = {.ranks = in->ranks, .nsamples = in->n,
                              .samples = in->samples, .model = o->model,
                              .cap_ratio = o->cap_ratio,
-                             .threshold = o->threshold, .algo = algo};
+                             .threshold = o->threshold, .algo = algo,
+                             .rows_cap = in->rows_cap,
+                             .rows_cap_len = in->rows_cap ? in->ranks : 0};
   for (long k = 0; k < o->reps; k++) {
     double t0 = dpshim__tool_now_s();
     int rc = dpshim_plan_solve(&pin, plan);
@@ -351,6 +430,7 @@ typedef struct cell {
   double *over_lb, *over_lb_cap, *solve_us; /* [seeds] */
   double imb_before, imb_after;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty, applied;
+  int64_t rows_viol, rows_viol_orig, skips[SKIP_REASONS];
 } cell_t;
 
 static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
@@ -365,6 +445,21 @@ static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
   c->cap_viol_orig += r->cap_viol_orig;
   c->empty += r->empty;
   c->applied += r->applied;
+  c->rows_viol += r->rows_viol;
+  c->rows_viol_orig += r->rows_viol_orig;
+  c->skips[r->reason]++;
+}
+
+/* With rows: the rows cap's violations and the skips by reason. */
+static void print_rows_fields(const options_t *o, int64_t viol, int64_t orig,
+                              const int64_t *skips) {
+  if (!rows_wanted(o)) return;
+  printf(",\"rows_cap_violations\":%lld,\"rows_cap_violations_original\":%lld,"
+         "\"skips\":{", (long long)viol, (long long)orig);
+  for (int k = 1; k < SKIP_REASONS; k++)
+    printf("%s\"%s\":%lld", k > 1 ? "," : "",
+           dpshim_skip_reason_name((dpshim_skip_reason_t)k), (long long)skips[k]);
+  printf("}");
 }
 
 /* JSON has no inf or nan: a zero lower bound (all-zero cost) prints null. */
@@ -374,9 +469,9 @@ static void put_num(const char *key, double v, const char *fmt) {
   else printf("null");
 }
 
-static void print_instance(const char *profile, int32_t ranks, long seed,
-                           int64_t samples, dpshim_algo_t algo,
-                           const outcome_t *r) {
+static void print_instance(const options_t *o, const char *profile,
+                           int32_t ranks, long seed, int64_t samples,
+                           dpshim_algo_t algo, const outcome_t *r) {
   printf("{\"profile\":\"%s\",\"ranks\":%d,\"instance\":%ld,\"samples\":%lld,"
          "\"algo\":\"%s\"", profile, ranks, seed, (long long)samples,
          dpshim_algo_name(algo));
@@ -387,12 +482,16 @@ static void print_instance(const char *profile, int32_t ranks, long seed,
           "%.6g");
   printf(",\"cap_violations\":%lld,\"applied\":%d", (long long)r->cap_viol,
          r->applied);
+  int64_t skips[SKIP_REASONS] = {0};
+  skips[r->reason] = 1;
+  print_rows_fields(o, r->rows_viol, r->rows_viol_orig, skips);
   put_num("solve_us", r->solve_us, "%.1f");
   printf("}\n");
 }
 
-static void print_cell(const char *profile, int32_t ranks, long seeds,
-                       int64_t samples, dpshim_algo_t algo, cell_t *c) {
+static void print_cell(const options_t *o, const char *profile, int32_t ranks,
+                       long seeds, int64_t samples, dpshim_algo_t algo,
+                       cell_t *c) {
   size_t n = (size_t)seeds;
   printf("{\"profile\":\"%s\",\"ranks\":%d,\"seeds\":%ld,\"samples\":%lld,"
          "\"algo\":\"%s\"", profile, ranks, seeds,
@@ -410,6 +509,7 @@ static void print_cell(const char *profile, int32_t ranks, long seeds,
          "\"empty_ranks\":%lld,\"applied\":%lld",
          (long long)c->cap_viol, (long long)c->cap_viol_orig,
          (long long)c->empty, (long long)c->applied);
+  print_rows_fields(o, c->rows_viol, c->rows_viol_orig, c->skips);
   put_num("solve_us", median(c->solve_us, n), "%.1f");
   printf("}\n");
 }
@@ -495,18 +595,19 @@ static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
                   .solve_us = c->solve_us};
   }
   for (long s = 0; s < o->seeds; s++) {
-    make_instance(w, ranks, s + 1, &b->in);
+    make_instance(o, w, ranks, s + 1, &b->in);
     samples += b->in.n;
     for (int a = 0; a < o->nalgos; a++) {
       solve(o, &b->in, o->algo[a], &b->plan[a], &b->result[a]);
       cell_add(&b->cell[a], s, &b->result[a]);
       if (o->per_instance)
-        print_instance(w->name, ranks, s + 1, b->in.n, o->algo[a], &b->result[a]);
+        print_instance(o, w->name, ranks, s + 1, b->in.n, o->algo[a],
+                       &b->result[a]);
     }
     summary_add(&b->summary, b->result);
   }
   for (int a = 0; a < o->nalgos; a++)
-    print_cell(w->name, ranks, o->seeds, samples, o->algo[a], &b->cell[a]);
+    print_cell(o, w->name, ranks, o->seeds, samples, o->algo[a], &b->cell[a]);
   fflush(stdout);
 }
 
@@ -538,6 +639,7 @@ static void bench_free(bench_t *b) {
   free(b->in.samples);
   free(b->in.tokens);
   free(b->in.count);
+  free(b->in.rows_cap);
   free(b->in.rep_us);
   lengthgen_batch_free(&b->in.batch);
 }

@@ -29,6 +29,10 @@ typedef struct dpshim_sample {
   int64_t len;    /* tokens, >= 0 */
   int64_t bytes;  /* payload bytes that move with the sample, >= 0 */
   int32_t origin; /* rank that holds it now, in [0, ranks) */
+  /* A second size that moves with the sample and has its own per-rank
+   * buffer (image rows: patch rows or tiles), 0..INT32_MAX. It costs
+   * nothing; only dpshim_plan_input_t.rows_cap limits it. */
+  int64_t rows;
 } dpshim_sample_t;
 
 /* cost(len) = a*len^2 + b*len + c, with a, b, c finite and >= 0. */
@@ -40,7 +44,8 @@ typedef enum dpshim_algo {
   DPSHIM_ALGO_DEFAULT = 0, /* move only what must move; reaches the bound */
   DPSHIM_ALGO_SEED,        /* the original LoongForge solver, as published */
   DPSHIM_ALGO_KK,          /* Karmarkar-Karp largest differencing (verl) */
-  DPSHIM_ALGO_NONE         /* keep every sample where it is */
+  DPSHIM_ALGO_NONE,        /* keep every sample where it is */
+  DPSHIM_ALGO_KK_CAP       /* kk, then moved into the token and rows caps */
 } dpshim_algo_t;
 
 typedef enum dpshim_decision {
@@ -53,7 +58,9 @@ typedef enum dpshim_skip_reason {
   DPSHIM_SKIP_BALANCED,      /* imbalance below the trigger threshold */
   DPSHIM_SKIP_DOMINANT,      /* seed only: one sample costs more than the mean load */
   DPSHIM_SKIP_NO_GAIN,       /* the plan would not lower the makespan */
-  DPSHIM_SKIP_ALGO_NONE      /* the algorithm is "none" */
+  DPSHIM_SKIP_ALGO_NONE,     /* the algorithm is "none" */
+  DPSHIM_SKIP_CAPACITY       /* no plan within the rows caps found (kk-cap:
+                                or within the token cap) */
 } dpshim_skip_reason_t;
 
 typedef struct dpshim_plan_input {
@@ -70,6 +77,17 @@ typedef struct dpshim_plan_input {
   /* Skip when max/mean - 1 of the loads before is below this; 0 = never. */
   double threshold;
   dpshim_algo_t algo;
+  /* [ranks]: the most rows rank r may hold after the plan; NULL = no cap.
+   * The caps are taken as given, even below what a rank holds now: a
+   * buffer cannot hold more than it holds. default, seed and kk-cap never
+   * apply a plan that exceeds one; when they find none within them they
+   * skip with DPSHIM_SKIP_CAPACITY (dest = origin, which may itself exceed
+   * a cap the caller set below it). When the samples as they lie exceed a
+   * cap, default applies a plan within the caps even if it raises the
+   * maximum load, since staying put is no option then. kk ignores the rows
+   * caps, as it ignores the token cap. */
+  const int64_t *rows_cap;
+  int32_t rows_cap_len; /* must equal ranks when rows_cap is set */
 } dpshim_plan_input_t;
 
 typedef struct dpshim_plan {
@@ -80,10 +98,11 @@ typedef struct dpshim_plan {
   double imbalance_before; /* max/mean - 1 */
   double imbalance_after;
   double lower_bound;   /* no assignment can have a smaller maximum load */
-  /* No assignment within the token cap can have a smaller maximum load:
-   * >= lower_bound, computed when there is a cap and the histories are
-   * equal (else equal to lower_bound). */
+  /* No assignment within the token cap and the rows caps can have a smaller
+   * maximum load: >= lower_bound, equal to it when neither cap binds. The
+   * token cap's part is computed when the histories are equal. */
   double lower_bound_cap;
+  int64_t rows_max_after; /* the most rows any rank holds under dest */
   int64_t cap_tokens;   /* the per-rank token cap, or -1 for none */
   int64_t bytes_moved;  /* bytes of the samples whose dest != origin */
   int64_t bytes_total;
@@ -114,7 +133,7 @@ DPSHIM_EXTERN int dpshim_plan_solve(const dpshim_plan_input_t *in,
 /* cost(len) under the model. */
 DPSHIM_EXTERN double dpshim_cost(dpshim_cost_model_t model, int64_t len);
 
-/* "default", "seed", "kk", "none" <-> enum. from_name returns DPSHIM_EINVAL
+/* "default", "seed", "kk", "none", "kk-cap" <-> enum. from_name returns DPSHIM_EINVAL
  * for any other name. */
 DPSHIM_EXTERN int dpshim_algo_from_name(const char *name, dpshim_algo_t *algo);
 DPSHIM_EXTERN const char *dpshim_algo_name(dpshim_algo_t algo);

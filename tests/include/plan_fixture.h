@@ -48,7 +48,7 @@ static inline dpshim_plan_input_t plan_input(int32_t ranks,
 static inline void fill_samples(dpshim_sample_t *s, const int64_t *len,
                                 const int32_t *origin, int64_t n) {
   for (int64_t i = 0; i < n; i++)
-    s[i] = (dpshim_sample_t){len[i], len[i], origin[i]};
+    s[i] = (dpshim_sample_t){len[i], len[i], origin[i], 0};
 }
 
 static inline double max_of(const double *v, int32_t n) {
@@ -74,14 +74,30 @@ static inline void tokens_of(const dpshim_plan_input_t *in,
     tokens[where[i]] += in->samples[i].len;
 }
 
+/* Per-rank image rows of the assignment `where`. */
+static inline void rows_of(const dpshim_plan_input_t *in, const int32_t *where,
+                           int64_t *rows) {
+  for (int32_t r = 0; r < in->ranks; r++) rows[r] = 0;
+  for (int64_t i = 0; i < in->nsamples; i++) rows[where[i]] += in->samples[i].rows;
+}
+
+/* Whether the assignment `where` keeps every rank within its rows cap. */
+static inline int within_rows_caps(const dpshim_plan_input_t *in,
+                                   const int32_t *where, int64_t *rows) {
+  rows_of(in, where, rows);
+  for (int32_t r = 0; in->rows_cap && r < in->ranks; r++)
+    if (rows[r] > in->rows_cap[r]) return 0;
+  return 1;
+}
+
 /* 4 ranks; rank 0 holds one 1000-token sample and six of 100, ranks 1-3
  * hold three of 100 each (2500 tokens). Writes 16 samples, returns 16. */
 static inline int64_t dominant_instance(dpshim_sample_t *s) {
   int64_t n = 0;
-  s[n++] = (dpshim_sample_t){1000, 1000, 0};
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0};
+  s[n++] = (dpshim_sample_t){1000, 1000, 0, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0, 0};
   for (int32_t r = 1; r < 4; r++)
-    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r};
+    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r, 0};
   return n;
 }
 #endif

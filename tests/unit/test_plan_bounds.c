@@ -15,7 +15,7 @@ Test(plan_bounds, water_level_over_histories) {
    * work (6) fills ranks 0 and 1 up to 3 before rank 2's 9 is reached:
    * the level is 3, but rank 2 holds 9 already, so LB = 9 + cheapest (2)
    * = 11: every rank receives a sample. */
-  for (int32_t r = 0; r < 3; r++) s[r] = (dpshim_sample_t){2, 2, r};
+  for (int32_t r = 0; r < 3; r++) s[r] = (dpshim_sample_t){2, 2, r, 0};
   double history[3] = {0, 0, 9};
   dpshim_plan_input_t in = plan_input(3, s, 3, DPSHIM_ALGO_NONE);
   in.history = history;
@@ -36,8 +36,8 @@ Test(plan_bounds, water_level_over_histories) {
  * least 10: 110 + 20 = 130, which the original already achieves. */
 static int64_t cap_bound_instance(void) {
   int64_t n = 0;
-  s[n++] = (dpshim_sample_t){10, 10, 0};
-  for (int k = 0; k < 30; k++) s[n++] = (dpshim_sample_t){1, 1, k < 10 ? 0 : 1};
+  s[n++] = (dpshim_sample_t){10, 10, 0, 0};
+  for (int k = 0; k < 30; k++) s[n++] = (dpshim_sample_t){1, 1, k < 10 ? 0 : 1, 0};
   return n;
 }
 
@@ -77,13 +77,40 @@ Test(plan_bounds, sample_longer_than_the_cap_gives_no_cap_bound) {
   dpshim_plan_free(&pl);
 }
 
+Test(plan_bounds, rows_cap_of_zero_raises_the_bound) {
+  /* cost = len, 4 ranks. Six 20-token samples with 5 rows each, two of 10
+   * tokens without rows: work 140, plain LB = max(35, 20) = 35. Rank 3's
+   * rows cap is 0, so the 120 of samples with rows share ranks 0-2: 40,
+   * which default reaches, rank 3 taking the two without rows. */
+  int64_t n = 0;
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){20, 20, k % 2, 5};
+  for (int k = 0; k < 2; k++) s[n++] = (dpshim_sample_t){10, 10, 2 + k, 0};
+  int64_t caps[4] = {100, 100, 100, 0};
+  dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_DEFAULT);
+  in.rows_cap = caps;
+  in.rows_cap_len = 4;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert(close_to(pl.lower_bound, 35), "LB %g", pl.lower_bound);
+  cr_assert(close_to(pl.lower_bound_cap, 40), "rows LB %g", pl.lower_bound_cap);
+  cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
+  cr_assert(close_to(max_of(pl.load_after, 4), 40), "max %g", max_of(pl.load_after, 4));
+  for (int64_t i = 0; i < 6; i++) cr_assert_neq(pl.dest[i], 3, "sample %lld", (long long)i);
+  in.rows_cap = NULL;
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert(close_to(pl.lower_bound_cap, 35), "no cap: %g", pl.lower_bound_cap);
+  dpshim_plan_free(&pl);
+}
+
 /* ---- the bounds against brute force on tiny instances -------------------- */
 
 #define TINY_N 7
 
 typedef struct optimum {
   double any;    /* the least maximum load over all assignments */
-  double in_cap; /* ... over those within the cap; INFINITY if none */
+  double in_cap; /* ... over those within the token and rows caps; INFINITY
+                    if none */
 } optimum_t;
 
 /* Every assignment of n samples to p ranks that leaves no rank empty. */
@@ -93,11 +120,12 @@ static optimum_t brute_force(const dpshim_plan_input_t *in, int64_t cap) {
   for (int64_t k = 0; k < n; k++) combos *= in->ranks;
   for (int64_t code = 0; code < combos; code++) {
     double load[4] = {0};
-    int64_t tokens[4] = {0}, count[4] = {0}, c = code;
+    int64_t tokens[4] = {0}, rows[4] = {0}, count[4] = {0}, c = code;
     for (int64_t i = 0; i < n; i++, c /= in->ranks) {
       int32_t r = (int32_t)(c % in->ranks);
       load[r] += dpshim_cost(in->model, in->samples[i].len);
       tokens[r] += in->samples[i].len;
+      rows[r] += in->samples[i].rows;
       count[r]++;
     }
     double peak = 0;
@@ -106,6 +134,7 @@ static optimum_t brute_force(const dpshim_plan_input_t *in, int64_t cap) {
       peak = fmax(peak, load[r]);
       empty |= count[r] == 0;
       over |= cap >= 0 && tokens[r] > cap;
+      over |= in->rows_cap && rows[r] > in->rows_cap[r];
     }
     if (empty) continue;
     best.any = fmin(best.any, peak);
@@ -114,17 +143,34 @@ static optimum_t brute_force(const dpshim_plan_input_t *in, int64_t cap) {
   return best;
 }
 
+/* Rows caps on tiny instances: a few samples with many rows, caps that
+ * sometimes keep two of them apart, and one rank in three with a cap of
+ * its own (below what it holds, or 0). */
+static void random_rows(prng_t *g, dpshim_plan_input_t *in, int64_t *caps) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < in->nsamples; i++)
+    total += s[i].rows = prng_range(g, 0, 2) ? 0 : prng_range(g, 1, 30);
+  for (int32_t r = 0; r < in->ranks; r++)
+    caps[r] = prng_range(g, 0, 2) ? prng_range(g, 20, 40 + total)
+                                  : prng_range(g, 0, 20);
+  in->rows_cap = caps;
+  in->rows_cap_len = in->ranks;
+}
+
 Test(plan_bounds, bounds_never_exceed_the_brute_force_optimum) {
   prng_t g = {12345};
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
-  for (int trial = 0; trial < 600; trial++) {
+  int64_t caps[4];
+  for (int trial = 0; trial < 1500; trial++) {
     int32_t p = (int32_t)prng_range(&g, 2, 3);
     int64_t n = prng_range(&g, p, TINY_N);
     for (int64_t i = 0; i < n; i++)
       s[i] = (dpshim_sample_t){prng_range(&g, 1, 40), 1,
-                               i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1)};
+                               i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1),
+                               0};
     dpshim_plan_input_t in = plan_input(p, s, n, DPSHIM_ALGO_DEFAULT);
+    if (trial >= 600) random_rows(&g, &in, caps); /* the first 600 as before */
     in.model = (dpshim_cost_model_t){(double)prng_range(&g, 0, 3),
                                      (double)prng_range(&g, 0, 50), 0};
     if (in.model.a == 0 && in.model.b == 0) in.model.b = 1;

@@ -21,7 +21,7 @@ static int64_t packed_instance(uint64_t seed) {
     while (left > 0) {
       int64_t len = prng_range(&g, 64, 8192);
       if (len > left || n + 1 == MAXN) len = left;
-      s[n] = (dpshim_sample_t){len, len * 4096, r};
+      s[n] = (dpshim_sample_t){len, len * 4096, r, 0};
       left -= len;
       n++;
     }
@@ -67,7 +67,7 @@ Test(plan_default, moves_far_less_than_seed) {
 Test(plan_default, balanced_input_is_left_alone) {
   /* 8 ranks of two 100-token samples: already at the bound. */
   int64_t n = 16;
-  for (int64_t i = 0; i < n; i++) s[i] = (dpshim_sample_t){100, 7, (int32_t)(i / 2)};
+  for (int64_t i = 0; i < n; i++) s[i] = (dpshim_sample_t){100, 7, (int32_t)(i / 2), 0};
   dpshim_plan_input_t in = plan_input(8, s, n, DPSHIM_ALGO_DEFAULT);
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
@@ -109,5 +109,63 @@ Test(plan_default, dominant_sample_is_isolated) {
   tokens_of(&in, pl.dest, tokens);
   for (int32_t r = 0; r < 4; r++) cr_assert(tokens[r] <= 1250, "rank %d", r);
   check_no_empty_rank(&pl, n, 4);
+  dpshim_plan_free(&pl);
+}
+
+/* Two ranks, cost = len. Rank 0 holds A (40 tokens, 10 rows), B (30, 10
+ * rows) and E (30, no rows, twice B's bytes); rank 1 holds C (30). Loads
+ * 100 and 30; the best maximum is 70, by moving B or E. Without a rows cap
+ * default moves B; a rows cap of 5 on rank 1 rules B out (and raises the
+ * bound to 70: A and B must share rank 0), and default moves E instead. */
+Test(plan_default, binding_rows_cap_changes_the_plan) {
+  s[0] = (dpshim_sample_t){40, 40, 0, 10};
+  s[1] = (dpshim_sample_t){30, 30, 0, 10};
+  s[2] = (dpshim_sample_t){30, 60, 0, 0};
+  s[3] = (dpshim_sample_t){30, 1000, 1, 0}; /* room in the traffic budget */
+  dpshim_plan_input_t in = plan_input(2, s, 4, DPSHIM_ALGO_DEFAULT);
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
+  cr_assert_eq(pl.dest[1], 1, "without a cap B moves");
+  cr_assert_eq(pl.dest[2], 0);
+  cr_assert_eq(pl.rows_max_after, 10);
+  int64_t caps[2] = {100, 5};
+  in.rows_cap = caps;
+  in.rows_cap_len = 2;
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
+  cr_assert_eq(pl.lower_bound_cap, 70.0);
+  cr_assert_eq(pl.dest[1], 0, "B would overflow rank 1's rows");
+  cr_assert_eq(pl.dest[2], 1, "E moves instead");
+  cr_assert_eq(max_of(pl.load_after, 2), 70.0);
+  int64_t rows[2];
+  cr_assert(within_rows_caps(&in, pl.dest, rows), "rows %lld, %lld",
+            (long long)rows[0], (long long)rows[1]);
+  dpshim_plan_free(&pl);
+}
+
+/* A cap below what a rank holds now is kept as given: default moves rows
+ * off it even at a higher maximum load; where nothing can take them, the
+ * plan is skipped for capacity and every sample stays. */
+Test(plan_default, rows_cap_below_what_a_rank_holds) {
+  s[0] = (dpshim_sample_t){10, 10, 0, 8};
+  s[1] = (dpshim_sample_t){10, 10, 0, 8};
+  s[2] = (dpshim_sample_t){30, 30, 1, 0};
+  dpshim_plan_input_t in = plan_input(2, s, 3, DPSHIM_ALGO_DEFAULT);
+  int64_t caps[2] = {10, 10};
+  in.rows_cap = caps;
+  in.rows_cap_len = 2;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
+  cr_assert_eq(pl.rows_max_after, 8);
+  cr_assert_eq(max_of(pl.load_after, 2), 40.0, "loads 10 / 40 > 20 / 30");
+  caps[1] = 4;
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.reason, DPSHIM_SKIP_CAPACITY, "%s", pl.message);
+  cr_assert_str_eq(pl.message, "skip: capacity");
+  for (int64_t i = 0; i < 3; i++) cr_assert_eq(pl.dest[i], s[i].origin);
   dpshim_plan_free(&pl);
 }

@@ -9,6 +9,7 @@
 /* Three samples on two ranks: a valid input each test then breaks. */
 static dpshim_sample_t samples[3];
 static double history[2];
+static int64_t rows_cap[2];
 static dpshim_plan_input_t in;
 static dpshim_plan_t plan;
 
@@ -17,6 +18,7 @@ static void setup(void) {
   static const int32_t origin[] = {0, 0, 1};
   fill_samples(samples, len, origin, 3);
   history[0] = history[1] = 0;
+  rows_cap[0] = rows_cap[1] = 100;
   in = plan_input(2, samples, 3, DPSHIM_ALGO_DEFAULT);
   dpshim_plan_init(&plan);
 }
@@ -52,6 +54,35 @@ Test(plan_errors, negative_len) { samples[1].len = -1; expect_einval("samples[1]
 Test(plan_errors, negative_bytes) { samples[2].bytes = -5; expect_einval("samples[2].bytes"); }
 Test(plan_errors, origin_too_big) { samples[0].origin = 2; expect_einval("samples[0].origin"); }
 Test(plan_errors, origin_negative) { samples[0].origin = -1; expect_einval("samples[0].origin"); }
+
+Test(plan_errors, negative_rows) { samples[1].rows = -1; expect_einval("samples[1].rows"); }
+Test(plan_errors, rows_too_big) {
+  samples[2].rows = (int64_t)INT32_MAX + 1;
+  expect_einval("samples[2].rows");
+}
+
+Test(plan_errors, rows_cap_len_mismatch) {
+  in.rows_cap = rows_cap;
+  in.rows_cap_len = 1;
+  expect_einval("rows_cap_len");
+}
+
+Test(plan_errors, rows_cap_negative) {
+  in.rows_cap = rows_cap;
+  in.rows_cap_len = 2;
+  rows_cap[1] = -1;
+  expect_einval("rows_cap[1]");
+}
+
+Test(plan_errors, rows_cap_valid_solves) {
+  /* rows_cap_len is read only with rows_cap; a cap of 0 is a cap. */
+  in.rows_cap_len = 7;
+  cr_assert_eq(dpshim_plan_solve(&in, &plan), 0, "%s", plan.message);
+  in.rows_cap = rows_cap;
+  in.rows_cap_len = 2;
+  rows_cap[0] = rows_cap[1] = 0;
+  cr_assert_eq(dpshim_plan_solve(&in, &plan), 0, "%s", plan.message);
+}
 
 Test(plan_errors, rank_without_sample) {
   samples[2].origin = 0; /* rank 1 is left empty */
@@ -94,7 +125,7 @@ Test(plan_errors, cap_ratio_nan) { in.cap_ratio = NAN; expect_einval("cap_ratio"
 Test(plan_errors, threshold_nan) { in.threshold = NAN; expect_einval("threshold"); }
 
 Test(plan_errors, algo_out_of_range) {
-  in.algo = (dpshim_algo_t)4;
+  in.algo = (dpshim_algo_t)5;
   expect_einval("algo");
   in.algo = (dpshim_algo_t)-1;
   expect_einval("algo");
@@ -116,22 +147,28 @@ Test(plan_errors, null_input_and_plan) {
 }
 
 Test(plan_errors, algo_names) {
-  const char *names[] = {"default", "seed", "kk", "none"};
+  const char *names[] = {"default", "seed", "kk", "none", "kk-cap"};
   const dpshim_algo_t algos[] = {DPSHIM_ALGO_DEFAULT, DPSHIM_ALGO_SEED,
-                                 DPSHIM_ALGO_KK, DPSHIM_ALGO_NONE};
-  for (int k = 0; k < 4; k++) {
+                                 DPSHIM_ALGO_KK, DPSHIM_ALGO_NONE,
+                                 DPSHIM_ALGO_KK_CAP};
+  for (int k = 0; k < 5; k++) {
     dpshim_algo_t a = (dpshim_algo_t)-1;
     cr_assert_eq(dpshim_algo_from_name(names[k], &a), 0, "%s", names[k]);
     cr_assert_eq(a, algos[k]);
     cr_assert_str_eq(dpshim_algo_name(algos[k]), names[k]);
   }
-  const char *bad[] = {"", "Default", "lpt", "seed ", "kkk", NULL};
-  for (int k = 0; k < 6; k++) {
+  const char *bad[] = {"", "Default", "lpt", "seed ", "kkk", "kk_cap", NULL};
+  for (int k = 0; k < 7; k++) {
     dpshim_algo_t a = DPSHIM_ALGO_SEED;
     cr_assert_eq(dpshim_algo_from_name(bad[k], &a), DPSHIM_EINVAL, "%s",
                  bad[k] ? bad[k] : "NULL");
     cr_assert_eq(a, DPSHIM_ALGO_SEED, "a rejected name must not write");
   }
+}
+
+Test(plan_errors, capacity_reason_name) {
+  /* The shim prints the same word for its own buffer check. */
+  cr_assert_str_eq(dpshim_skip_reason_name(DPSHIM_SKIP_CAPACITY), "capacity");
 }
 
 Test(plan_errors, plan_reusable_after_error) {

@@ -141,7 +141,7 @@ static int64_t gathered(const handoff_t *h, dpshim_sample_t *s) {
       s[n++] = (dpshim_sample_t){h->len[r][i],
                                  SIM_BYTES_PER_TOKEN * (int64_t)h->len[r][i] +
                                      SIM_BYTES_PER_SAMPLE,
-                                 r};
+                                 r, 0};
   return n;
 }
 

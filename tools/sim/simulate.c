@@ -251,7 +251,7 @@ static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
   for (int64_t i = 0; i < n; i++) {
     int64_t len = x->w.len[first + i];
     x->samples[i] = (dpshim_sample_t){len, sample_bytes(len),
-                                      x->w.origin[first + i]};
+                                      x->w.origin[first + i], 0};
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
   size_t most = 0;
