@@ -43,7 +43,7 @@ static int may_communicate(dpshim__state_t *st, int main) {
   return 0;
 }
 
-DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {
+static int handoff(dpshim_batch_t *batch, const char *invalid) {
   dpshim__state_t *st = &dpshim__state;
   if (st->finalized) return 0;
   if (!st->mpi_up) {
@@ -52,5 +52,14 @@ DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {
   }
   int main = pthread_equal(pthread_self(), st->init_thread);
   if (!st->active || !may_communicate(st, main)) return 0;
-  return dpshim__core_handoff(&st->core, batch, main);
+  return dpshim__core_handoff(&st->core, batch, main, invalid);
+}
+
+DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {
+  return handoff(batch, NULL);
+}
+
+DPSHIM_EXTERN int dpshim_balance_fail(const char *why) {
+  return handoff(NULL, why && *why ? why : "the adapter could not describe "
+                                           "its batch");
 }

@@ -595,7 +595,12 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.id = comm->id;
   h.step = ho->step;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
-  h.status = local_header(b, batch, l, &h, msg);
+  if (ho->invalid) {
+    snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
+    h.status = DPSHIM_EINVAL;
+  } else {
+    h.status = local_header(b, batch, l, &h, msg);
+  }
   b->slot = b->next_slot;
   post(b, batch, l, &h, ho->plan);
   double arrived = b->cfg.clock ? b->cfg.clock() : 0;

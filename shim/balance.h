@@ -39,6 +39,10 @@ typedef struct dpshim__handoff {
   /* The ranks holding the same samples in other DP groups (TP/CP peers),
    * one per group: their groups take the same decision. NULL: none. */
   dpshim__comm_t *peers;
+  /* Not NULL: this rank's adapter found its batch malformed, for this
+   * reason; the hand-off fails on every rank with it (the batch is not
+   * read). */
+  const char *invalid;
 } dpshim__handoff_t;
 
 typedef struct dpshim__balance_report {

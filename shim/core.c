@@ -262,7 +262,8 @@ static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
   s->arrival += arrival;
 }
 
-int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main) {
+int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
+                         const char *invalid) {
   pthread_mutex_lock(&c->handoff);
   double t0 = c->clock(), note[DPSHIM__NOTES];
   pthread_mutex_lock(&c->lock);
@@ -280,7 +281,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main) {
     snprintf(rep.message, sizeof rep.message, "the warm-up agreement failed");
   } else {
     dpshim__handoff_t ho = {main ? step : -1, !warm, noted ? note : NULL,
-                            c->peers};
+                            c->peers, invalid};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }

@@ -99,8 +99,11 @@ void dpshim__core_close(dpshim__core_t *c);
 
 /* A batch handed off, from the thread that called MPI_Init (main) or a
  * loader thread. Collective over the DP group (and, until settled, the
- * world). Returns 0 or the DPSHIM_E* code every rank of the group returns. */
-int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main);
+ * world). `invalid`, when not NULL, says why this rank's adapter could not
+ * describe its batch: the hand-off then fails everywhere with that reason.
+ * Returns 0 or the DPSHIM_E* code every rank of the group returns. */
+int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
+                         const char *invalid);
 
 /* The gradient sync, on the main thread: begin when the trainer starts
  * waiting for it (a blocking call's entry, the first wait on a request),

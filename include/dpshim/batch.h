@@ -62,6 +62,14 @@ typedef struct dpshim_batch {
  * not be balanced (the batch is then untouched on every rank). */
 DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch);
 
+/* In place of dpshim_balance_batch() when this rank cannot describe its
+ * batch (its layout is malformed, or the adapter ran out of memory): the
+ * rank still takes part in the hand-off, which then fails on every rank of
+ * the group with this reason, named with this rank, every batch untouched.
+ * Returns what dpshim_balance_batch() would: a DPSHIM_E* code, or 0 when
+ * balancing is off. */
+DPSHIM_EXTERN int dpshim_balance_fail(const char *why);
+
 #ifdef __cplusplus
 }
 #endif

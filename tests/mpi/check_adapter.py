@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Integration test of the adapter example: vlmtrain over libvlmload.so under
-real mpirun, balanced through libdpshim_vlm.so.
+"""Integration test of the adapter example: mytrain over libmyload.so under
+real mpirun, balanced through libdpshim_myload.so.
 
-    check_adapter.py --shim libdpshim.so --adapter libdpshim_vlm.so \
-                     --vlmtrain vlmtrain [--ranks 4]
+    check_adapter.py --shim libdpshim.so --adapter libdpshim_myload.so \
+                     --mytrain mytrain [--ranks 4]
 
 Checks:
   - without any preload: every sample intact, exactly once (check_errors 0);
   - libdpshim.so alone: the shim is up (its summary prints) but balances no
-    hand-off, since nothing hooks vlmload_next; same digest;
-  - libdpshim.so + libdpshim_vlm.so: same digest, check_errors 0, and the
+    hand-off, since nothing hooks myload_next; same digest;
+  - libdpshim.so + libdpshim_myload.so: same digest, check_errors 0, and the
     step log shows plans applied, each with imbalance after <= before;
   - both preloaded, a non-MPI process behaves as without them.
 Exit status 0 when every check holds; each failed check prints one line.
@@ -35,12 +35,12 @@ MIN_APPLIED = 3  # of the 10 steps after the warm-up (seed 1 applies ~10)
 
 
 
-def vlmtrain(args, what, preload=None, env=None):
+def mytrain(args, what, preload=None, env=None):
     """One run; returns (result json, stderr)."""
-    cmd = MPIRUN + ["-np", str(args.ranks), args.vlmtrain,
+    cmd = MPIRUN + ["-np", str(args.ranks), args.mytrain,
                     "--steps", str(STEPS), "--seed", "1"]
     rc, out, err = run(cmd, env=env, preload=preload)
-    check(rc == 0, "%s: vlmtrain exited %d: %s" % (what, rc,
+    check(rc == 0, "%s: mytrain exited %d: %s" % (what, rc,
                                                    err.strip()[-500:]))
     lines = [l for l in out.splitlines() if l.startswith("{")]
     check(len(lines) == 1, "%s: expected one JSON line, got %r"
@@ -60,7 +60,7 @@ def applied_in_summary(err):
 def check_shim_alone(args, tmp, plain):
     """The shim is up, but nothing hooks the hand-off: no plan applied."""
     log = tmp + "/alone.jsonl"
-    res, err = vlmtrain(args, "libdpshim.so alone", preload=args.shim,
+    res, err = mytrain(args, "libdpshim.so alone", preload=args.shim,
                         env=dict(SHIM_ENV, DPSHIM_LOG=log))
     check(res.get("consumed_digest") == plain.get("consumed_digest"),
           "libdpshim.so alone: digest %s != %s without preload"
@@ -76,7 +76,7 @@ def check_shim_alone(args, tmp, plain):
 
 def check_with_adapter(args, tmp, plain):
     log = tmp + "/adapter.jsonl"
-    res, err = vlmtrain(args, "with the adapter",
+    res, err = mytrain(args, "with the adapter",
                         preload=args.shim + ":" + args.adapter,
                         env=dict(SHIM_ENV, DPSHIM_LOG=log))
     check(res.get("consumed_digest") == plain.get("consumed_digest"),
@@ -111,12 +111,12 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shim", required=True)
     p.add_argument("--adapter", required=True)
-    p.add_argument("--vlmtrain", required=True)
+    p.add_argument("--mytrain", required=True)
     p.add_argument("--ranks", type=int, default=4)
     args = p.parse_args()
     check_inert(args)
     with tempfile.TemporaryDirectory() as tmp:
-        plain, _ = vlmtrain(args, "without preload")
+        plain, _ = mytrain(args, "without preload")
         check_shim_alone(args, tmp, plain)
         check_with_adapter(args, tmp, plain)
     print("adapter: %d failed checks" % len(failures))

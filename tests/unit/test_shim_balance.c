@@ -369,7 +369,7 @@ static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
   dpshim__balance_report_t *rep = &x->rep[rank];
   double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
-  dpshim__handoff_t ho = {x->step, 1, note, NULL};
+  dpshim__handoff_t ho = {x->step, 1, note, NULL, NULL};
   x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch, &ho,
                                 rep);
   if (rep->notes)

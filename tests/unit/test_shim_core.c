@@ -142,7 +142,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
     else rb.f[0].name = "renamed";
   }
   x->before[rank][call] = id_sum(&rb);
-  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread);
+  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL);
   x->after[rank][call] = id_sum(&rb);
   x->bad[rank] |= !intact(&rb);
   usleep(200 + 50 * (unsigned)rank); /* compute */

@@ -1,6 +1,6 @@
-/* vlmtrain: a tiny data-parallel MPI trainer over libvlmload.so.
+/* mytrain: a tiny data-parallel MPI trainer over libmyload.so.
  *
- * It includes no dpshim header. Each step: one pack through vlmload_next()
+ * It includes no dpshim header. Each step: one pack through myload_next()
  * (a call into another shared object, which a preloaded adapter can
  * interpose), an emulated compute of a*sum(len^2) + b*sum(len) + a patch
  * cost, then a gradient MPI_Allreduce. At the end rank 0 prints one JSON
@@ -14,7 +14,7 @@
  * unchanged. check_errors counts samples that differ from what their id
  * implies, ids consumed twice in a step, and consumed != produced.
  *
- *   mpirun -np 4 vlmtrain [--steps N] [--seed S] [--time-scale X]
+ *   mpirun -np 4 mytrain [--steps N] [--seed S] [--time-scale X]
  *                         [--pack-tokens N]
  */
 #include <errno.h>
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "../timeutil.h"
-#include "vlmload.h"
+#include "myload.h"
 
 /* Emulated cost units: attention len^2 per sample, linear work per token
  * and per patch (8000 tokens is where attention and linear cost meet). At
@@ -64,7 +64,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 static void die(const char *what) {
-  fprintf(stderr, "vlmtrain: %s\n", what);
+  fprintf(stderr, "mytrain: %s\n", what);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -87,7 +87,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     double x;
     const char *name = argv[i];
     if (i + 1 >= argc || parse_number(argv[i + 1], 0, &x) < 0) {
-      fprintf(stderr, "vlmtrain: %s: expected a number >= 0 after it\n",
+      fprintf(stderr, "mytrain: %s: expected a number >= 0 after it\n",
               name);
       return -1;
     }
@@ -98,7 +98,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     else if (!strcmp(name, "--pack-tokens") && x >= 2)
       o->pack_tokens = (int64_t)x;
     else {
-      fprintf(stderr, "vlmtrain: unknown or out-of-range option %s\n", name);
+      fprintf(stderr, "mytrain: unknown or out-of-range option %s\n", name);
       return -1;
     }
   }
@@ -107,7 +107,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
 
 /* ---- one step ------------------------------------------------------------ */
 
-static double emulated_seconds(const vlm_batch_t *b, double scale) {
+static double emulated_seconds(const myload_batch_t *b, double scale) {
   double units = 0;
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
@@ -118,17 +118,17 @@ static double emulated_seconds(const vlm_batch_t *b, double scale) {
 }
 
 /* Hash of the sample's bytes as received, whatever rank they came from. */
-static uint64_t content_hash(const vlm_batch_t *b, int32_t i) {
+static uint64_t content_hash(const myload_batch_t *b, int32_t i) {
   int32_t at = b->cu_seqlens[i], len = b->cu_seqlens[i + 1] - at;
   int32_t pat = b->patch_offsets[i], np = b->patch_offsets[i + 1] - pat;
   uint64_t h = 1469598103934665603ull;
   h = fnv(h, b->input_ids + at, (size_t)len * sizeof *b->input_ids);
   h = fnv(h, b->position_ids + at, (size_t)len * sizeof *b->position_ids);
-  return fnv(h, b->patches + (size_t)pat * VLMLOAD_PATCH_DIM,
-             (size_t)np * VLMLOAD_PATCH_DIM * sizeof *b->patches);
+  return fnv(h, b->patches + (size_t)pat * MYLOAD_PATCH_DIM,
+             (size_t)np * MYLOAD_PATCH_DIM * sizeof *b->patches);
 }
 
-static void consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
+static void consume(ledger_t *led, const myload_t *l, const myload_batch_t *b,
                     int64_t step) {
   if (led->n + b->nsamples > led->cap) {
     led->cap = 2 * (led->n + b->nsamples);
@@ -138,7 +138,7 @@ static void consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
   }
   for (int32_t i = 0; i < b->nsamples; i++) {
     uint64_t id = b->sample_ids[i];
-    if (!vlmload_sample_intact(l, b, i)) led->errors++;
+    if (!myload_sample_intact(l, b, i)) led->errors++;
     uint64_t where = mix64(id ^ mix64((uint64_t)step));
     led->digest += mix64(content_hash(b, i) ^ where);
     led->pairs[2 * led->n] = (uint64_t)step;
@@ -147,11 +147,11 @@ static void consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
   }
 }
 
-static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
+static void step(myload_t *l, ledger_t *led, const opts_t *o, int64_t s,
                  float *grad) {
-  vlm_batch_t *b = vlmload_next(l);
+  myload_batch_t *b = myload_next(l);
   double t1 = dpshim__tool_now_s();
-  if (!b) die("vlmload_next returned no batch");
+  if (!b) die("myload_next returned no batch");
   consume(led, l, b, s);
   dpshim__tool_sleep_until(t1 + emulated_seconds(b, o->time_scale));
   MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
@@ -193,10 +193,10 @@ static int64_t count_duplicates(const ledger_t *led, int rank, int size) {
 
 /* Reduce, not Allreduce: only rank 0 prints, and an all-reduce is what a
  * balancer takes for a step's gradient sync. */
-static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
+static void report(const ledger_t *led, const myload_t *l, const opts_t *o,
                    int rank, int size) {
   int64_t dups = count_duplicates(led, rank, size);
-  int64_t mine[3] = {led->errors, led->n, vlmload_produced(l)}, sum[3];
+  int64_t mine[3] = {led->errors, led->n, myload_produced(l)}, sum[3];
   uint64_t digest = 0;
   MPI_Reduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&led->digest, &digest, 1, MPI_UINT64_T, MPI_SUM, 0,
@@ -204,7 +204,7 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
   if (rank != 0) return;
   int64_t errors = sum[0] + dups + (sum[1] != sum[2]);
   if (errors)
-    fprintf(stderr, "vlmtrain: %" PRId64 " samples not intact, %" PRId64
+    fprintf(stderr, "mytrain: %" PRId64 " samples not intact, %" PRId64
             " consumed twice in a step, %" PRId64 " consumed of %" PRId64
             " produced\n", sum[0], dups, sum[1], sum[2]);
   printf("{\"steps\":%" PRId64 ",\"ranks\":%d,\"samples\":%" PRId64
@@ -213,15 +213,15 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
   fflush(stdout);
 }
 
-static vlmload_t *open_loader(const opts_t *o, int rank, int size) {
-  vlmload_config_t cfg = vlmload_config_default();
+static myload_t *open_loader(const opts_t *o, int rank, int size) {
+  myload_config_t cfg = myload_config_default();
   cfg.pack_tokens = o->pack_tokens;
   if (cfg.max_len > cfg.pack_tokens) cfg.max_len = cfg.pack_tokens;
   cfg.seed = o->seed;
   cfg.slot = rank;
   cfg.slots = size;
   char err[256] = "";
-  vlmload_t *l = vlmload_open(&cfg, err, sizeof err);
+  myload_t *l = myload_open(&cfg, err, sizeof err);
   if (!l) die(err);
   return l;
 }
@@ -233,13 +233,13 @@ int main(int argc, char **argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  vlmload_t *l = open_loader(&o, rank, size);
+  myload_t *l = open_loader(&o, rank, size);
   static float grad[GRAD_FLOATS];
   ledger_t led = {0};
   for (int64_t s = 0; s < o.steps; s++) step(l, &led, &o, s, grad);
   report(&led, l, &o, rank, size);
   free(led.pairs);
-  vlmload_close(l);
+  myload_close(l);
   MPI_Finalize();
   return 0;
 }

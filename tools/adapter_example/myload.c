@@ -1,10 +1,10 @@
-/* vlmload: the stand-in third-party VLM loader; see vlmload.h.
+/* myload: the stand-in third-party VLM loader; see myload.h.
  *
  * Sample ids are (slot << 40) | index, index counting the slot's draws; a
  * sample's shape and content follow from (seed, id) alone, so two slots
  * never share a sample and any rank can re-derive one it received.
  */
-#include "vlmload.h"
+#include "myload.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +30,8 @@ typedef struct carried {
   shape_t shape;
 } carried_t;
 
-struct vlmload {
-  vlmload_config_t cfg;
+struct myload {
+  myload_config_t cfg;
   uint64_t next_index;
   carried_t carry[CARRY_MAX];
   int ncarry;
@@ -44,7 +44,7 @@ struct vlmload {
   uint64_t *sample_ids;
   int32_t capacity_samples;
   int64_t capacity_tokens, capacity_patches;
-  vlm_batch_t batch;
+  myload_batch_t batch;
 };
 
 /* ---- what (seed, id) implies ------------------------------------------- */
@@ -66,7 +66,7 @@ static uint64_t pos_hash(uint64_t key, int64_t pos) {
 /* A skewed length; an image (a square of 8..32 patches a side) for some.
  * Patches stay <= len / 2, so patch rows never outgrow half the tokens:
  * see alloc_buffers(). */
-static shape_t sample_shape(const vlmload_config_t *c, uint64_t key) {
+static shape_t sample_shape(const myload_config_t *c, uint64_t key) {
   static const int64_t image_sizes[] = {64, 256, 576, 1024};
   lengthgen_rng_t rng;
   lengthgen_seed(&rng, key);
@@ -81,7 +81,7 @@ static shape_t sample_shape(const vlmload_config_t *c, uint64_t key) {
 
 /* The image comes first: its placeholders, then text. */
 static int64_t input_id(uint64_t key, const shape_t *s, int64_t pos) {
-  if (pos < s->patches) return VLMLOAD_IMAGE_TOKEN;
+  if (pos < s->patches) return MYLOAD_IMAGE_TOKEN;
   return (int64_t)((pos_hash(key, pos) >> 32) % VOCAB);
 }
 
@@ -97,14 +97,14 @@ static void fill_sample(uint64_t key, const shape_t *s, int64_t *ids,
     ids[i] = input_id(key, s, i);
     pos[i] = (int32_t)i;
   }
-  for (int64_t e = 0; e < s->patches * VLMLOAD_PATCH_DIM; e++)
+  for (int64_t e = 0; e < s->patches * MYLOAD_PATCH_DIM; e++)
     patches[e] = patch_value(key, e);
 }
 
 /* ---- open / close ------------------------------------------------------ */
 
-vlmload_config_t vlmload_config_default(void) {
-  return (vlmload_config_t){.pack_tokens = 32768, .median = 1500,
+myload_config_t myload_config_default(void) {
+  return (myload_config_t){.pack_tokens = 32768, .median = 1500,
                             .sigma = 1.5, .max_len = 16384,
                             .image_fraction = 0.5,
                             .headroom = 2.0, .slots = 1};
@@ -115,7 +115,7 @@ static int fail(char *err, size_t errlen, const char *msg) {
   return -1;
 }
 
-static int check_config(const vlmload_config_t *c, char *err, size_t len) {
+static int check_config(const myload_config_t *c, char *err, size_t len) {
   if (c->slots < 1 || c->slots > MAX_SLOTS || c->slot < 0 ||
       c->slot >= c->slots)
     return fail(err, len, "slot must be in [0, slots), slots in [1, 2^24]");
@@ -136,7 +136,7 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
 /* Patch capacity is half the token capacity: every sample has at most
  * len / 2 patches, so a batch that fits the token buffers (all a balancer's
  * token cap guarantees) fits the patch buffer too. */
-static int alloc_buffers(vlmload_t *l, char *err, size_t errlen) {
+static int alloc_buffers(myload_t *l, char *err, size_t errlen) {
   int64_t cap = (int64_t)ceil(l->cfg.headroom * (double)l->cfg.pack_tokens);
   l->capacity_tokens = cap;
   l->capacity_patches = cap / 2;
@@ -147,7 +147,7 @@ static int alloc_buffers(vlmload_t *l, char *err, size_t errlen) {
   l->sample_ids = malloc(ns * sizeof *l->sample_ids);
   l->input_ids = malloc(nt * sizeof *l->input_ids);
   l->position_ids = malloc(nt * sizeof *l->position_ids);
-  l->patches = malloc((size_t)l->capacity_patches * VLMLOAD_PATCH_DIM *
+  l->patches = malloc((size_t)l->capacity_patches * MYLOAD_PATCH_DIM *
                       sizeof *l->patches);
   if (!l->cu_seqlens || !l->patch_offsets || !l->sample_ids ||
       !l->input_ids || !l->position_ids || !l->patches)
@@ -155,27 +155,27 @@ static int alloc_buffers(vlmload_t *l, char *err, size_t errlen) {
   return 0;
 }
 
-vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
+myload_t *myload_open(const myload_config_t *cfg, char *err,
                         size_t errlen) {
   if (!cfg) {
     fail(err, errlen, "no configuration");
     return NULL;
   }
   if (check_config(cfg, err, errlen) < 0) return NULL;
-  vlmload_t *l = calloc(1, sizeof *l);
+  myload_t *l = calloc(1, sizeof *l);
   if (!l) {
     fail(err, errlen, "out of memory");
     return NULL;
   }
   l->cfg = *cfg;
   if (alloc_buffers(l, err, errlen) < 0) {
-    vlmload_close(l);
+    myload_close(l);
     return NULL;
   }
   return l;
 }
 
-void vlmload_close(vlmload_t *l) {
+void myload_close(myload_t *l) {
   if (!l) return;
   free(l->cu_seqlens);
   free(l->patch_offsets);
@@ -188,8 +188,8 @@ void vlmload_close(vlmload_t *l) {
 
 /* ---- packing ----------------------------------------------------------- */
 
-static void reset_batch(vlmload_t *l) {
-  l->batch = (vlm_batch_t){
+static void reset_batch(myload_t *l) {
+  l->batch = (myload_batch_t){
       .capacity_samples = l->capacity_samples,
       .capacity_tokens = l->capacity_tokens,
       .capacity_patches = l->capacity_patches,
@@ -204,12 +204,12 @@ static void reset_batch(vlmload_t *l) {
   l->patch_offsets[0] = 0;
 }
 
-static void place(vlmload_t *l, uint64_t id, const shape_t *s) {
-  vlm_batch_t *b = &l->batch;
+static void place(myload_t *l, uint64_t id, const shape_t *s) {
+  myload_batch_t *b = &l->batch;
   int32_t n = b->nsamples, at = b->cu_seqlens[n], pat = b->patch_offsets[n];
   fill_sample(sample_key(l->cfg.seed, id), s, b->input_ids + at,
               b->position_ids + at,
-              b->patches + (size_t)pat * VLMLOAD_PATCH_DIM);
+              b->patches + (size_t)pat * MYLOAD_PATCH_DIM);
   b->sample_ids[n] = id;
   b->cu_seqlens[n + 1] = at + (int32_t)s->len;
   b->patch_offsets[n + 1] = pat + (int32_t)s->patches;
@@ -218,7 +218,7 @@ static void place(vlmload_t *l, uint64_t id, const shape_t *s) {
 }
 
 /* Carried samples first, oldest first; returns the room left. */
-static int64_t place_carried(vlmload_t *l, int64_t room) {
+static int64_t place_carried(myload_t *l, int64_t room) {
   int kept = 0;
   for (int i = 0; i < l->ncarry; i++) {
     carried_t c = l->carry[i];
@@ -234,7 +234,7 @@ static int64_t place_carried(vlmload_t *l, int64_t room) {
 }
 
 /* First fit: every length is <= the pack, so no pack is ever empty. */
-vlm_batch_t *vlmload_next(vlmload_t *l) {
+myload_batch_t *myload_next(myload_t *l) {
   reset_batch(l);
   int64_t room = place_carried(l, l->cfg.pack_tokens);
   while (room > 0 && l->ncarry < CARRY_MAX) {
@@ -257,7 +257,7 @@ static int payload_intact(uint64_t key, const shape_t *s, const int64_t *ids,
                           const int32_t *pos, const float *patches) {
   for (int64_t i = 0; i < s->len; i++)
     if (ids[i] != input_id(key, s, i) || pos[i] != (int32_t)i) return 0;
-  for (int64_t e = 0; e < s->patches * VLMLOAD_PATCH_DIM; e++) {
+  for (int64_t e = 0; e < s->patches * MYLOAD_PATCH_DIM; e++) {
     float want = patch_value(key, e);
     /* Bits, not float equality: a copy must be exact. */
     if (memcmp(&patches[e], &want, sizeof want) != 0) return 0;
@@ -265,7 +265,7 @@ static int payload_intact(uint64_t key, const shape_t *s, const int64_t *ids,
   return 1;
 }
 
-int vlmload_sample_intact(const vlmload_t *l, const vlm_batch_t *b,
+int myload_sample_intact(const myload_t *l, const myload_batch_t *b,
                           int32_t i) {
   uint64_t id = b->sample_ids[i];
   if ((id >> ID_INDEX_BITS) >= (uint64_t)l->cfg.slots) return 0;
@@ -276,7 +276,7 @@ int vlmload_sample_intact(const vlmload_t *l, const vlm_batch_t *b,
       b->patch_offsets[i + 1] - pat != s.patches)
     return 0;
   return payload_intact(key, &s, b->input_ids + at, b->position_ids + at,
-                        b->patches + (size_t)pat * VLMLOAD_PATCH_DIM);
+                        b->patches + (size_t)pat * MYLOAD_PATCH_DIM);
 }
 
-int64_t vlmload_produced(const vlmload_t *l) { return l->produced; }
+int64_t myload_produced(const myload_t *l) { return l->produced; }

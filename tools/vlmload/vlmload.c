@@ -1,0 +1,377 @@
+/* vlmload: the reference VLM loader; see vlmload.h.
+ *
+ * Sample ids are (slot << 40) | index, index counting the slot's draws, so
+ * two slots never share a sample. Packs are first-fit, one per call:
+ * samples that do not fit wait for the next pack.
+ *
+ * Buffers hold `headroom` packs of any content: a real tile needs
+ * num_image_token tokens, a dummy tile a text-only sample (>= 64 tokens),
+ * a patch row a quarter of a pad token; so every batch that fits the token
+ * buffer fits the others. Pages are touched only as they are filled.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ID_INDEX_BITS 40
+#define MAX_SLOTS (INT32_C(1) << (64 - ID_INDEX_BITS))
+#define CARRY_MAX 32
+
+typedef struct carried {
+  uint64_t id;
+  vlm_shape_t shape;
+} carried_t;
+
+typedef struct sizes { /* what the buffers hold, in rows */
+  int64_t tokens, rows, video_rows;
+  int32_t samples, grids, video_grids;
+} sizes_t;
+
+struct vlmload {
+  vlmload_config_t cfg;
+  uint64_t next_index;
+  carried_t carry[CARRY_MAX];
+  int ncarry;
+  int64_t produced, packs;
+  sizes_t cap;
+  vlm_batch_t batch; /* points into the buffers below */
+  void *buf[11];     /* every buffer, for close */
+};
+
+static const char *const LAYOUTS[] = {"internvl", "qwen2vl", "qwen3vl"};
+
+int vlmload_layout_from_name(const char *name, vlmload_layout_t *out) {
+  for (int k = 0; k < 3; k++)
+    if (name && !strcmp(name, LAYOUTS[k])) {
+      *out = (vlmload_layout_t)k;
+      return 0;
+    }
+  return -1;
+}
+
+const char *vlmload_layout_name(vlmload_layout_t l) {
+  return (unsigned)l < 3 ? LAYOUTS[l] : "?";
+}
+
+vlmload_config_t vlmload_config_default(vlmload_layout_t layout) {
+  return (vlmload_config_t){.layout = layout, .pack_tokens = 32768,
+                            .text_median = 700, .text_sigma = 1.0,
+                            .image_fraction = 0.7, .video_fraction = 0.1,
+                            .max_images = 4, .tile_size = 448,
+                            .num_image_token = 256, .max_tiles = 12,
+                            .max_side = 64, .headroom = 2.0, .slots = 1};
+}
+
+/* ---- open / close ---------------------------------------------------------- */
+
+static int fail(char *err, size_t len, const char *msg) {
+  if (err && len) snprintf(err, len, "vlmload: %s", msg);
+  return -1;
+}
+
+static int check_config(const vlmload_config_t *c, char *err, size_t len) {
+  if ((unsigned)c->layout > VLMLOAD_QWEN3VL)
+    return fail(err, len, "layout: internvl, qwen2vl or qwen3vl");
+  if (c->slots < 1 || c->slots > MAX_SLOTS || c->slot < 0 ||
+      c->slot >= c->slots)
+    return fail(err, len, "slot must be in [0, slots), slots in [1, 2^24]");
+  if (c->pack_tokens < 4 * VLM_MIN_TEXT || c->pack_tokens > (1 << 24))
+    return fail(err, len, "pack_tokens must be in [256, 2^24]");
+  if (!(c->headroom >= 1.0 && c->headroom <= 64.0))
+    return fail(err, len, "headroom must be in [1, 64]");
+  if (!(c->text_median >= 1 && c->text_sigma >= 0 && c->image_fraction >= 0 &&
+        c->image_fraction <= 1 && c->video_fraction >= 0 &&
+        c->video_fraction <= 1))
+    return fail(err, len, "need text_median >= 1, text_sigma >= 0, "
+                          "fractions in [0, 1]");
+  if (c->max_images < 1 || c->max_images > VLM_MAX_IMAGES)
+    return fail(err, len, "max_images must be in [1, 16]");
+  if (c->tile_size < 1 || c->tile_size > 1024 || c->num_image_token < 1 ||
+      c->max_tiles < 1 || c->max_tiles > 64)
+    return fail(err, len, "need tile_size in [1, 1024], num_image_token >= "
+                          "1, max_tiles in [1, 64]");
+  if (c->max_side < 8 || c->max_side % 2 || c->max_side > 1024)
+    return fail(err, len, "max_side must be even, in [8, 1024]");
+  return 0;
+}
+
+/* A buffer of n rows of `row` bytes, kept for close. */
+static void *buffer(vlmload_t *l, int k, int64_t n, size_t row) {
+  l->buf[k] = malloc((size_t)(n > 0 ? n : 1) * row);
+  return l->buf[k];
+}
+
+static sizes_t capacities(const vlmload_config_t *c) {
+  sizes_t s;
+  s.tokens = (int64_t)ceil(c->headroom * (double)c->pack_tokens);
+  s.samples = (int32_t)(s.tokens / VLM_MIN_TEXT + 1);
+  int64_t per_pad = VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE;
+  if (c->layout == VLMLOAD_INTERNVL) {
+    s.rows = s.tokens / c->num_image_token + s.samples;
+    s.grids = s.video_grids = 0;
+    s.video_rows = 0;
+  } else {
+    s.rows = s.tokens * per_pad;
+    s.grids = (int32_t)(s.tokens / 3 + 1); /* a start, a pad, an end */
+    s.video_rows = s.tokens * per_pad;
+    s.video_grids = s.grids;
+  }
+  return s;
+}
+
+static int alloc_internvl(vlmload_t *l) {
+  vlm_internvl_t *v = &l->batch.internvl;
+  int64_t t = l->cap.tokens;
+  v->tokens = buffer(l, 2, t, sizeof(int64_t));
+  v->labels = buffer(l, 3, t, sizeof(int64_t));
+  v->position_ids = buffer(l, 4, t, sizeof(int64_t));
+  v->loss_weight = buffer(l, 5, t, sizeof(float));
+  v->imgs = buffer(l, 6, l->cap.rows, vlm__row_floats(&l->cfg) * sizeof(float));
+  v->image_flags = buffer(l, 7, l->cap.rows, sizeof(int64_t));
+  v->capacity_tiles = l->cap.rows;
+  v->tile_size = l->cfg.tile_size;
+  v->num_image_token = l->cfg.num_image_token;
+  return v->tokens && v->labels && v->position_ids && v->loss_weight &&
+         v->imgs && v->image_flags ? 0 : -1;
+}
+
+static int alloc_qwen(vlmload_t *l) {
+  vlm_qwen_t *q = &l->batch.qwen;
+  int64_t t = l->cap.tokens;
+  size_t row = VLMLOAD_QWEN_ROW * sizeof(float);
+  q->tokens = buffer(l, 2, t, sizeof(int64_t));
+  q->labels = buffer(l, 3, t, sizeof(int64_t));
+  q->attn_mask = buffer(l, 4, t, 1);
+  q->images.rows = buffer(l, 5, l->cap.rows, row);
+  q->images.grid_thw = buffer(l, 6, l->cap.grids, 3 * sizeof(int32_t));
+  q->videos.rows = buffer(l, 7, l->cap.video_rows, row);
+  q->videos.grid_thw = buffer(l, 8, l->cap.video_grids, 3 * sizeof(int32_t));
+  q->images.capacity_rows = l->cap.rows;
+  q->images.capacity = l->cap.grids;
+  q->videos.capacity_rows = l->cap.video_rows;
+  q->videos.capacity = l->cap.video_grids;
+  return q->tokens && q->labels && q->attn_mask && q->images.rows &&
+         q->images.grid_thw && q->videos.rows && q->videos.grid_thw ? 0 : -1;
+}
+
+vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
+                        size_t errlen) {
+  if (!cfg) {
+    fail(err, errlen, "no configuration");
+    return NULL;
+  }
+  if (check_config(cfg, err, errlen) < 0) return NULL;
+  vlmload_t *l = calloc(1, sizeof *l);
+  if (!l) {
+    fail(err, errlen, "out of memory");
+    return NULL;
+  }
+  l->cfg = *cfg;
+  l->cap = capacities(cfg);
+  vlm_batch_t *b = &l->batch;
+  b->layout = cfg->layout;
+  b->capacity_samples = l->cap.samples;
+  b->capacity_tokens = l->cap.tokens;
+  b->cu_lengths = buffer(l, 0, (int64_t)l->cap.samples + 1, sizeof(int32_t));
+  b->keys = buffer(l, 1, l->cap.samples, sizeof(uint64_t));
+  int rc = cfg->layout == VLMLOAD_INTERNVL ? alloc_internvl(l) : alloc_qwen(l);
+  if (rc < 0 || !b->cu_lengths || !b->keys) {
+    fail(err, errlen, "out of memory for the batch buffers");
+    vlmload_close(l);
+    return NULL;
+  }
+  return l;
+}
+
+void vlmload_close(vlmload_t *l) {
+  if (!l) return;
+  for (size_t k = 0; k < sizeof l->buf / sizeof l->buf[0]; k++)
+    free(l->buf[k]);
+  free(l);
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+/* Where sample i's content goes: after the samples before it. The counts
+ * so far say where. */
+static vlm_sample_out_t out_at(const vlmload_config_t *cfg, vlm_batch_t *b,
+                               int64_t at, int64_t rows, int32_t grids,
+                               int64_t video_rows, int32_t video_grids) {
+  vlm_sample_out_t o = {0};
+  if (cfg->layout == VLMLOAD_INTERNVL) {
+    vlm_internvl_t *v = &b->internvl;
+    o = (vlm_sample_out_t){v->tokens + at, v->labels + at,
+                           v->position_ids + at, v->loss_weight + at, NULL,
+                           v->imgs + (size_t)rows * vlm__row_floats(cfg),
+                           v->image_flags + rows, NULL, NULL, NULL};
+  } else {
+    vlm_qwen_t *q = &b->qwen;
+    o = (vlm_sample_out_t){
+        q->tokens + at, q->labels + at, NULL, NULL, q->attn_mask + at,
+        q->images.rows + (size_t)rows * VLMLOAD_QWEN_ROW,
+        NULL, q->images.grid_thw + 3 * (size_t)grids,
+        q->videos.rows + (size_t)video_rows * VLMLOAD_QWEN_ROW,
+        q->videos.grid_thw + 3 * (size_t)video_grids};
+  }
+  return o;
+}
+
+/* Rows and grid rows the batch holds now. */
+static void counts(const vlm_batch_t *b, int64_t *rows, int32_t *grids,
+                   int64_t *video_rows, int32_t *video_grids) {
+  const vlm_qwen_t *q = &b->qwen;
+  *rows = b->layout == VLMLOAD_INTERNVL ? b->internvl.ntiles : 0;
+  *grids = *video_grids = 0;
+  *video_rows = 0;
+  if (b->layout == VLMLOAD_INTERNVL) return;
+  *grids = q->images.count;
+  *video_grids = q->videos.count;
+  for (int32_t k = 0; k < q->images.count; k++)
+    *rows += (int64_t)q->images.grid_thw[3 * k] * q->images.grid_thw[3 * k + 1] *
+             q->images.grid_thw[3 * k + 2];
+  for (int32_t k = 0; k < q->videos.count; k++)
+    *video_rows += (int64_t)q->videos.grid_thw[3 * k] *
+                   q->videos.grid_thw[3 * k + 1] * q->videos.grid_thw[3 * k + 2];
+}
+
+static void place(vlmload_t *l, uint64_t id, const vlm_shape_t *s) {
+  vlm_batch_t *b = &l->batch;
+  int32_t n = b->nsamples, at = b->cu_lengths[n], grids, video_grids;
+  int64_t rows, video_rows;
+  counts(b, &rows, &grids, &video_rows, &video_grids);
+  vlm_sample_out_t o = out_at(&l->cfg, b, at, rows, grids, video_rows,
+                              video_grids);
+  vlm__write(&l->cfg, vlm__key(l->cfg.seed, id), s, &o);
+  b->keys[n] = id;
+  l->produced++;
+  b->cu_lengths[n + 1] = at + (int32_t)s->len;
+  b->nsamples = n + 1;
+  if (b->layout == VLMLOAD_INTERNVL) {
+    b->internvl.ntiles += (int32_t)s->rows;
+  } else {
+    b->qwen.images.count += s->nimages;
+    b->qwen.videos.count += s->nvideos;
+    if (s->len > b->qwen.max_lengths) b->qwen.max_lengths = (int32_t)s->len;
+  }
+}
+
+static void reset_batch(vlmload_t *l) {
+  vlm_batch_t *b = &l->batch;
+  b->nsamples = 0;
+  b->cu_lengths[0] = 0;
+  b->internvl.ntiles = 0;
+  b->qwen.images.count = b->qwen.videos.count = 0;
+  b->qwen.max_lengths = 0;
+}
+
+static int64_t place_carried(vlmload_t *l, int64_t room) {
+  int kept = 0;
+  for (int i = 0; i < l->ncarry; i++) {
+    carried_t *c = &l->carry[i];
+    if (c->shape.len <= room) {
+      place(l, c->id, &c->shape);
+      room -= c->shape.len;
+    } else {
+      l->carry[kept++] = *c;
+    }
+  }
+  l->ncarry = kept;
+  return room;
+}
+
+/* The fault a test asked for: a tile flag flipped, or an image's grid row
+ * narrowed (h >= 4 always; narrower, so that a consumer reading by the
+ * grids stays within the pack's rows), so that the batch no longer
+ * matches its layout. */
+static void break_layout(vlm_batch_t *b) {
+  if (b->layout == VLMLOAD_INTERNVL && b->internvl.ntiles > 0)
+    b->internvl.image_flags[0] ^= 1;
+  else if (b->layout != VLMLOAD_INTERNVL && b->qwen.images.count > 0)
+    b->qwen.images.grid_thw[1] -= 2;
+}
+
+vlm_batch_t *vlmload_next(vlmload_t *l) {
+  reset_batch(l);
+  int64_t room = place_carried(l, l->cfg.pack_tokens);
+  while (room >= VLM_MIN_TEXT && l->ncarry < CARRY_MAX) {
+    uint64_t id = ((uint64_t)l->cfg.slot << ID_INDEX_BITS) | l->next_index++;
+    carried_t c = {id, {0}};
+    vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &c.shape);
+    if (c.shape.len <= room) {
+      place(l, id, &c.shape);
+      room -= c.shape.len;
+    } else {
+      l->carry[l->ncarry++] = c;
+    }
+  }
+  if (++l->packs == l->cfg.fault_pack) break_layout(&l->batch);
+  return &l->batch;
+}
+
+/* ---- checking ------------------------------------------------------------------ */
+
+/* A sample is checked by writing it again into scratch and comparing. */
+static int same(const void *a, const void *b, size_t bytes) {
+  return bytes == 0 || memcmp(a, b, bytes) == 0;
+}
+
+static int sample_intact(const vlmload_config_t *cfg, vlm_batch_t *b,
+                         int32_t i, const vlm_shape_t *s, int64_t rows,
+                         int32_t grids, int64_t video_rows,
+                         int32_t video_grids, vlm_batch_t *scratch) {
+  int32_t at = b->cu_lengths[i];
+  vlm_sample_out_t got = out_at(cfg, b, at, rows, grids, video_rows,
+                                video_grids);
+  vlm_sample_out_t want = out_at(cfg, scratch, 0, 0, 0, 0, 0);
+  vlm__write(cfg, vlm__key(cfg->seed, b->keys[i]), s, &want);
+  size_t len = (size_t)s->len, row = vlm__row_floats(cfg) * sizeof(float);
+  int ok = b->cu_lengths[i + 1] - at == s->len &&
+           same(got.tokens, want.tokens, len * 8) &&
+           same(got.labels, want.labels, len * 8) &&
+           same(got.rows, want.rows, (size_t)s->rows * row);
+  if (cfg->layout == VLMLOAD_INTERNVL)
+    return ok && same(got.position_ids, want.position_ids, len * 8) &&
+           same(got.loss_weight, want.loss_weight, len * 4) &&
+           same(got.flags, want.flags, (size_t)s->rows * 8);
+  return ok && same(got.attn_mask, want.attn_mask, len) &&
+         same(got.grids, want.grids, (size_t)s->nimages * 12) &&
+         same(got.video_rows, want.video_rows, (size_t)s->video_rows * row) &&
+         same(got.video_grids, want.video_grids, (size_t)s->nvideos * 12);
+}
+
+int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
+  /* The scratch: a second loader's buffers, one sample's worth. */
+  vlmload_config_t one = l->cfg;
+  one.headroom = 1.0;
+  vlmload_t *scratch = vlmload_open(&one, NULL, 0);
+  if (!scratch) return -1;
+  vlm_batch_t *mb = (vlm_batch_t *)b; /* read through out_at's pointers */
+  int64_t bad = 0, rows = 0, video_rows = 0;
+  int32_t grids = 0, video_grids = 0;
+  for (int32_t i = 0; i < b->nsamples; i++) {
+    vlm_shape_t s;
+    uint64_t id = b->keys[i];
+    int known = (id >> ID_INDEX_BITS) < (uint64_t)l->cfg.slots;
+    if (known) vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &s);
+    if (!known || !sample_intact(&l->cfg, mb, i, &s, rows, grids, video_rows,
+                                 video_grids, &scratch->batch)) {
+      bad++;
+      if (!known) continue;
+    }
+    rows += s.rows, video_rows += s.video_rows;
+    if (b->layout == VLMLOAD_INTERNVL) continue; /* no grid rows */
+    grids += s.nimages, video_grids += s.nvideos;
+  }
+  int64_t have_rows, have_video_rows;
+  int32_t have_grids, have_video_grids;
+  counts(b, &have_rows, &have_grids, &have_video_rows, &have_video_grids);
+  bad += have_rows != rows || have_grids != grids ||
+         have_video_rows != video_rows || have_video_grids != video_grids;
+  vlmload_close(scratch);
+  return bad;
+}
+
+int64_t vlmload_produced(const vlmload_t *l) { return l->produced; }

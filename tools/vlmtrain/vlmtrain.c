@@ -1,0 +1,340 @@
+/* vlmtrain: the data-parallel MPI trainer over libvlmload.so, unmodified
+ * for the shim (it includes no dpshim header).
+ *
+ * Each step: --micro-batches packs through vlmload_next() (a call into
+ * another shared object, which libdpshim.so interposes), an emulated
+ * compute per pack (attention len^2 per sample, linear work per token, the
+ * vision encoder per image row), then a gradient MPI_Allreduce. Ranks are
+ * Megatron-ordered: the --tp ranks of a tensor-parallel group (consecutive)
+ * read the same data. At the end rank 0 prints one JSON line:
+ *
+ *   {"steps":..,"tokens":..,"tgs":..,"step_ms_mean":..,
+ *    "consumed_digest":"..","images_digest":"..","check_errors":N}
+ *
+ * consumed_digest covers every (step, sample, tokens, labels) consumed,
+ * images_digest every tile / patch row / grid row / flag, each with its
+ * sample: sums of hashes, so the same whichever rank consumed what.
+ * check_errors (with --check) counts samples that are not what their key
+ * implies, samples consumed twice in a step, and consumed != produced.
+ *
+ *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
+ */
+#include <inttypes.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cli.h"
+#include "../timeutil.h"
+#include "vlmload.h"
+
+#define PROG "vlmtrain"
+#define GRAD_FLOATS 4096
+/* Emulated cost units (seconds = units * SECONDS_PER_UNIT * time scale):
+ * attention len^2, linear 8000 per token (attention = linear at 8000), the
+ * ViT's rows^2 + 4000 per row per image. */
+#define LINEAR_COST 8000.0
+#define VIT_LINEAR_COST 4000.0
+#define SECONDS_PER_UNIT 3e-11
+
+typedef struct opts {
+  vlmload_config_t cfg;
+  int64_t steps, micro, tp, check;
+  int64_t fault_rank; /* the rank whose loader breaks --fault-pack */
+  double time_scale;
+} opts_t;
+
+typedef struct ledger {
+  uint64_t *ids; /* (step, key) pairs this DP slot consumed */
+  int64_t n, cap, errors, tokens;
+  uint64_t digest, images;
+} ledger_t;
+
+static void die(const char *what) {
+  fprintf(stderr, PROG ": %s\n", what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int usage(const char *bad) {
+  fprintf(stderr, PROG ": %s\nusage: mpirun -np N " PROG " --layout "
+          "internvl|qwen2vl|qwen3vl [--steps N] [--seed N] [--micro-batches N]"
+          " [--tp N] [--check] [--time-scale X] [--pack-tokens N] "
+          "[--tile-size S] [--num-image-token N] [--max-side N] "
+          "[--image-fraction X] [--video-fraction X] [--max-images N] "
+          "[--fault-pack N [--fault-rank R]]\n",
+          bad);
+  return -1;
+}
+
+static int set_int(const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  return v ? cli_int(v, lo, hi, out) : -1;
+}
+
+/* One option with its value; -1 when it is unknown or its value bad. */
+static int parse_one(opts_t *o, const char *name, const char *v) {
+  vlmload_config_t *c = &o->cfg;
+  int64_t x = 0;
+  double d = 0;
+  int rc = -1;
+  if (!strcmp(name, "--layout")) return v ? vlmload_layout_from_name(v, &c->layout) : -1;
+  if (!strcmp(name, "--steps")) return set_int(v, 1, 1 << 20, &o->steps);
+  if (!strcmp(name, "--micro-batches")) return set_int(v, 1, 64, &o->micro);
+  if (!strcmp(name, "--tp")) return set_int(v, 1, 1024, &o->tp);
+  if (!strcmp(name, "--time-scale"))
+    return v ? cli_double(v, 0, 1e6, &o->time_scale) : -1;
+  if (!strcmp(name, "--image-fraction") || !strcmp(name, "--video-fraction")) {
+    rc = v ? cli_double(v, 0, 1, &d) : -1;
+    *(name[2] == 'i' ? &c->image_fraction : &c->video_fraction) = d;
+    return rc;
+  }
+  if (!strcmp(name, "--seed")) rc = set_int(v, 0, INT64_MAX, &x), c->seed = (uint64_t)x;
+  else if (!strcmp(name, "--pack-tokens")) rc = set_int(v, 256, 1 << 24, &x), c->pack_tokens = x;
+  else if (!strcmp(name, "--tile-size")) rc = set_int(v, 1, 1024, &x), c->tile_size = (int32_t)x;
+  else if (!strcmp(name, "--num-image-token")) rc = set_int(v, 1, 1 << 16, &x), c->num_image_token = (int32_t)x;
+  else if (!strcmp(name, "--max-side")) rc = set_int(v, 8, 1024, &x), c->max_side = (int32_t)x;
+  else if (!strcmp(name, "--max-images")) rc = set_int(v, 1, 16, &x), c->max_images = (int32_t)x;
+  else if (!strcmp(name, "--fault-pack")) rc = set_int(v, 0, INT64_MAX, &x), c->fault_pack = x;
+  else if (!strcmp(name, "--fault-rank")) rc = set_int(v, -1, 1 << 20, &o->fault_rank);
+  return rc;
+}
+
+static int parse_args(int argc, char **argv, opts_t *o) {
+  *o = (opts_t){.steps = 10, .micro = 1, .tp = 1, .time_scale = 1.0,
+                .fault_rank = 1};
+  vlmload_layout_t layout = VLMLOAD_INTERNVL;
+  int have_layout = 0;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
+      if (vlmload_layout_from_name(argv[i + 1], &layout) < 0)
+        return usage("--layout: internvl, qwen2vl or qwen3vl");
+      have_layout = 1;
+    }
+  if (!have_layout) return usage("--layout is required");
+  o->cfg = vlmload_config_default(layout);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--check")) {
+      o->check = 1;
+      continue;
+    }
+    if (parse_one(o, argv[i], i + 1 < argc ? argv[i + 1] : NULL) < 0) {
+      char line[160];
+      snprintf(line, sizeof line, "%s: unknown, or a bad value", argv[i]);
+      return usage(line);
+    }
+    i++;
+  }
+  return 0;
+}
+
+/* ---- what a pack holds, per sample ------------------------------------------ */
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+static uint64_t hash(uint64_t h, const void *p, size_t n) { /* FNV-1a */
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+static int64_t count(const int64_t *tok, int32_t from, int32_t to,
+                     int64_t id) {
+  int64_t n = 0;
+  for (int32_t t = from; t < to; t++) n += tok[t] == id;
+  return n;
+}
+
+/* A sample's media as a model finds them: InternVL tiles by <IMG_CONTEXT>
+ * tokens (or its one dummy tile), Qwen images and videos by pad tokens,
+ * taking grid rows in order. Cursors advance past the sample's. */
+typedef struct cursor {
+  int64_t tile, rows[2];
+  int32_t grid[2];
+} cursor_t;
+
+static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
+                                int k, cursor_t *c, double *vit) {
+  uint64_t h = 1469598103934665603ull;
+  while (pads > 0 && c->grid[k] < m->count) {
+    const int32_t *g = m->grid_thw + 3 * (size_t)c->grid[k];
+    int64_t rows = (int64_t)g[0] * g[1] * g[2];
+    h = hash(h, g, 3 * sizeof *g);
+    h = hash(h, m->rows + (size_t)c->rows[k] * VLMLOAD_QWEN_ROW,
+             (size_t)rows * VLMLOAD_QWEN_ROW * sizeof(float));
+    *vit += (double)rows * (double)rows + VIT_LINEAR_COST * (double)rows;
+    pads -= rows / (VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE);
+    c->rows[k] += rows;
+    c->grid[k]++;
+  }
+  return h;
+}
+
+static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c,
+                           double *vit) {
+  int32_t t0 = b->cu_lengths[i], t1 = b->cu_lengths[i + 1];
+  if (b->layout != VLMLOAD_INTERNVL) {
+    const vlm_qwen_t *q = &b->qwen;
+    uint64_t h = qwen_media_hash(
+        &q->images, count(q->tokens, t0, t1, VLMLOAD_QWEN_IMAGE_PAD), 0, c, vit);
+    return h ^ mix64(qwen_media_hash(
+        &q->videos, count(q->tokens, t0, t1, VLMLOAD_QWEN_VIDEO_PAD), 1, c, vit));
+  }
+  const vlm_internvl_t *v = &b->internvl;
+  int64_t ctx = count(v->tokens, t0, t1, VLMLOAD_INTERNVL_CONTEXT);
+  int64_t tiles = ctx ? ctx / v->num_image_token : 1;
+  size_t per = 3 * (size_t)v->tile_size * (size_t)v->tile_size;
+  uint64_t h = hash(1469598103934665603ull, v->image_flags + c->tile,
+                    (size_t)tiles * sizeof *v->image_flags);
+  h = hash(h, v->imgs + (size_t)c->tile * per,
+           (size_t)tiles * per * sizeof(float));
+  double rows = ctx ? (double)ctx : 0; /* patches after the pixel shuffle */
+  *vit += rows * rows / (double)(tiles ? tiles : 1) + VIT_LINEAR_COST * rows;
+  c->tile += tiles;
+  return h;
+}
+
+static uint64_t tokens_hash(const vlm_batch_t *b, int32_t i) {
+  int32_t t0 = b->cu_lengths[i];
+  size_t n = (size_t)(b->cu_lengths[i + 1] - t0);
+  const int64_t *tok = b->layout == VLMLOAD_INTERNVL ? b->internvl.tokens
+                                                     : b->qwen.tokens;
+  const int64_t *lab = b->layout == VLMLOAD_INTERNVL ? b->internvl.labels
+                                                     : b->qwen.labels;
+  uint64_t h = hash(1469598103934665603ull, tok + t0, n * sizeof *tok);
+  return hash(h, lab + t0, n * sizeof *lab);
+}
+
+/* ---- a step --------------------------------------------------------------------- */
+
+static void remember(ledger_t *led, int64_t step, uint64_t key) {
+  if (led->n == led->cap) {
+    led->cap = led->cap ? 2 * led->cap : 1024;
+    led->ids = realloc(led->ids, 2 * (size_t)led->cap * sizeof *led->ids);
+    if (!led->ids) die("out of memory for the ledger");
+  }
+  led->ids[2 * led->n] = (uint64_t)step;
+  led->ids[2 * led->n + 1] = key;
+  led->n++;
+}
+
+/* Consumes a pack; returns its emulated compute in seconds. */
+static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
+                      const opts_t *o, int64_t step, int first_of_tp) {
+  cursor_t c = {0};
+  double units = 0;
+  if (o->check) led->errors += vlmload_check(l, b);
+  for (int32_t i = 0; i < b->nsamples; i++) {
+    double len = b->cu_lengths[i + 1] - b->cu_lengths[i], vit = 0;
+    uint64_t where = mix64(b->keys[i] ^ mix64((uint64_t)step));
+    uint64_t media = media_hash(b, i, &c, &vit);
+    units += len * len + LINEAR_COST * len + vit;
+    if (!first_of_tp) continue; /* TP peers hold the same samples */
+    led->digest += mix64(tokens_hash(b, i) ^ where);
+    led->images += mix64(media ^ where);
+    led->tokens += (int64_t)len;
+    if (o->check) remember(led, step, b->keys[i]);
+  }
+  return units * SECONDS_PER_UNIT * o->time_scale / (double)o->tp;
+}
+
+static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
+                 int first_of_tp, float *grad) {
+  for (int64_t m = 0; m < o->micro; m++) {
+    vlm_batch_t *b = vlmload_next(l);
+    double t = dpshim__tool_now_s();
+    if (!b) die("vlmload_next returned no batch");
+    dpshim__tool_sleep_until(t + consume(led, l, b, o, s, first_of_tp));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
+                MPI_COMM_WORLD);
+}
+
+/* ---- the end: checks across ranks, one JSON line -------------------------- */
+
+static int cmp_pair(const void *a, const void *b) {
+  const uint64_t *x = a, *y = b;
+  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+  return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* (step, key) pairs consumed twice over all ranks; on rank 0, else 0. */
+static int64_t duplicates(const ledger_t *led, int rank, int size) {
+  int mine = (int)(2 * led->n), *counts = NULL, *displs = NULL;
+  uint64_t *all = NULL;
+  int64_t total = 0, dups = 0;
+  if (rank == 0 && !(counts = malloc(2 * (size_t)size * sizeof *counts)))
+    die("out of memory");
+  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    displs = counts + size;
+    for (int r = 0; r < size; r++) displs[r] = (int)total, total += counts[r];
+    if (!(all = malloc((size_t)total * sizeof *all + 1))) die("out of memory");
+  }
+  MPI_Gatherv(led->ids, mine, MPI_UINT64_T, all, counts, displs,
+              MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    qsort(all, (size_t)total / 2, 2 * sizeof *all, cmp_pair);
+    for (int64_t k = 1; k < total / 2; k++)
+      dups += !cmp_pair(all + 2 * k, all + 2 * (k - 1));
+  }
+  free(all);
+  free(counts);
+  return dups;
+}
+
+/* Reduce, not Allreduce: an all-reduce is what the shim takes for a step's
+ * gradient sync. */
+static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
+                   int rank, int size, double seconds, int first_of_tp) {
+  int64_t dups = o->check ? duplicates(led, rank, size) : 0;
+  int64_t produced = first_of_tp ? vlmload_produced(l) : 0;
+  int64_t mine[4] = {led->errors, led->n, produced, led->tokens}, sum[4];
+  uint64_t d[2] = {led->digest, led->images}, dsum[2];
+  MPI_Reduce(mine, sum, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(d, dsum, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  int64_t errors = sum[0] + dups + (o->check && sum[1] != sum[2]);
+  if (errors)
+    fprintf(stderr, PROG ": %" PRId64 " samples not intact, %" PRId64
+            " consumed twice in a step, %" PRId64 " consumed of %" PRId64
+            " produced\n", sum[0], dups, sum[1], sum[2]);
+  printf("{\"steps\":%" PRId64 ",\"tokens\":%" PRId64 ",\"tgs\":%.1f,"
+         "\"step_ms_mean\":%.3f,\"consumed_digest\":\"%016" PRIx64 "\","
+         "\"images_digest\":\"%016" PRIx64 "\",\"check_errors\":%" PRId64
+         "}\n", o->steps, sum[3], (double)sum[3] / seconds / (double)size,
+         1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  opts_t o;
+  if (parse_args(argc, argv, &o) < 0) return 2;
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size % o.tp) die("--tp must divide the number of ranks");
+  o.cfg.slot = (int32_t)(rank / o.tp);
+  o.cfg.slots = (int32_t)(size / o.tp);
+  if (rank != o.fault_rank) o.cfg.fault_pack = 0;
+  char err[256] = "";
+  vlmload_t *l = vlmload_open(&o.cfg, err, sizeof err);
+  if (!l) die(err);
+  static float grad[GRAD_FLOATS];
+  ledger_t led = {0};
+  int first_of_tp = rank % o.tp == 0;
+  double t0 = dpshim__tool_now_s();
+  for (int64_t s = 0; s < o.steps; s++)
+    step(l, &led, &o, s, first_of_tp, grad);
+  report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
+  free(led.ids);
+  vlmload_close(l);
+  MPI_Finalize();
+  return 0;
+}
