@@ -331,8 +331,45 @@ static double cap_ratio(dpshim__balancer_t *b, const dpshim__layout_t *l,
   return dpshim__policy_cap_ratio(b->cfg.cap_ratio, rows, b->size, tokens);
 }
 
+/* The field with its own offsets whose rows fill the group's buffers most
+ * (image rows, as a rule), or -1 when none holds a row. The solver caps its
+ * rows per rank at each rank's capacity; plan_fits checks the others. */
+static int32_t binding_rows_field(const dpshim__balancer_t *b,
+                                  const dpshim__layout_t *l, int64_t n) {
+  int32_t best = -1;
+  double best_fill = 0;
+  for (int32_t f = 0; f < l->nfields; f++) {
+    if (l->kind[f] != DPSHIM__ROWS_OWN) continue;
+    double used = 0, room = 0;
+    for (int64_t i = 0; i < n; i++)
+      used += (double)dpshim__meta_rows(
+          l, f, b->meta + (size_t)i * (size_t)l->width);
+    for (int32_t r = 0; r < b->size; r++)
+      room += (double)b->headers[r].capacity_rows[f];
+    double fill = room > 0 ? used / room : 0;
+    if (used > 0 && fill > best_fill) best = f, best_fill = fill;
+  }
+  return best;
+}
+
+/* Each sample's rows of field f, and each rank's room for them in
+ * b->room (free until plan_fits). */
+static const int64_t *rows_caps(dpshim__balancer_t *b,
+                                const dpshim__layout_t *l, int64_t n) {
+  int32_t f = binding_rows_field(b, l, n);
+  for (int64_t i = 0; i < n; i++)
+    b->samples[i].rows =
+        f < 0 ? 0
+              : dpshim__meta_rows(l, f, b->meta + (size_t)i * (size_t)l->width);
+  if (f < 0) return NULL;
+  for (int32_t r = 0; r < b->size; r++)
+    b->room[r] = b->headers[r].capacity_rows[f];
+  return b->room;
+}
+
 static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
                  int64_t tokens, char *msg) {
+  const int64_t *rows_cap = rows_caps(b, l, n);
   dpshim_plan_input_t in = {
       .ranks = b->size,
       .nsamples = n,
@@ -343,6 +380,8 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .cap_ratio = cap_ratio(b, l, tokens),
       .threshold = b->cfg.threshold,
       .algo = b->cfg.algo,
+      .rows_cap = rows_cap,
+      .rows_cap_len = rows_cap ? b->size : 0,
   };
   int rc = dpshim_plan_solve(&in, &b->plan);
   if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);

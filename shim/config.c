@@ -345,7 +345,7 @@ static const row_t rows[] = {
      parse_threshold, format_threshold},
     {{DPSHIM_ENV_VERBOSE, "0", BOOL_TEXT, "--dp-balance-verbose"},
      parse_verbose, format_verbose},
-    {{DPSHIM_ENV_SOLVER, "default", "'default', 'seed', 'kk' or 'none'", NULL},
+    {{DPSHIM_ENV_SOLVER, "default", "'default', 'seed', 'kk', 'kk-cap' or 'none'", NULL},
      parse_algo, format_algo},
     {{DPSHIM_ENV_FIT, "ranks", "'ranks' or 'seed'", NULL}, parse_fit,
      format_fit},

@@ -730,14 +730,36 @@ Test(shim_balance, generous_two_heavy_applies) {
   inst_free(x);
 }
 
-Test(shim_balance, own_offsets_field_full_skips_capacity) {
+/* Every buffer has room for everything, but rank 1's pixels for none: the
+ * solver caps the pixel rows per rank, so it finds no plan within them
+ * that beats the original (only long samples with pixels could move). */
+Test(shim_balance, own_offsets_field_full_plans_within_it) {
   dpshim__balance_config_t cfg = base_config();
   inst_t *x = two_heavy(&cfg);
-  /* Every buffer has room for everything, but rank 1's pixels for none. */
   caps_t all = total_use(x), c[2] = {all, all};
   c[1].pixels = 0;
   inst_pack_caps(x, c);
-  run_expect_skip(x, "capacity");
+  run_expect_skip(x, "no-gain");
+  inst_free(x);
+}
+
+/* The same room, and a longer sample without pixels: moving the one with
+ * pixels would be best (max 110 against 112), but rank 1 has no pixel
+ * room, so the plan moves the other. A solver blind to the pixel rows
+ * picks the first, and its plan is skipped for capacity. */
+Test(shim_balance, own_offsets_cap_moves_what_fits) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 100, 4);
+  inst_set(x, 1, 0, 1, 110, 0);
+  inst_set(x, 1, 1, 0, 1, 0);
+  inst_set(x, 1, 1, 1, 1, 0);
+  caps_t all = total_use(x), c[2] = {all, all};
+  c[1].pixels = 0;
+  inst_pack_caps(x, c);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert_eq(x->rep[0].applied, 1, "skipped: %s", x->rep[0].skip_reason);
   inst_free(x);
 }
 
