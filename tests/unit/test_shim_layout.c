@@ -90,7 +90,7 @@ Test(shim_layout, internvl_finish_counts_the_tiles) {
   cr_assert_eq(b.ntiles, 3);
 }
 
-/* ---- Qwen ----------------------------------------------------------------- */
+/* ---- Qwen ---------------------------------------------------------------- */
 
 /* Sample 0: two images (2x2x4 = 16 rows, 4 pads; 1x2x2 = 4 rows, 1 pad);
  * sample 1: text only; sample 2: one image (1x2x4, 2 pads) and a video

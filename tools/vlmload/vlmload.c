@@ -65,7 +65,7 @@ vlmload_config_t vlmload_config_default(vlmload_layout_t layout) {
                             .max_side = 64, .headroom = 2.0, .slots = 1};
 }
 
-/* ---- open / close ---------------------------------------------------------- */
+/* ---- open / close -------------------------------------------------------- */
 
 static int fail(char *err, size_t len, const char *msg) {
   if (err && len) snprintf(err, len, "vlmload: %s", msg);
@@ -193,7 +193,7 @@ void vlmload_close(vlmload_t *l) {
   free(l);
 }
 
-/* ---- packing ------------------------------------------------------------------ */
+/* ---- packing ------------------------------------------------------------- */
 
 /* Where sample i's content goes: after the samples before it. The counts
  * so far say where. */
@@ -219,6 +219,16 @@ static vlm_sample_out_t out_at(const vlmload_config_t *cfg, vlm_batch_t *b,
   return o;
 }
 
+/* Patch rows of a medium's grids. */
+static int64_t grid_rows(const vlm_qwen_media_t *m) {
+  int64_t rows = 0;
+  for (int32_t k = 0; k < m->count; k++) {
+    const int32_t *g = m->grid_thw + 3 * (size_t)k;
+    rows += (int64_t)g[0] * g[1] * g[2];
+  }
+  return rows;
+}
+
 /* Rows and grid rows the batch holds now. */
 static void counts(const vlm_batch_t *b, int64_t *rows, int32_t *grids,
                    int64_t *video_rows, int32_t *video_grids) {
@@ -229,12 +239,8 @@ static void counts(const vlm_batch_t *b, int64_t *rows, int32_t *grids,
   if (b->layout == VLMLOAD_INTERNVL) return;
   *grids = q->images.count;
   *video_grids = q->videos.count;
-  for (int32_t k = 0; k < q->images.count; k++)
-    *rows += (int64_t)q->images.grid_thw[3 * k] * q->images.grid_thw[3 * k + 1] *
-             q->images.grid_thw[3 * k + 2];
-  for (int32_t k = 0; k < q->videos.count; k++)
-    *video_rows += (int64_t)q->videos.grid_thw[3 * k] *
-                   q->videos.grid_thw[3 * k + 1] * q->videos.grid_thw[3 * k + 2];
+  *rows = grid_rows(&q->images);
+  *video_rows = grid_rows(&q->videos);
 }
 
 static void place(vlmload_t *l, uint64_t id, const vlm_shape_t *s) {
@@ -311,7 +317,7 @@ vlm_batch_t *vlmload_next(vlmload_t *l) {
   return &l->batch;
 }
 
-/* ---- checking ------------------------------------------------------------------ */
+/* ---- checking ------------------------------------------------------------ */
 
 /* A sample is checked by writing it again into scratch and comparing. */
 static int same(const void *a, const void *b, size_t bytes) {

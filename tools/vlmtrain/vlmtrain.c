@@ -56,7 +56,7 @@ static void die(const char *what) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-/* ---- options ---------------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------- */
 
 static int usage(const char *bad) {
   fprintf(stderr, PROG ": %s\nusage: mpirun -np N " PROG " --layout "
@@ -69,36 +69,49 @@ static int usage(const char *bad) {
   return -1;
 }
 
-static int set_int(const char *v, int64_t lo, int64_t hi, int64_t *out) {
-  return v ? cli_int(v, lo, hi, out) : -1;
+/* The numeric options: each writes one int32, int64 or double. */
+typedef struct option {
+  const char *name;
+  double lo, hi;
+  int32_t *i32;
+  int64_t *i64;
+  double *dbl;
+} option_t;
+
+static int set(const option_t *op, const char *v) {
+  int64_t x;
+  if (!v) return -1;
+  if (op->dbl) return cli_double(v, op->lo, op->hi, op->dbl);
+  if (cli_int(v, (int64_t)op->lo, (int64_t)op->hi, &x) < 0) return -1;
+  if (op->i32) *op->i32 = (int32_t)x;
+  else *op->i64 = x;
+  return 0;
 }
 
 /* One option with its value; -1 when it is unknown or its value bad. */
 static int parse_one(opts_t *o, const char *name, const char *v) {
   vlmload_config_t *c = &o->cfg;
-  int64_t x = 0;
-  double d = 0;
-  int rc = -1;
-  if (!strcmp(name, "--layout")) return v ? vlmload_layout_from_name(v, &c->layout) : -1;
-  if (!strcmp(name, "--steps")) return set_int(v, 1, 1 << 20, &o->steps);
-  if (!strcmp(name, "--micro-batches")) return set_int(v, 1, 64, &o->micro);
-  if (!strcmp(name, "--tp")) return set_int(v, 1, 1024, &o->tp);
-  if (!strcmp(name, "--time-scale"))
-    return v ? cli_double(v, 0, 1e6, &o->time_scale) : -1;
-  if (!strcmp(name, "--image-fraction") || !strcmp(name, "--video-fraction")) {
-    rc = v ? cli_double(v, 0, 1, &d) : -1;
-    *(name[2] == 'i' ? &c->image_fraction : &c->video_fraction) = d;
-    return rc;
-  }
-  if (!strcmp(name, "--seed")) rc = set_int(v, 0, INT64_MAX, &x), c->seed = (uint64_t)x;
-  else if (!strcmp(name, "--pack-tokens")) rc = set_int(v, 256, 1 << 24, &x), c->pack_tokens = x;
-  else if (!strcmp(name, "--tile-size")) rc = set_int(v, 1, 1024, &x), c->tile_size = (int32_t)x;
-  else if (!strcmp(name, "--num-image-token")) rc = set_int(v, 1, 1 << 16, &x), c->num_image_token = (int32_t)x;
-  else if (!strcmp(name, "--max-side")) rc = set_int(v, 8, 1024, &x), c->max_side = (int32_t)x;
-  else if (!strcmp(name, "--max-images")) rc = set_int(v, 1, 16, &x), c->max_images = (int32_t)x;
-  else if (!strcmp(name, "--fault-pack")) rc = set_int(v, 0, INT64_MAX, &x), c->fault_pack = x;
-  else if (!strcmp(name, "--fault-rank")) rc = set_int(v, -1, 1 << 20, &o->fault_rank);
-  return rc;
+  const option_t table[] = {
+      {"--steps", 1, 1 << 20, NULL, &o->steps, NULL},
+      {"--micro-batches", 1, 64, NULL, &o->micro, NULL},
+      {"--tp", 1, 1024, NULL, &o->tp, NULL},
+      {"--time-scale", 0, 1e6, NULL, NULL, &o->time_scale},
+      {"--seed", 0, 9e15, NULL, (int64_t *)&c->seed, NULL},
+      {"--pack-tokens", 256, 1 << 24, NULL, &c->pack_tokens, NULL},
+      {"--tile-size", 1, 1024, &c->tile_size, NULL, NULL},
+      {"--num-image-token", 1, 1 << 16, &c->num_image_token, NULL, NULL},
+      {"--max-side", 8, 1024, &c->max_side, NULL, NULL},
+      {"--max-images", 1, 16, &c->max_images, NULL, NULL},
+      {"--image-fraction", 0, 1, NULL, NULL, &c->image_fraction},
+      {"--video-fraction", 0, 1, NULL, NULL, &c->video_fraction},
+      {"--fault-pack", 0, 9e15, NULL, &c->fault_pack, NULL},
+      {"--fault-rank", -1, 1 << 20, NULL, &o->fault_rank, NULL},
+  };
+  if (!strcmp(name, "--layout"))
+    return v ? vlmload_layout_from_name(v, &c->layout) : -1;
+  for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+    if (!strcmp(name, table[k].name)) return set(&table[k], v);
+  return -1;
 }
 
 static int parse_args(int argc, char **argv, opts_t *o) {
@@ -129,7 +142,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   return 0;
 }
 
-/* ---- what a pack holds, per sample ------------------------------------------ */
+/* ---- what a pack holds, per sample --------------------------------------- */
 
 static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
@@ -180,10 +193,10 @@ static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c,
   int32_t t0 = b->cu_lengths[i], t1 = b->cu_lengths[i + 1];
   if (b->layout != VLMLOAD_INTERNVL) {
     const vlm_qwen_t *q = &b->qwen;
-    uint64_t h = qwen_media_hash(
-        &q->images, count(q->tokens, t0, t1, VLMLOAD_QWEN_IMAGE_PAD), 0, c, vit);
-    return h ^ mix64(qwen_media_hash(
-        &q->videos, count(q->tokens, t0, t1, VLMLOAD_QWEN_VIDEO_PAD), 1, c, vit));
+    int64_t ipads = count(q->tokens, t0, t1, VLMLOAD_QWEN_IMAGE_PAD);
+    int64_t vpads = count(q->tokens, t0, t1, VLMLOAD_QWEN_VIDEO_PAD);
+    uint64_t h = qwen_media_hash(&q->images, ipads, 0, c, vit);
+    return h ^ mix64(qwen_media_hash(&q->videos, vpads, 1, c, vit));
   }
   const vlm_internvl_t *v = &b->internvl;
   int64_t ctx = count(v->tokens, t0, t1, VLMLOAD_INTERNVL_CONTEXT);
@@ -210,7 +223,7 @@ static uint64_t tokens_hash(const vlm_batch_t *b, int32_t i) {
   return hash(h, lab + t0, n * sizeof *lab);
 }
 
-/* ---- a step --------------------------------------------------------------------- */
+/* ---- a step -------------------------------------------------------------- */
 
 static void remember(ledger_t *led, int64_t step, uint64_t key) {
   if (led->n == led->cap) {
@@ -255,7 +268,7 @@ static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
                 MPI_COMM_WORLD);
 }
 
-/* ---- the end: checks across ranks, one JSON line -------------------------- */
+/* ---- the end: checks across ranks, one JSON line ------------------------- */
 
 static int cmp_pair(const void *a, const void *b) {
   const uint64_t *x = a, *y = b;
