@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../stepids.h"
 #include "../timeutil.h"
 #include "myload.h"
 
@@ -160,42 +161,12 @@ static void step(myload_t *l, ledger_t *led, const opts_t *o, int64_t s,
 
 /* ---- the end: checks across ranks, one JSON line ------------------------ */
 
-static int cmp_pair(const void *a, const void *b) {
-  const uint64_t *x = a, *y = b;
-  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
-  return x[1] < y[1] ? -1 : x[1] > y[1];
-}
-
-/* (step, id) pairs seen twice over all ranks; on rank 0, else 0. */
-static int64_t count_duplicates(const ledger_t *led, int rank, int size) {
-  int mine = (int)(2 * led->n), *counts = NULL, *displs = NULL;
-  uint64_t *all = NULL;
-  int64_t total = 0, dups = 0;
-  if (rank == 0 && !(counts = malloc(2 * (size_t)size * sizeof *counts)))
-    die("out of memory");
-  MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
-    displs = counts + size;
-    for (int r = 0; r < size; r++) displs[r] = (int)total, total += counts[r];
-    if (!(all = malloc((size_t)total * sizeof *all + 1))) die("out of memory");
-  }
-  MPI_Gatherv(led->pairs, mine, MPI_UINT64_T, all, counts, displs,
-              MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
-    qsort(all, (size_t)total / 2, 2 * sizeof *all, cmp_pair);
-    for (int64_t k = 1; k < total / 2; k++)
-      dups += !cmp_pair(all + 2 * k, all + 2 * (k - 1));
-  }
-  free(all);
-  free(counts);
-  return dups;
-}
-
 /* Reduce, not Allreduce: only rank 0 prints, and an all-reduce is what a
  * balancer takes for a step's gradient sync. */
 static void report(const ledger_t *led, const myload_t *l, const opts_t *o,
                    int rank, int size) {
-  int64_t dups = count_duplicates(led, rank, size);
+  int64_t dups = stepids_duplicates(led->pairs, led->n, MPI_COMM_WORLD);
+  if (dups < 0) die("out of memory for the duplicate check");
   int64_t mine[3] = {led->errors, led->n, myload_produced(l)}, sum[3];
   uint64_t digest = 0;
   MPI_Reduce(mine, sum, 3, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
