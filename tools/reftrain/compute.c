@@ -1,21 +1,5 @@
-/* reftrain's compute step; see compute.h.
- *
- * The emulated time is a FLOP model, deliberately not a*len^2 + b*len + c:
- * flash attention works in causal 128x128 tiles (a 129-token sample costs 3
- * tiles, a 128-token one 1), each sample pays a fixed kernel cost, and every
- * pack gets ~2% log-normal noise. A balancer's fitted quadratic is then an
- * approximation, as on real hardware.
- *
- * Defaults: a 24-layer, hidden-1024 decoder with a 32000-token vocabulary
- * (~350M parameters) on an H100. Per token, fwd+bwd, the linear layers cost
- * 3 * (24 h^2 L + 2 h V) = 2.01 GFLOP; per causal tile, fwd+bwd, attention
- * costs 3.5 * 4 * 128^2 * h * L = 5.64 GFLOP (the backward pass is ~2.5x the
- * forward). At 500 TFLOP/s for matmuls and 343 TFLOP/s for attention
- * (flash attention at head dim 64 reaches ~70% of the matmul rate), the two
- * are equal per sample at len ~ 8000, the break-even of the project's
- * benchmark cost model (a = 1, b = 8000). An sft pack (32768 tokens) takes
- * ~0.13 s of linear time plus its attention.
- */
+/* reftrain's real CPU work; see compute.h. (The emulated GPU is
+ * tools/emu.) */
 #include "compute.h"
 
 #include <math.h>
@@ -25,68 +9,6 @@
 #include "../lengthgen.h"
 
 #include "mix.h"
-
-/* ---- emulate ----------------------------------------------------------- */
-
-emu_model_t emu_model_default(void) {
-  return (emu_model_t){.hidden = 1024,
-                       .layers = 24,
-                       .vocab = 32000,
-                       .matmul_flops = 500e12,
-                       .attn_flops = 343e12,
-                       .tile = 128,
-                       .sample_s = 72e-6, /* 3 us per layer */
-                       .noise_sigma = 0.02};
-}
-
-/* fwd+bwd linear FLOPs per token: QKV, output and a 4h MLP, plus the
- * logits; backward is twice forward. */
-static double linear_flops_per_token(const emu_model_t *m) {
-  double h = m->hidden;
-  return 3.0 * (24.0 * h * h * m->layers + 2.0 * h * m->vocab);
-}
-
-/* fwd+bwd attention FLOPs per tile: QK^T and PV, 2 FLOPs per MAC; flash
- * attention's backward recomputes QK^T and does 4 more, ~2.5x forward. */
-static double attn_flops_per_tile(const emu_model_t *m) {
-  return 3.5 * 4.0 * m->tile * m->tile * m->hidden * m->layers;
-}
-
-/* Causal tiles of one sample: the lower triangle of nb x nb, diagonal tiles
- * paid in full. */
-static double causal_tiles(const emu_model_t *m, int64_t len) {
-  double nb = ceil((double)len / m->tile);
-  return nb * (nb + 1.0) / 2.0;
-}
-
-double emu_pack_seconds(const emu_model_t *m, const int32_t *cu_seqlens,
-                        int32_t nsamples) {
-  double tiles = 0;
-  for (int32_t i = 0; i < nsamples; i++)
-    tiles += causal_tiles(m, cu_seqlens[i + 1] - cu_seqlens[i]);
-  double tokens = nsamples > 0 ? cu_seqlens[nsamples] : 0;
-  return tokens * linear_flops_per_token(m) / m->matmul_flops +
-         tiles * attn_flops_per_tile(m) / m->attn_flops +
-         nsamples * m->sample_s;
-}
-
-double emu_noise(const emu_model_t *m, uint64_t seed, int rank, int64_t step,
-                 int32_t micro) {
-  lengthgen_rng_t rng;
-  uint64_t k = rt_mix64(seed ^ 0x6E6F697365ull); /* apart from the loader's */
-  k = rt_mix64(k ^ (uint64_t)rank);
-  k = rt_mix64(k ^ (uint64_t)step);
-  lengthgen_seed(&rng, rt_mix64(k ^ (uint64_t)micro));
-  return exp(m->noise_sigma * lengthgen_normal(&rng));
-}
-
-/* Asymptotically tiles ~ len^2 / (2 tile^2). */
-double emu_break_even(const emu_model_t *m) {
-  double lin = linear_flops_per_token(m) / m->matmul_flops;
-  double quad = attn_flops_per_tile(m) / (2.0 * m->tile * m->tile) /
-                m->attn_flops;
-  return lin / quad;
-}
 
 /* ---- cpu --------------------------------------------------------------- */
 

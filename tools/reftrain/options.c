@@ -14,7 +14,8 @@ enum {
   OPT_STEPS = 256, OPT_MODE, OPT_PROFILE, OPT_LENGTHS, OPT_SEED, OPT_MICRO,
   OPT_TP, OPT_CP, OPT_PP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_HEADROOM,
   OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_LOADER_THREAD, OPT_IDS_OUT,
-  OPT_STATS_OUT, OPT_PREFETCH, OPT_SYNC, OPT_BUCKETS, OPT_STRAY, OPT_HELP
+  OPT_STATS_OUT, OPT_PREFETCH, OPT_SYNC, OPT_BUCKETS, OPT_STRAY, OPT_MODEL,
+  OPT_HELP
 };
 
 /* Values of the enum-valued options, in enum order. */
@@ -27,6 +28,7 @@ static const struct option longopts[] = {
     {"steps", required_argument, NULL, OPT_STEPS},
     {"mode", required_argument, NULL, OPT_MODE},
     {"profile", required_argument, NULL, OPT_PROFILE},
+    {"model", required_argument, NULL, OPT_MODEL},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"micro-batches", required_argument, NULL, OPT_MICRO},
@@ -62,6 +64,9 @@ void rt_usage(FILE *f) {
       "                      cpu: real causal attention on the CPU\n"
       "                      (default emulate)\n"
       "  --profile NAME      sft, long or fewlong (default sft)\n"
+      "  --model NAME        emulate: the model preset (default tiny; see\n"
+      "                      ../emu/emu.c): tiny, internvl2-8b, qwen2-vl-7b,\n"
+      "                      qwen2.5-vl-7b, qwen3-vl-8b\n"
       "  --lengths FILE      sample lengths, one per line (overrides the\n"
       "                      profile's distribution, keeps its pack size)\n"
       "  --pack-tokens N     tokens per pack (default: the profile's)\n"
@@ -189,6 +194,8 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
     o->profile = arg;
     return 0;
   }
+  case OPT_MODEL:
+    return emu_model_find(arg, &o->model, err, errlen) < 0 ? -1 : 0;
   case OPT_LENGTHS: o->lengths = arg; return 0;
   case OPT_IDS_OUT: o->ids_out = arg; return 0;
   case OPT_STATS_OUT: o->stats_out = arg; return 0;
@@ -247,7 +254,7 @@ static void defaults(rt_opts_t *o) {
                    .seed = 1, .micro = 1, .tp = 1, .cp = 1, .pp = 1,
                    .time_scale = 0.75, .grad_bytes = 1 << 20, .headroom = 2.0,
                    .cpu_dim = 16, .sync = RT_SYNC_ALLREDUCE, .buckets = 4,
-                   .stray = RT_STRAY_NONE};
+                   .stray = RT_STRAY_NONE, .model = emu_model_default()};
 }
 
 int rt_parse(int argc, char **argv, rt_opts_t *o, char *err, size_t errlen) {

@@ -2,6 +2,7 @@
 #ifndef REFTRAIN_OPTIONS_H
 #define REFTRAIN_OPTIONS_H
 
+#include "../emu/emu.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +45,7 @@ typedef struct rt_opts {
   int32_t buckets;    /* gradient buckets of the iallreduce modes */
   rt_stray_t stray;
   const char *ids_out, *stats_out;
+  emu_model_t model;   /* emulate: --model */
 } rt_opts_t;
 
 /* Fills *o from argv. Returns 0 to run, 1 when --help was asked, or -1 with

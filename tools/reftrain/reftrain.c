@@ -169,6 +169,13 @@ static void step(trainer_t *t, int64_t s) {
     t->led.compute_ms[s] += 1e3 * micro_batch(t, s, m);
   double t1 = dpshim__tool_now_s();
   rt_sync_grad(&t->sync, t->grad, t->ngrad);
+  /* The model's own gradient all-reduce, beyond the small real one: the
+   * same time on every rank, after it (so outside the shim's steps). */
+  if (t->o->mode == RT_EMULATE)
+    dpshim__tool_sleep_until(dpshim__tool_now_s() +
+                             t->o->time_scale *
+                                 emu_grad_seconds(&t->model, t->lay->dp,
+                                                  t->lay->tp));
   double t2 = dpshim__tool_now_s();
   /* Averaging keeps the values bounded over any number of steps. */
   float inv = 1.0f / (float)t->lay->world;
@@ -188,7 +195,7 @@ static void step(trainer_t *t, int64_t s) {
 static int trainer_init(trainer_t *t, const rt_opts_t *o,
                         const rt_layout_t *lay, packload_t *pl) {
   *t = (trainer_t){.o = o, .lay = lay, .pl = pl,
-                   .model = emu_model_default()};
+                   .model = o->model};
   bool counts = lay->tp_i == 0 && lay->cp_i == 0 && lay->pp_i == 0;
   if (ledger_init(&t->led, o->steps, counts, o->ids_out || o->check,
                   o->check) < 0)

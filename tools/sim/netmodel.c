@@ -64,8 +64,11 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
   sim_price_t p;
   p.shim_s = shim_seconds(n, ranks, s);
+  /* The real all-reduce of reftrain's small buffer, then the model's own
+   * gradient sync, which reftrain sleeps after it. */
   p.allreduce_s = allreduce(n, world, (double)c->grad_bytes) +
-                  n->serial_s * world;
+                  n->serial_s * world +
+                  c->time_scale * emu_grad_seconds(&c->model, ranks, c->tp);
   p.step_s = s->compute_max_s + p.shim_s + p.allreduce_s;
   return p;
 }

@@ -15,13 +15,14 @@ enum {
   OPT_WARMUP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_TP, OPT_MICRO, OPT_LATENCY,
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
-  OPT_CALIBRATE, OPT_HELP
+  OPT_CALIBRATE, OPT_MODEL, OPT_HELP
 };
 
 static const struct option longopts[] = {
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"algos", required_argument, NULL, OPT_ALGOS},
     {"profile", required_argument, NULL, OPT_PROFILE},
+    {"model", required_argument, NULL, OPT_MODEL},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -57,6 +58,7 @@ static void usage(void) {
 "  --ranks N,N,...       DP sizes, 1..65536 [4,8,16,...,4096]\n"
 "  --algos LIST          none (no shim), seed, default, kk [none,seed,default]\n"
 "  --profile NAME        sft, long, fewlong [long]\n"
+"  --model NAME          the emulated GPU's preset, as reftrain's [tiny]\n"
 "  --lengths FILE        lengths, one per line (keeps the profile's pack)\n"
 "  --seed S              run seed [1]\n"
 "  --steps N             measured steps, after the warm-up [20]\n"
@@ -184,6 +186,10 @@ static int apply_workload(int code, const char *opt, const char *arg,
   case OPT_RANKS: parse_ranks(opt, arg, o); return 1;
   case OPT_ALGOS: parse_algos(opt, arg, o); return 1;
   case OPT_PROFILE: parse_profile(opt, arg, o); return 1;
+  case OPT_MODEL:
+    if (emu_model_find(arg, &c->model, NULL, 0) < 0)
+      bad(opt, emu_model_names(), arg);
+    return 1;
   case OPT_LENGTHS:
     check_lengths(opt, arg);
     c->lengths = arg;
@@ -263,7 +269,8 @@ static void defaults(sim_options_t *o) {
   o->cfg = (sim_config_t){.profile = "long", .seed = 1, .time_scale = 1.0,
                           .grad_bytes = 1 << 20, .tp = 1, .micro = 1,
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
-                          .threshold = 0.2, .headroom = 2.0, .solve_reps = 3};
+                          .threshold = 0.2, .headroom = 2.0, .solve_reps = 3,
+                          .model = emu_model_default()};
   o->net = sim_net_default();
   parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);
   parse_algos("algos", "none,seed,default", o);

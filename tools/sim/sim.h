@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../emu/emu.h"
 #include "dpshim/solver.h"
 
 #define SIM_PROG "dpshim-sim"
@@ -67,6 +68,7 @@ typedef struct sim_config {
   double threshold;    /* the shim's DPSHIM_TRIGGER_THRESHOLD */
   double headroom;     /* loader capacity / pack, as reftrain's --headroom */
   int solve_reps;      /* timed solves per hand-off; the median counts */
+  emu_model_t model;   /* the emulated GPU's preset (--model) */
 } sim_config_t;
 
 /* "none" runs without the shim (as the demo's baseline); the others run the

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../lengthgen.h"
-#include "../reftrain/compute.h"
+#include "../emu/emu.h"
 #include "packload.h"
 #include "sim.h"
 
@@ -100,11 +100,11 @@ static int arrange(const lens_t *all, const int64_t *count, int32_t slots,
 
 /* reftrain's emulated seconds of each sample alone: a pack's time is the sum
  * of its samples' (tiles, tokens and the per-sample cost all add up). */
-static void sample_seconds(sim_workload_t *w) {
-  emu_model_t m = emu_model_default();
+static void sample_seconds(const sim_config_t *c, sim_workload_t *w) {
+  const emu_model_t *m = &c->model;
   for (int64_t i = 0; i < w->first[w->handoffs]; i++) {
     int32_t cu[2] = {0, (int32_t)w->len[i]};
-    w->seconds[i] = emu_pack_seconds(&m, cu, 1);
+    w->seconds[i] = emu_pack_seconds(m, cu, 1);
   }
 }
 
@@ -128,7 +128,7 @@ int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
     sim_workload_free(w);
     return -1;
   }
-  sample_seconds(w);
+  sample_seconds(c, w);
   return 0;
 }
 
@@ -142,6 +142,5 @@ void sim_workload_free(sim_workload_t *w) {
 
 double sim_noise(const sim_config_t *c, int32_t rank, int64_t step,
                  int32_t micro) {
-  emu_model_t m = emu_model_default();
-  return emu_noise(&m, c->seed, rank, step, micro);
+  return emu_noise(&c->model, c->seed, rank, step, micro);
 }

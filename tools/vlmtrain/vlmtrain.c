@@ -3,8 +3,9 @@
  *
  * Each step: --micro-batches packs through vlmload_next() (a call into
  * another shared object, which libdpshim.so interposes), an emulated
- * compute per pack (attention len^2 per sample, linear work per token, the
- * vision encoder per image row), then a gradient MPI_Allreduce. Ranks are
+ * compute per pack (the --model preset's LLM and vision encoder on the
+ * emulated GPU of tools/emu, 1/tp of it per rank), then a gradient
+ * MPI_Allreduce and the preset's modelled gradient sync. Ranks are
  * Megatron-ordered: the --tp ranks of a tensor-parallel group (consecutive)
  * read the same data. At the end rank 0 prints one JSON line:
  *
@@ -26,21 +27,17 @@
 #include <string.h>
 
 #include "../cli.h"
+#include "../emu/emu.h"
 #include "../stepids.h"
 #include "../timeutil.h"
 #include "vlmload.h"
 
 #define PROG "vlmtrain"
 #define GRAD_FLOATS 4096
-/* Emulated cost units (seconds = units * SECONDS_PER_UNIT * time scale):
- * attention len^2, linear 8000 per token (attention = linear at 8000), the
- * ViT's rows^2 + 4000 per row per image. */
-#define LINEAR_COST 8000.0
-#define VIT_LINEAR_COST 4000.0
-#define SECONDS_PER_UNIT 3e-11
 
 typedef struct opts {
   vlmload_config_t cfg;
+  emu_model_t model; /* --model: the emulated GPU's preset */
   int64_t steps, micro, tp, check;
   int64_t fault_rank; /* the rank whose loader breaks --fault-pack */
   double time_scale;
@@ -61,7 +58,8 @@ static void die(const char *what) {
 
 static int usage(const char *bad) {
   fprintf(stderr, PROG ": %s\nusage: mpirun -np N " PROG " --layout "
-          "internvl|qwen2vl|qwen3vl [--steps N] [--seed N] [--micro-batches N]"
+          "internvl|qwen2vl|qwen3vl [--model NAME] [--steps N] [--seed N] "
+          "[--micro-batches N]"
           " [--tp N] [--check] [--time-scale X] [--pack-tokens N] "
           "[--tile-size S] [--num-image-token N] [--max-side N] "
           "[--image-fraction X] [--video-fraction X] [--max-images N] "
@@ -110,6 +108,8 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
   };
   if (!strcmp(name, "--layout"))
     return v ? vlmload_layout_from_name(v, &c->layout) : -1;
+  if (!strcmp(name, "--model"))
+    return v ? emu_model_find(v, &o->model, NULL, 0) : -1;
   for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
     if (!strcmp(name, table[k].name)) return set(&table[k], v);
   return -1;
@@ -128,6 +128,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
   if (!have_layout) return usage("--layout is required");
   o->cfg = vlmload_config_default(layout);
+  o->model = emu_model_default();
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--check")) {
       o->check = 1;
@@ -170,10 +171,12 @@ static int64_t count(const int64_t *tok, int32_t from, int32_t to,
 typedef struct cursor {
   int64_t tile, rows[2];
   int32_t grid[2];
+  const emu_model_t *model;
+  double vit_s; /* the encoder's modelled seconds for what was walked */
 } cursor_t;
 
 static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
-                                int k, cursor_t *c, double *vit) {
+                                int k, cursor_t *c) {
   uint64_t h = 1469598103934665603ull;
   while (pads > 0 && c->grid[k] < m->count) {
     const int32_t *g = m->grid_thw + 3 * (size_t)c->grid[k];
@@ -181,7 +184,7 @@ static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
     h = hash(h, g, 3 * sizeof *g);
     h = hash(h, m->rows + (size_t)c->rows[k] * VLMLOAD_QWEN_ROW,
              (size_t)rows * VLMLOAD_QWEN_ROW * sizeof(float));
-    *vit += (double)rows * (double)rows + VIT_LINEAR_COST * (double)rows;
+    c->vit_s += emu_vit_seconds(c->model, g[0], g[1], g[2]);
     pads -= rows / (VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE);
     c->rows[k] += rows;
     c->grid[k]++;
@@ -189,15 +192,14 @@ static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
   return h;
 }
 
-static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c,
-                           double *vit) {
+static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c) {
   int32_t t0 = b->cu_lengths[i], t1 = b->cu_lengths[i + 1];
   if (b->layout != VLMLOAD_INTERNVL) {
     const vlm_qwen_t *q = &b->qwen;
     int64_t ipads = count(q->tokens, t0, t1, VLMLOAD_QWEN_IMAGE_PAD);
     int64_t vpads = count(q->tokens, t0, t1, VLMLOAD_QWEN_VIDEO_PAD);
-    uint64_t h = qwen_media_hash(&q->images, ipads, 0, c, vit);
-    return h ^ mix64(qwen_media_hash(&q->videos, vpads, 1, c, vit));
+    uint64_t h = qwen_media_hash(&q->images, ipads, 0, c);
+    return h ^ mix64(qwen_media_hash(&q->videos, vpads, 1, c));
   }
   const vlm_internvl_t *v = &b->internvl;
   int64_t ctx = count(v->tokens, t0, t1, VLMLOAD_INTERNVL_CONTEXT);
@@ -207,8 +209,8 @@ static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c,
                     (size_t)tiles * sizeof *v->image_flags);
   h = hash(h, v->imgs + (size_t)c->tile * per,
            (size_t)tiles * per * sizeof(float));
-  double rows = ctx ? (double)ctx : 0; /* patches after the pixel shuffle */
-  *vit += rows * rows / (double)(tiles ? tiles : 1) + VIT_LINEAR_COST * rows;
+  /* The dummy tile is encoded too (and its embedding dropped). */
+  c->vit_s += emu_vit_seconds(c->model, (int32_t)tiles, 0, 0);
   c->tile += tiles;
   return h;
 }
@@ -237,36 +239,47 @@ static void remember(ledger_t *led, int64_t step, uint64_t key) {
   led->n++;
 }
 
-/* Consumes a pack; returns its emulated compute in seconds. */
+/* Consumes a pack; returns its emulated compute in seconds: the LLM's and
+ * the vision encoder's, this rank's 1/tp of them, with the emulator's noise
+ * per (rank, step, micro-batch). */
 static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
-                      const opts_t *o, int64_t step, int first_of_tp) {
-  cursor_t c = {0};
-  double units = 0;
+                      const opts_t *o, int64_t step, int64_t micro,
+                      int rank, int first_of_tp) {
+  cursor_t c = {.model = &o->model};
   if (o->check) led->errors += vlmload_check(l, b);
   for (int32_t i = 0; i < b->nsamples; i++) {
-    double len = b->cu_lengths[i + 1] - b->cu_lengths[i], vit = 0;
+    double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
     uint64_t where = mix64(b->keys[i] ^ mix64((uint64_t)step));
-    uint64_t media = media_hash(b, i, &c, &vit);
-    units += len * len + LINEAR_COST * len + vit;
+    uint64_t media = media_hash(b, i, &c);
     if (!first_of_tp) continue; /* TP peers hold the same samples */
     led->digest += mix64(tokens_hash(b, i) ^ where);
     led->images += mix64(media ^ where);
     led->tokens += (int64_t)len;
     if (o->check) remember(led, step, b->keys[i]);
   }
-  return units * SECONDS_PER_UNIT * o->time_scale / (double)o->tp;
+  double s = emu_pack_seconds(&o->model, b->cu_lengths, b->nsamples) +
+             c.vit_s;
+  double noise = emu_noise(&o->model, o->cfg.seed, rank, step, (int32_t)micro);
+  return s * noise * o->time_scale / (double)o->tp;
 }
 
 static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
-                 int first_of_tp, float *grad) {
+                 int rank, int size, float *grad) {
   for (int64_t m = 0; m < o->micro; m++) {
     vlm_batch_t *b = vlmload_next(l);
     double t = dpshim__tool_now_s();
     if (!b) die("vlmload_next returned no batch");
-    dpshim__tool_sleep_until(t + consume(led, l, b, o, s, first_of_tp));
+    double compute = consume(led, l, b, o, s, m, rank, rank % o->tp == 0);
+    dpshim__tool_sleep_until(t + compute);
   }
   MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
                 MPI_COMM_WORLD);
+  /* The model's own gradient all-reduce, beyond this small real one: the
+   * same time on every rank, after it (so outside the shim's steps). */
+  int32_t dp = (int32_t)(size / o->tp);
+  dpshim__tool_sleep_until(dpshim__tool_now_s() +
+                           o->time_scale *
+                               emu_grad_seconds(&o->model, dp, (int32_t)o->tp));
 }
 
 /* ---- the end: checks across ranks, one JSON line ------------------------- */
@@ -315,8 +328,7 @@ int main(int argc, char **argv) {
   ledger_t led = {0};
   int first_of_tp = rank % o.tp == 0;
   double t0 = dpshim__tool_now_s();
-  for (int64_t s = 0; s < o.steps; s++)
-    step(l, &led, &o, s, first_of_tp, grad);
+  for (int64_t s = 0; s < o.steps; s++) step(l, &led, &o, s, rank, size, grad);
   report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
   free(led.ids);
   vlmload_close(l);
