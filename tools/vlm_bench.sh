@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The VLM layouts under a realistic model preset: vlmtrain without the shim,
+# with the original's solver (seed) and with dpshim's (default), on the same
+# data, in one run; prints TGS and its gain, and from DPSHIM_LOG the time in
+# the sync collective (straggler wait) and the bytes moved per balanced
+# step. The shim's run with DPSHIM_SOLVER=none (gather and solve, move
+# nothing) gives the wait before balancing. Builds nothing:
+#
+#   ninja -C build tools/vlmtrain/vlmtrain shim/libdpshim.so
+#   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
+#                      [--tp N] [--steps N] [--time-scale X] [-- vlmtrain args]
+set -euo pipefail
+
+build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
+scale=0.2 extra=()
+while (($#)); do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --layout) layout=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --tp) tp=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --time-scale) scale=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
+  esac
+done
+build=$(cd "$build" && pwd)
+train=$build/tools/vlmtrain/vlmtrain shim=$build/shim/libdpshim.so
+for f in "$train" "$shim"; do
+  [[ -e $f ]] || { echo "vlm_bench.sh: no $f; build it first" >&2; exit 2; }
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+args=(--layout "$layout" --model "$model" --tp "$tp" --steps "$steps"
+      --time-scale "$scale" --pack-tokens 8192 --max-side 32 "${extra[@]}")
+mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+     -np "$ranks")
+
+# variant, solver ("" without the shim)
+run() {
+  local env=()
+  if [[ -n $2 ]]; then
+    env=(-x LD_PRELOAD="$shim" -x DPSHIM_VLM_BALANCE=1 -x DPSHIM_SOLVER="$2"
+         -x DPSHIM_TP_SIZE="$tp" -x DPSHIM_WARMUP_ITERS=2-6
+         -x DPSHIM_LOG="$out/$1.jsonl")
+  fi
+  "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" 2>"$out/$1.err" |
+    grep '^{' >"$out/$1.json" || { cat "$out/$1.err" >&2; exit 1; }
+}
+run none ""
+run measured none
+run seed seed
+run default default
+
+python3 - "$out" "$layout" "$model" "$ranks" "$tp" <<'EOF'
+import json, sys
+out, layout, model, ranks, tp = sys.argv[1:]
+def result(v):
+    return json.load(open(f"{out}/{v}.json"))
+def log(v):
+    try:
+        return [json.loads(l) for l in open(f"{out}/{v}.jsonl")]
+    except OSError:
+        return []
+def after_warmup(v):
+    return [e for e in log(v) if e["step"] > 6]
+def wait_share(v):
+    lines = after_warmup(v)
+    w = sum(sum(e["wait_ms"]) for e in lines)
+    c = sum(sum(e["compute_ms"]) + sum(e["wait_ms"]) + sum(e["shim_ms"])
+            for e in lines)
+    return 100.0 * w / c if c else float("nan")
+def mb_per_step(v):
+    lines = after_warmup(v)
+    return sum(e.get("bytes_moved", 0) for e in lines) / max(1, len(lines)) / 1e6
+base = result("none")
+print(f"vlm_bench: {layout}, {model}, {ranks} ranks (tp {tp})")
+print(f"{'variant':<9}{'TGS':>10}{'gain':>8}{'step ms':>10}"
+      f"{'sync wait':>11}{'MB/step':>9}  digests")
+same = lambda r: (r["consumed_digest"], r["images_digest"]) == \
+    (base["consumed_digest"], base["images_digest"])
+for v, label in (("none", "none"), ("seed", "seed"), ("default", "default")):
+    r = result(v)
+    wait = wait_share("measured" if v == "none" else v)
+    mb = 0.0 if v == "none" else mb_per_step(v)
+    print(f"{label:<9}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
+          f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}  "
+          f"{'same' if same(r) else 'DIFFER'}")
+print("sync wait: time in the gradient all-reduce over all ranks' step time, "
+      "after the warm-up (none: the shim with DPSHIM_SOLVER=none)")
+EOF
