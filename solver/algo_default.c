@@ -25,8 +25,11 @@
  *      is tried as the receiver. The repair adds
  *      traffic only while the plan moves under a quarter of all bytes.
  * Every step also keeps each rank within its rows cap (a hard limit: a
- * rank above one sheds samples with rows first, and a plan still above one
- * is skipped by plan.c for capacity).
+ * rank above one sheds samples with rows first; shedding skips a sample no
+ * other rank has rows room for; after placing, rows leave a rank above its
+ * cap). Under rows caps, a plan without gain or above a cap is replaced by
+ * a descent from the origins by single moves and swaps within both caps
+ * (default_rows.c); a plan still above a cap is skipped by plan.c.
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
  * property tests); the plan is applied only if it lowers the maximum load. */
@@ -59,22 +62,72 @@ static int group_by_origin(dpshim__dstate_t *s) {
   return 0;
 }
 
-static void shed_rank(dpshim__dstate_t *s, int32_t r, double max_room) {
+/* The two ranks with the most rows room. While ranks only shed, room only
+ * grows, so noting each rank that sheds keeps them exact. */
+typedef struct rows_room {
+  int64_t room[2];
+  int32_t rank[2];
+} rows_room_t;
+
+static void rows_room_note(rows_room_t *t, const dpshim__dstate_t *s,
+                           int32_t r) {
+  if (!s->ctx->rows_cap) return;
+  int64_t room = s->ctx->rows_cap[r] - s->rows[r];
+  if (t->rank[0] == r) {
+    t->room[0] = room;
+    return;
+  }
+  if (t->rank[1] == r || room > t->room[1]) {
+    t->room[1] = room;
+    t->rank[1] = r;
+  }
+  if (t->room[1] > t->room[0]) {
+    rows_room_t swapped = {{t->room[1], t->room[0]}, {t->rank[1], t->rank[0]}};
+    *t = swapped;
+  }
+}
+
+static rows_room_t rows_room_init(const dpshim__dstate_t *s) {
+  rows_room_t t = {{INT64_MIN, INT64_MIN}, {-1, -1}};
+  for (int32_t r = 0; r < s->ctx->ranks; r++) rows_room_note(&t, s, r);
+  return t;
+}
+
+/* Whether a rank but r has rows room for sample i: shedding one that fits
+ * nowhere else only sends it home again, and keeps the rank from shedding
+ * one that could have gone. */
+static int fits_elsewhere(const dpshim__dstate_t *s, const rows_room_t *t,
+                          int32_t r, int64_t i) {
+  int64_t rows = s->ctx->samples[i].rows;
+  if (!s->ctx->rows_cap || rows == 0) return 1;
+  return rows <= (t->rank[0] != r ? t->room[0] : t->room[1]);
+}
+
+static void shed_sample(dpshim__dstate_t *s, rows_room_t *t, int32_t r,
+                        int64_t i) {
+  dpshim__dstate_take(s, i);
+  rows_room_note(t, s, r);
+}
+
+static void shed_rank(dpshim__dstate_t *s, rows_room_t *t, int32_t r,
+                      double max_room) {
   const double *cost = s->ctx->cost;
   const int64_t *own = s->group + s->start[r];
   int64_t n = s->start[r + 1] - s->start[r];
   for (int64_t k = 0; k < n && s->load[r] > s->target && s->count[r] > 1; k++) {
     int64_t i = own[k];
-    if (cost[i] <= s->load[r] - s->bound && cost[i] <= max_room)
-      dpshim__dstate_take(s, i);
+    if (cost[i] <= s->load[r] - s->bound && cost[i] <= max_room &&
+        fits_elsewhere(s, t, r, i))
+      shed_sample(s, t, r, i);
   }
   /* Every sample left is larger than the excess: the cheapest one that
    * clears it overshoots least. */
   for (int64_t k = n - 1; k >= 0 && s->load[r] > s->target && s->count[r] > 1;
        k--) {
     int64_t i = own[k];
-    if (s->ctx->dest[i] == r && cost[i] >= s->load[r] - s->target)
-      dpshim__dstate_take(s, i);
+    if (s->ctx->dest[i] == r && cost[i] >= s->load[r] - s->target &&
+        fits_elsewhere(s, t, r, i))
+      shed_sample(s, t, r, i);
   }
 }
 
@@ -114,8 +167,9 @@ static void shed(dpshim__dstate_t *s) {
   double min_load = s->load[0];
   for (int32_t r = 1; r < s->ctx->ranks; r++) min_load = fmin(min_load, s->load[r]);
   double max_room = s->target - min_load;
+  rows_room_t room = rows_room_init(s);
   for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (s->load[r] > s->target) shed_rank(s, r, max_room);
+    if (s->load[r] > s->target) shed_rank(s, &room, r, max_room);
   for (int32_t r = 0; s->ctx->rows_cap && r < s->ctx->ranks; r++) shed_rows(s, r);
   for (int32_t r = 0; r < s->ctx->ranks; r++) release_fringe(s, r);
 }
@@ -172,24 +226,62 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   return 0;
 }
 
+static int shed_place_repair(dpshim__dstate_t *s) {
+  int rc = group_by_origin(s);
+  if (rc == 0) {
+    shed(s);
+    rc = dpshim__default_place(s);
+  }
+  /* A shed sample sent home finds its rows room taken when another took
+   * it meanwhile: move rows off such ranks before the repair. */
+  for (int32_t r = 0; rc == 0 && s->ctx->rows_cap && r < s->ctx->ranks; r++)
+    dpshim__dstate_fit_rows(s, r);
+  return rc == 0 ? dpshim__default_repair(s) : rc;
+}
+
+static int over_rows_caps(const dpshim__dstate_t *s) {
+  for (int32_t r = 0; r < s->ctx->ranks; r++)
+    if (dpshim__dstate_over_rows_cap(s, r)) return 1;
+  return 0;
+}
+
+/* Judge on loads summed afresh, not the running totals, whose rounding
+ * depends on the path taken. Staying put is no option when the samples as
+ * they lie exceed a rows cap: then any plan within the caps (plan.c checks
+ * it) is applied. */
+static int judge(dpshim__dstate_t *s, double before) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int32_t r = 0; r < ctx->ranks; r++) s->load[r] = ctx->history[r];
+  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
+  int gain = dpshim__max_load(s->load, ctx->ranks) < before;
+  return gain || over_rows_cap_before(ctx) ? DPSHIM_SKIP_NONE
+                                           : DPSHIM_SKIP_NO_GAIN;
+}
+
+/* Under rows caps the shed step may find nothing it can place elsewhere,
+ * or place what later overflows a cap; the repair's traffic budget then
+ * leaves no gain where one move or swap would lower the peak. So, from the
+ * origins again, the fallback descends by such steps, then repairs. (Only
+ * with rows caps: plans without them stay as they were.) */
+static int descend_from_origins(dpshim__dstate_t *s, double before) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = ctx->samples[i].origin;
+  int rc = dpshim__dstate_init(s, ctx);
+  if (rc < 0) return rc;
+  dpshim__default_descend(s, before);
+  if ((rc = dpshim__default_repair(s)) < 0) return rc;
+  return judge(s, before);
+}
+
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   dpshim__dstate_t s;
   int rc = dpshim__dstate_init(&s, ctx);
-  if (rc == 0) rc = group_by_origin(&s);
-  if (rc == 0) {
-    shed(&s);
-    rc = dpshim__default_place(&s);
-  }
-  if (rc == 0) rc = dpshim__default_repair(&s);
+  if (rc == 0) rc = shed_place_repair(&s);
   if (rc < 0) return rc;
-  /* Judge on loads summed afresh, not the running totals, whose rounding
-   * depends on the path taken. */
-  for (int32_t r = 0; r < ctx->ranks; r++) s.load[r] = ctx->history[r];
-  for (int64_t i = 0; i < ctx->nsamples; i++) s.load[ctx->dest[i]] += ctx->cost[i];
-  /* Staying put is no option when the samples as they lie exceed a rows
-   * cap: then any plan within the caps (plan.c checks it) is applied. */
   double before = dpshim__max_load(ctx->load0, ctx->ranks);
-  int gain = dpshim__max_load(s.load, ctx->ranks) < before;
-  return gain || over_rows_cap_before(ctx) ? DPSHIM_SKIP_NONE
-                                           : DPSHIM_SKIP_NO_GAIN;
+  int over = over_rows_caps(&s), reason = judge(&s, before);
+  if (!ctx->rows_cap || over_rows_cap_before(ctx) ||
+      (reason == DPSHIM_SKIP_NONE && !over))
+    return reason;
+  return descend_from_origins(&s, before);
 }

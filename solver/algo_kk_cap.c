@@ -24,45 +24,16 @@ static int64_t surplus_tokens(const dpshim__dstate_t *s, int32_t r,
   return clears >= 0 ? clears : longest;
 }
 
-/* The sample r gives up to lower its rows: the most rows per cost, which
- * disturbs kk's balance least (a sample without cost first). */
-static int64_t surplus_rows(const dpshim__dstate_t *s, int32_t r) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t best = -1;
-  for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
-    if (ctx->samples[i].rows == 0) continue;
-    if (best < 0 || (double)ctx->samples[i].rows * ctx->cost[best] >
-                        (double)ctx->samples[best].rows * ctx->cost[i])
-      best = i;
-  }
-  return best;
-}
-
-/* The least-loaded rank but `from` with room for i in both caps, or -1. */
-static int32_t least_loaded_with_room(const dpshim__dstate_t *s, int32_t from,
-                                      int64_t i) {
-  int32_t best = -1;
-  for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (r != from && (best < 0 || s->load[r] < s->load[best]) &&
-        dpshim__dstate_within_cap(s, r, s->ctx->samples[i].len) &&
-        dpshim__dstate_rows_fit(s, r, s->ctx->samples[i].rows))
-      best = r;
-  return best;
-}
-
-static int over_rows_cap(const dpshim__dstate_t *s, int32_t r) {
-  return s->ctx->rows_cap && s->rows[r] > s->ctx->rows_cap[r];
-}
-
 /* Rows first: an overflowing buffer is no option, a long pack is slow. */
 static void move_into_caps(dpshim__dstate_t *s, int32_t r) {
   while (s->count[r] > 1) {
-    int rows = over_rows_cap(s, r);
+    int rows = dpshim__dstate_over_rows_cap(s, r);
     int64_t excess = rows ? s->rows[r] - s->ctx->rows_cap[r]
                           : s->tokens[r] - s->ctx->cap;
     if (excess <= 0) return;
-    int64_t i = rows ? surplus_rows(s, r) : surplus_tokens(s, r, excess);
-    int32_t to = least_loaded_with_room(s, r, i);
+    int64_t i = rows ? dpshim__dstate_surplus_rows(s, r)
+                     : surplus_tokens(s, r, excess);
+    int32_t to = dpshim__dstate_least_loaded_with_room(s, r, i);
     if (to < 0) return;
     dpshim__dstate_relocate(s, i, to);
   }
@@ -70,7 +41,8 @@ static void move_into_caps(dpshim__dstate_t *s, int32_t r) {
 
 static int within_caps(const dpshim__dstate_t *s) {
   for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (s->tokens[r] > s->ctx->cap || over_rows_cap(s, r)) return 0;
+    if (s->tokens[r] > s->ctx->cap || dpshim__dstate_over_rows_cap(s, r))
+      return 0;
   return 1;
 }
 

@@ -136,6 +136,25 @@ static inline int dpshim__dstate_affordable(const dpshim__dstate_t *s,
          (double)(s->moved_bytes + bytes) <= DPSHIM__REPAIR_BYTES * (double)s->total_bytes;
 }
 
+/* ---- within the rows caps (default_rows.c) ----------------------------- */
+
+/* The sample with rows r gives up to lower its rows: the most rows per cost
+ * (a sample without cost first); -1 if r holds no rows. */
+int64_t dpshim__dstate_surplus_rows(const dpshim__dstate_t *s, int32_t r);
+/* The least-loaded rank but `from` with room for i in both caps, or -1. */
+int32_t dpshim__dstate_least_loaded_with_room(const dpshim__dstate_t *s,
+                                              int32_t from, int64_t i);
+int dpshim__dstate_over_rows_cap(const dpshim__dstate_t *s, int32_t r);
+/* While r is above its rows cap, it hands samples with rows to the least
+ * loaded ranks with room for them in both caps (as long as one has). */
+void dpshim__dstate_fit_rows(dpshim__dstate_t *s, int32_t r);
+
+/* default's fallback under rows caps, from the origins: while the busiest
+ * rank is at `before` or above, the move or swap of one of its samples with
+ * any rank that lowers the larger of the two loads most within both caps,
+ * whatever traffic it adds; at most one step per rank. */
+void dpshim__default_descend(dpshim__dstate_t *s, double before);
+
 /* The state of ctx->dest (every sample placed), aiming at the cap bound. */
 int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx);
 int dpshim__default_place(dpshim__dstate_t *s);
