@@ -15,10 +15,11 @@
  * problem every rank leaves its batch as it was. List every per-sample
  * array: one left out is not moved, and no longer matches the batch.
  *
- * The solver caps tokens only (DPSHIM_MAX_LEN_RATIO, and the smallest
- * token-aligned capacity). Give fields with their own offsets, and the
- * per-sample arrays, room for any batch that fits the token buffers: a plan
- * that would overflow one is skipped on every rank (reason "capacity").
+ * The solver caps tokens (DPSHIM_MAX_LEN_RATIO, and the smallest
+ * token-aligned capacity) and the rows of the field with its own offsets
+ * that is fullest over the group (image rows, as a rule) at each rank's
+ * capacity. Give the other fields room for any batch that fits those: a
+ * plan that would overflow one is skipped on every rank ("capacity").
  *
  *   dpshim_field_t f[] = {
  *     {"tokens", b->tokens, sizeof(int32_t), b->cu_seqlens, b->cap_tokens},
