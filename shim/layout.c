@@ -10,12 +10,13 @@ int64_t dpshim__layout_count(const int64_t *tokens, int32_t from, int32_t to,
   return n;
 }
 
-/* Only what the counting reads: the batch view checks the rest (offsets
- * within capacity, fields) when the batch is handed off. */
+/* What the counting reads (tokens within their buffer): the batch view
+ * checks the rest when the batch is handed off. */
 int dpshim__layout_check_tokens(const char *what, int32_t nsamples,
                                 int32_t capacity_samples,
                                 const int32_t *cu_lengths,
-                                const int64_t *tokens, char *msg, size_t len) {
+                                const int64_t *tokens, int64_t capacity_tokens,
+                                char *msg, size_t len) {
   if (nsamples < 0 || nsamples > capacity_samples) {
     snprintf(msg, len, "%s: nsamples %d, expected 0..capacity_samples (%d)",
              what, (int)nsamples, (int)capacity_samples);
@@ -37,6 +38,12 @@ int dpshim__layout_check_tokens(const char *what, int32_t nsamples,
                (int)i);
       return DPSHIM_EINVAL;
     }
+  }
+  if (cu_lengths[nsamples] > capacity_tokens) {
+    snprintf(msg, len, "%s: cu_lengths[%d] is %d, beyond capacity_tokens "
+             "(%lld)", what, (int)nsamples, (int)cu_lengths[nsamples],
+             (long long)capacity_tokens);
+    return DPSHIM_EINVAL;
   }
   return 0;
 }

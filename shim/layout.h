@@ -48,6 +48,7 @@ int64_t dpshim__layout_count(const int64_t *tokens, int32_t from, int32_t to,
 int dpshim__layout_check_tokens(const char *what, int32_t nsamples,
                                 int32_t capacity_samples,
                                 const int32_t *cu_lengths,
-                                const int64_t *tokens, char *msg, size_t len);
+                                const int64_t *tokens, int64_t capacity_tokens,
+                                char *msg, size_t len);
 
 #endif

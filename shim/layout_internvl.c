@@ -60,7 +60,8 @@ static int check_params(const dpshim_internvl_batch_t *b, char *msg,
     return DPSHIM_EINVAL;
   }
   return dpshim__layout_check_tokens(WHAT, b->nsamples, b->capacity_samples,
-                                     b->cu_lengths, b->tokens, msg, len);
+                                     b->cu_lengths, b->tokens,
+                                     b->capacity_tokens, msg, len);
 }
 
 static int tile_offsets(const dpshim_internvl_batch_t *b, int32_t *off,

@@ -110,7 +110,8 @@ int dpshim__qwen_describe(const dpshim_qwen_batch_t *b,
   if (b->merge < 1 || b->row_bytes == 0)
     return bad(msg, len, "merge and row_bytes must be >= 1");
   int rc = dpshim__layout_check_tokens(WHAT, b->nsamples, b->capacity_samples,
-                                       b->cu_lengths, b->tokens, msg, len);
+                                       b->cu_lengths, b->tokens,
+                                       b->capacity_tokens, msg, len);
   if (rc < 0) return rc;
   medium_t md[2] = {{"imgs", "image_grid_thw", &b->images},
                     {"pixel_values_videos", "video_grid_thw", &b->videos}};

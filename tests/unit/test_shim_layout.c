@@ -155,3 +155,14 @@ Test(shim_layout, qwen_odd_grid_is_named) {
   cr_assert_eq(rc, DPSHIM_EINVAL);
   cr_assert(strstr(msg, "image_grid_thw row 2"), "%s", msg);
 }
+
+/* The counting reads the tokens: offsets beyond the token buffer are
+ * refused before any is read. */
+Test(shim_layout, offsets_beyond_the_token_buffer_are_named) {
+  dpshim_qwen_batch_t b = qwen();
+  b.capacity_tokens = 12;
+  dpshim_batch_t batch;
+  cr_assert_eq(dpshim__qwen_describe(&b, &scratch, &batch, msg, sizeof msg),
+               DPSHIM_EINVAL);
+  cr_assert(strstr(msg, "capacity_tokens"), "%s", msg);
+}
