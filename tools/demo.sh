@@ -11,6 +11,8 @@
 #   tools/demo.sh --corpus DIR    lengths of the text documents under DIR
 #   tools/demo.sh --dp "4 8"      DP sizes
 #   tools/demo.sh --steps N       steps per run (warm-up is steps 2-11)
+# It ends with a VLM workload (tools/vlm_bench.sh: vlmtrain, Qwen2-VL layout,
+# qwen2-vl-7b preset, DP 8, none / seed / default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,3 +116,8 @@ build/tools/sim/dpshim-sim --profile "$profile" ${lengths:+--lengths "$lengths"}
   --png "$out/sim_tgs_vs_dp.png" 2> "$out/sim_summary.txt" > /dev/null
 cat "$out/sim_summary.txt"
 echo "wrote $out/calibration.txt, sim.json, sim_tgs_vs_dp.png"
+
+echo "== a VLM workload: the Qwen2-VL layout under the qwen2-vl-7b preset, DP 8"
+tools/vlm_bench.sh --layout qwen2vl --model qwen2-vl-7b --ranks 8 |
+  tee "$out/vlm.txt"
+echo "wrote $out/vlm.txt"
