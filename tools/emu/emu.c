@@ -29,12 +29,7 @@
 #include <string.h>
 
 #include "../lengthgen.h"
-
-static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
+#include "../mix.h"
 
 /* ---- presets ---------------------------------------------------------- */
 
@@ -183,9 +178,9 @@ double emu_grad_seconds(const emu_model_t *m, int32_t dp, int32_t tp) {
 double emu_noise(const emu_model_t *m, uint64_t seed, int rank, int64_t step,
                  int32_t micro) {
   lengthgen_rng_t rng;
-  uint64_t k = mix64(seed ^ 0x6E6F697365ull); /* apart from the loader's */
-  k = mix64(k ^ (uint64_t)rank);
-  k = mix64(k ^ (uint64_t)step);
-  lengthgen_seed(&rng, mix64(k ^ (uint64_t)micro));
+  uint64_t k = dpshim__tool_mix64(seed ^ 0x6E6F697365ull); /* apart from the loader's */
+  k = dpshim__tool_mix64(k ^ (uint64_t)rank);
+  k = dpshim__tool_mix64(k ^ (uint64_t)step);
+  lengthgen_seed(&rng, dpshim__tool_mix64(k ^ (uint64_t)micro));
   return exp(m->noise_sigma * lengthgen_normal(&rng));
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../lengthgen.h"
+#include "../mix.h"
 
 #define ID_INDEX_BITS 40
 #define ID_INDEX_MASK ((UINT64_C(1) << ID_INDEX_BITS) - 1)
@@ -53,15 +54,8 @@ struct packload {
 
 /* ---- what (seed, id) implies ------------------------------------------- */
 
-/* splitmix64's finaliser: a bijection that spreads every input bit. */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
 static uint64_t sample_key(uint64_t seed, uint64_t id) {
-  return mix64(mix64(seed) ^ id);
+  return dpshim__tool_mix64(dpshim__tool_mix64(seed) ^ id);
 }
 
 static int64_t key_length(const lengthgen_source_t *src, uint64_t key) {
@@ -72,7 +66,7 @@ static int64_t key_length(const lengthgen_source_t *src, uint64_t key) {
 
 /* One hash per position gives both its token and its loss weight. */
 static uint64_t pos_hash(uint64_t key, int64_t pos) {
-  return mix64(key + (uint64_t)(pos + 1) * 0x9E3779B97F4A7C15u);
+  return dpshim__tool_mix64(key + (uint64_t)(pos + 1) * 0x9E3779B97F4A7C15u);
 }
 
 static int32_t hash_token(uint64_t h) { return (int32_t)((h >> 32) % VOCAB); }

@@ -8,7 +8,7 @@
 
 #include "../lengthgen.h"
 
-#include "mix.h"
+#include "../mix.h"
 
 /* ---- cpu --------------------------------------------------------------- */
 
@@ -23,7 +23,7 @@ struct cpu_work {
 
 /* In [-1, 1): a fixed "embedding" of (token, which of q/k/v, component). */
 static float embed(int32_t token, int which, int32_t c) {
-  uint64_t h = rt_mix64(((uint64_t)(uint32_t)token << 24) ^
+  uint64_t h = dpshim__tool_mix64(((uint64_t)(uint32_t)token << 24) ^
                      ((uint64_t)which << 20) ^ (uint64_t)c);
   return (float)(h >> 40) * 0x1p-23f - 1.0f;
 }

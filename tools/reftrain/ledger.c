@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mix.h"
+#include "../mix.h"
 
 int ledger_init(ledger_t *l, int64_t steps, bool counts, bool keep_ids,
                 bool check) {
@@ -47,14 +47,14 @@ void ledger_free(ledger_t *l) {
  * hashes, so they must behave like independent random values or changes in
  * two samples could cancel out. */
 static uint64_t fold(uint64_t h, uint64_t v) {
-  return rt_mix64((h + 0x9E3779B97F4A7C15u) ^ v);
+  return dpshim__tool_mix64((h + 0x9E3779B97F4A7C15u) ^ v);
 }
 
 /* Hash of one sample: its id, its length and every byte of its three token
  * fields. */
 static uint64_t sample_hash(const packload_batch_t *b, int32_t i) {
   int32_t lo = b->cu_seqlens[i], hi = b->cu_seqlens[i + 1];
-  uint64_t h = fold(rt_mix64(b->sample_ids[i]), (uint64_t)(hi - lo));
+  uint64_t h = fold(dpshim__tool_mix64(b->sample_ids[i]), (uint64_t)(hi - lo));
   for (int32_t r = lo; r < hi; r++) {
     uint32_t w;
     memcpy(&w, &b->loss_weights[r], sizeof w);

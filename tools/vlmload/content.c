@@ -38,7 +38,7 @@ static void put_run(cursor_t *c, int64_t token, int64_t n) {
 
 static void put_text(cursor_t *c, int64_t n) {
   for (int64_t i = 0; i < n; i++)
-    put(c, (int64_t)(vlm__mix64(c->key + (uint64_t)c->at) % VOCAB), 1);
+    put(c, (int64_t)(dpshim__tool_mix64(c->key + (uint64_t)c->at) % VOCAB), 1);
 }
 
 static void internvl_tokens(const vlmload_config_t *cfg, cursor_t *c,
@@ -81,9 +81,9 @@ static void qwen_tokens(const vlmload_config_t *cfg, cursor_t *c,
 /* n floats in [-1, 1) with 24 significant bits (exact as floats), a stream
  * of its own for each (key, what). */
 static void fill(float *dst, size_t n, uint64_t key, uint64_t what) {
-  uint64_t z = vlm__mix64(key ^ vlm__mix64(what + 0x70697865ull)); /* "pixe" */
+  uint64_t z = dpshim__tool_mix64(key ^ dpshim__tool_mix64(what + 0x70697865ull)); /* "pixe" */
   for (size_t e = 0; e < n; e += 2) {
-    z = vlm__mix64(z + 0x9E3779B97F4A7C15u);
+    z = dpshim__tool_mix64(z + 0x9E3779B97F4A7C15u);
     dst[e] = (float)(z >> 40) * 0x1p-23f - 1.0f;
     if (e + 1 < n) dst[e + 1] = (float)((z >> 8) & 0xFFFFFF) * 0x1p-23f - 1.0f;
   }

@@ -4,6 +4,7 @@
 #define VLMLOAD_INTERNAL_H
 
 #include "../lengthgen.h"
+#include "../mix.h"
 #include "vlmload.h"
 
 #define VLM_MAX_IMAGES 16
@@ -25,7 +26,6 @@ typedef struct vlm_shape {
 } vlm_shape_t;
 
 /* ---- shape.c ---- */
-uint64_t vlm__mix64(uint64_t z); /* splitmix64's finaliser */
 uint64_t vlm__key(uint64_t seed, uint64_t id);
 /* What (seed, id) implies; len <= cfg->pack_tokens. */
 void vlm__shape(const vlmload_config_t *cfg, uint64_t key, vlm_shape_t *s);

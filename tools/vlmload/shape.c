@@ -4,14 +4,8 @@
 
 #include "internal.h"
 
-uint64_t vlm__mix64(uint64_t z) { /* splitmix64's finaliser */
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
 uint64_t vlm__key(uint64_t seed, uint64_t id) {
-  return vlm__mix64(vlm__mix64(seed) ^ id);
+  return dpshim__tool_mix64(dpshim__tool_mix64(seed) ^ id);
 }
 
 /* Pareto(alpha) on [1, max], as an integer: most 1-2, a few at max. */

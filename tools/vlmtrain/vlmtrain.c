@@ -28,6 +28,7 @@
 
 #include "../cli.h"
 #include "../emu/emu.h"
+#include "../mix.h"
 #include "../stepids.h"
 #include "../timeutil.h"
 #include "vlmload.h"
@@ -146,12 +147,6 @@ static int parse_args(int argc, char **argv, opts_t *o) {
 
 /* ---- what a pack holds, per sample --------------------------------------- */
 
-static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser */
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
 static uint64_t hash(uint64_t h, const void *p, size_t n) { /* FNV-1a */
   const unsigned char *c = p;
   for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
@@ -199,7 +194,7 @@ static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c) {
     int64_t ipads = count(q->tokens, t0, t1, VLMLOAD_QWEN_IMAGE_PAD);
     int64_t vpads = count(q->tokens, t0, t1, VLMLOAD_QWEN_VIDEO_PAD);
     uint64_t h = qwen_media_hash(&q->images, ipads, 0, c);
-    return h ^ mix64(qwen_media_hash(&q->videos, vpads, 1, c));
+    return h ^ dpshim__tool_mix64(qwen_media_hash(&q->videos, vpads, 1, c));
   }
   const vlm_internvl_t *v = &b->internvl;
   int64_t ctx = count(v->tokens, t0, t1, VLMLOAD_INTERNVL_CONTEXT);
@@ -249,11 +244,11 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
   if (o->check) led->errors += vlmload_check(l, b);
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
-    uint64_t where = mix64(b->keys[i] ^ mix64((uint64_t)step));
+    uint64_t where = dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
     uint64_t media = media_hash(b, i, &c);
     if (!first_of_tp) continue; /* TP peers hold the same samples */
-    led->digest += mix64(tokens_hash(b, i) ^ where);
-    led->images += mix64(media ^ where);
+    led->digest += dpshim__tool_mix64(tokens_hash(b, i) ^ where);
+    led->images += dpshim__tool_mix64(media ^ where);
     led->tokens += (int64_t)len;
     if (o->check) remember(led, step, b->keys[i]);
   }
