@@ -128,7 +128,7 @@ double emu_break_even(const emu_model_t *m) {
  * windows in most of Qwen2.5-VL's layers, frames in Qwen3-VL's. */
 static double vit_pairs(const emu_vit_t *v, int32_t t, int32_t h, int32_t w) {
   double frame = (double)h * w, all = (double)t * frame;
-  if (v->tile_patches > 0) /* InternVL: t tiles apart */
+  if (h == 0 || w == 0) /* InternVL: t tiles apart */
     return v->layers * t * v->tile_patches * v->tile_patches;
   switch (v->attention) {
   case EMU_VIT_WINDOWED: {
@@ -146,8 +146,8 @@ static double vit_pairs(const emu_vit_t *v, int32_t t, int32_t h, int32_t w) {
 double emu_vit_seconds(const emu_model_t *m, int32_t t, int32_t h,
                        int32_t w) {
   const emu_vit_t *v = &m->vit;
-  double patches = v->tile_patches > 0 ? (double)t * v->tile_patches
-                                       : (double)t * h * w;
+  double patches = h == 0 || w == 0 ? (double)t * v->tile_patches
+                                      : (double)t * h * w;
   double linear = 3.0 * 2.0 * v->layers *
                   (4.0 * v->hidden * v->hidden +
                    v->mlp_mats * v->hidden * v->ffn);

@@ -19,7 +19,7 @@ typedef struct emu_vit {
   emu_vit_attention_t attention;
   double window;      /* windowed: patches per window */
   double full_layers; /* windowed: layers with full attention */
-  double tile_patches; /* InternVL: patches of one tile */
+  double tile_patches; /* patches of one tile (InternVL's layout) */
 } emu_vit_t;
 
 typedef struct emu_model {
@@ -48,7 +48,8 @@ const char *emu_model_names(void);
 double emu_pack_seconds(const emu_model_t *m, const int32_t *cu_seqlens,
                         int32_t nsamples);
 /* Modelled seconds of the vision encoder, fwd+bwd, for one image or video
- * of t x h x w patches (InternVL: t tiles), unsharded. */
+ * of t x h x w patches, or with h = w = 0 for t tiles of tile_patches
+ * (InternVL), unsharded. */
 double emu_vit_seconds(const emu_model_t *m, int32_t t, int32_t h, int32_t w);
 /* Seconds of the gradient all-reduce over dp ranks of a tp-way shard
  * (ring: 2 (dp - 1) / dp of the shard's bf16 gradients); 0 when the preset
