@@ -12,28 +12,38 @@ static void balance_internvl(vlm_batch_t *p) {
   vlm_internvl_t *v = &p->internvl;
   size_t tile = 3 * (size_t)v->tile_size * (size_t)v->tile_size;
   dpshim_internvl_batch_t b = {
-      p->nsamples, p->capacity_samples, p->cu_lengths, p->capacity_tokens,
-      v->tokens, v->labels, v->position_ids, v->loss_weight, v->ntiles,
-      v->capacity_tiles, v->imgs, tile * sizeof *v->imgs, v->image_flags,
-      v->num_image_token, VLMLOAD_INTERNVL_CONTEXT, 1, p->keys};
+      .nsamples = p->nsamples, .capacity_samples = p->capacity_samples,
+      .cu_lengths = p->cu_lengths, .capacity_tokens = p->capacity_tokens,
+      .tokens = v->tokens, .labels = v->labels,
+      .position_ids = v->position_ids, .loss_weight = v->loss_weight,
+      .ntiles = v->ntiles, .capacity_tiles = v->capacity_tiles,
+      .imgs = v->imgs, .tile_bytes = tile * sizeof *v->imgs,
+      .image_flags = v->image_flags, .num_image_token = v->num_image_token,
+      .context_token = VLMLOAD_INTERNVL_CONTEXT, .dummy_tiles = 1,
+      .keys = p->keys};
   dpshim_balance_internvl(&b);
   p->nsamples = b.nsamples;
   v->ntiles = b.ntiles;
 }
 
 static dpshim_qwen_media_t media(vlm_qwen_media_t *m, int64_t pad) {
-  return (dpshim_qwen_media_t){m->rows, m->capacity_rows, m->grid_thw,
-                               m->count, m->capacity, pad};
+  return (dpshim_qwen_media_t){.rows = m->rows,
+                               .capacity_rows = m->capacity_rows,
+                               .grid_thw = m->grid_thw, .count = m->count,
+                               .capacity = m->capacity, .pad_token = pad};
 }
 
 static void balance_qwen(vlm_batch_t *p) {
   vlm_qwen_t *q = &p->qwen;
   dpshim_qwen_batch_t b = {
-      p->nsamples, p->capacity_samples, p->cu_lengths, p->capacity_tokens,
-      q->tokens, q->labels, q->attn_mask, &q->max_lengths,
-      VLMLOAD_QWEN_ROW * sizeof(float), VLMLOAD_QWEN_MERGE,
-      media(&q->images, VLMLOAD_QWEN_IMAGE_PAD),
-      media(&q->videos, VLMLOAD_QWEN_VIDEO_PAD), p->keys};
+      .nsamples = p->nsamples, .capacity_samples = p->capacity_samples,
+      .cu_lengths = p->cu_lengths, .capacity_tokens = p->capacity_tokens,
+      .tokens = q->tokens, .labels = q->labels, .attn_mask = q->attn_mask,
+      .max_lengths = &q->max_lengths,
+      .row_bytes = VLMLOAD_QWEN_ROW * sizeof(float),
+      .merge = VLMLOAD_QWEN_MERGE,
+      .images = media(&q->images, VLMLOAD_QWEN_IMAGE_PAD),
+      .videos = media(&q->videos, VLMLOAD_QWEN_VIDEO_PAD), .keys = p->keys};
   dpshim_balance_qwen(&b);
   p->nsamples = b.nsamples;
   q->images.count = b.images.count;
