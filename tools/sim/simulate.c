@@ -177,11 +177,11 @@ static void fit_model(ctx_t *x) {
   int64_t iters = c->warmup_last - 2;
   int32_t world = x->P * c->tp;
   dpshim_fit_point_t *pts = calloc((size_t)iters * (size_t)world, sizeof *pts);
-  x->model = (dpshim_cost_model_t){0, 1, 0};
+  x->model = (dpshim_cost_model_t){0, 1, 0, 0, 0};
   if (!pts) return;
   for (int64_t k = 0; k < iters; k++)
     warmup_points(x, k + 2, pts + k * world);
-  dpshim_fit_input_t in = {iters, world, pts, NULL, DPSHIM_FIT_RANKS};
+  dpshim_fit_input_t in = {iters, world, pts, NULL, DPSHIM_FIT_RANKS, 0};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
     x->model = dpshim__policy_model_from_fit(fit.model);
@@ -251,7 +251,7 @@ static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
   for (int64_t i = 0; i < n; i++) {
     int64_t len = x->w.len[first + i];
     x->samples[i] = (dpshim_sample_t){len, sample_bytes(len),
-                                      x->w.origin[first + i], 0};
+                                      x->w.origin[first + i], 0, 0, 0};
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
   size_t most = 0;
