@@ -1,13 +1,16 @@
 /* vlmload: the reference VLM loader; see vlmload.h.
  *
- * Sample ids are (slot << 40) | index, index counting the slot's draws, so
- * two slots never share a sample. Packs are first-fit, one per call:
- * samples that do not fit wait for the next pack.
+ * Sample ids are (slot << VLMLOAD_SLOT_SHIFT) | index, index counting the
+ * slot's draws, so two slots never share a sample. Packs are first-fit,
+ * one per call: samples that do not fit wait for the next pack.
  *
  * Buffers hold `headroom` packs of any content: a real tile needs
  * num_image_token tokens, a dummy tile a text-only sample (>= 64 tokens),
  * a patch row a quarter of a pad token; so every batch that fits the token
- * buffer fits the others. Pages are touched only as they are filled.
+ * buffer fits the others. Unless image_rows is set: then packs hold that
+ * many image rows at most and the image buffer image_headroom times that,
+ * so that a balancer must keep within it. Pages are touched only as they
+ * are filled.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +19,7 @@
 
 #include "internal.h"
 
-#define ID_INDEX_BITS 40
+#define ID_INDEX_BITS VLMLOAD_SLOT_SHIFT
 #define MAX_SLOTS (INT32_C(1) << (64 - ID_INDEX_BITS))
 #define CARRY_MAX 32
 
@@ -95,6 +98,11 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
                           "1, max_tiles in [1, 64]");
   if (c->max_side < 8 || c->max_side % 2 || c->max_side > 1024)
     return fail(err, len, "max_side must be even, in [8, 1024]");
+  if (c->image_rows < 0 || c->image_rows > (INT64_C(1) << 30))
+    return fail(err, len, "image_rows must be in [0, 2^30]");
+  if (!(c->image_headroom == 0 ||
+        (c->image_headroom >= 1.0 && c->image_headroom <= 64.0)))
+    return fail(err, len, "image_headroom must be 0 or in [1, 64]");
   return 0;
 }
 
@@ -118,6 +126,10 @@ static sizes_t capacities(const vlmload_config_t *c) {
     s.grids = (int32_t)(s.tokens / 3 + 1); /* a start, a pad, an end */
     s.video_rows = s.tokens * per_pad;
     s.video_grids = s.grids;
+  }
+  if (c->image_rows > 0) { /* packs hold no more; the buffer this much */
+    double h = c->image_headroom > 0 ? c->image_headroom : c->headroom;
+    s.rows = (int64_t)ceil(h * (double)c->image_rows);
   }
   return s;
 }
@@ -273,19 +285,38 @@ static void reset_batch(vlmload_t *l) {
   b->qwen.max_lengths = 0;
 }
 
-static int64_t place_carried(vlmload_t *l, int64_t room) {
+/* What a pack still has room for: tokens, and image rows (tiles or image
+ * patch rows) under cfg.image_rows. */
+typedef struct room {
+  int64_t tokens, rows;
+} room_t;
+
+static room_t empty_pack(const vlmload_config_t *c) {
+  return (room_t){c->pack_tokens, c->image_rows > 0 ? c->image_rows
+                                                    : INT64_MAX};
+}
+
+/* Places the sample when it fits the room left, taking what it uses. */
+static int place_if_fits(vlmload_t *l, const carried_t *c, room_t *room) {
+  if (c->shape.len > room->tokens || c->shape.rows > room->rows) return 0;
+  place(l, c->id, &c->shape);
+  room->tokens -= c->shape.len;
+  room->rows -= c->shape.rows;
+  return 1;
+}
+
+/* Whether any new sample could still fit: an InternVL sample holds a tile
+ * at least (its dummy), a Qwen text-only sample no image row. */
+static int room_left(const vlmload_config_t *c, room_t room) {
+  return room.tokens >= VLM_MIN_TEXT &&
+         room.rows >= (c->layout == VLMLOAD_INTERNVL ? 1 : 0);
+}
+
+static void place_carried(vlmload_t *l, room_t *room) {
   int kept = 0;
-  for (int i = 0; i < l->ncarry; i++) {
-    carried_t *c = &l->carry[i];
-    if (c->shape.len <= room) {
-      place(l, c->id, &c->shape);
-      room -= c->shape.len;
-    } else {
-      l->carry[kept++] = *c;
-    }
-  }
+  for (int i = 0; i < l->ncarry; i++)
+    if (!place_if_fits(l, &l->carry[i], room)) l->carry[kept++] = l->carry[i];
   l->ncarry = kept;
-  return room;
 }
 
 /* The fault a test asked for: a tile flag flipped, or an image's grid row
@@ -301,17 +332,13 @@ static void break_layout(vlm_batch_t *b) {
 
 vlm_batch_t *vlmload_next(vlmload_t *l) {
   reset_batch(l);
-  int64_t room = place_carried(l, l->cfg.pack_tokens);
-  while (room >= VLM_MIN_TEXT && l->ncarry < CARRY_MAX) {
+  room_t room = empty_pack(&l->cfg);
+  place_carried(l, &room);
+  while (room_left(&l->cfg, room) && l->ncarry < CARRY_MAX) {
     uint64_t id = ((uint64_t)l->cfg.slot << ID_INDEX_BITS) | l->next_index++;
     carried_t c = {id, {0}};
     vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &c.shape);
-    if (c.shape.len <= room) {
-      place(l, id, &c.shape);
-      room -= c.shape.len;
-    } else {
-      l->carry[l->ncarry++] = c;
-    }
+    if (!place_if_fits(l, &c, &room)) l->carry[l->ncarry++] = c;
   }
   if (++l->packs == l->cfg.fault_pack) break_layout(&l->batch);
   return &l->batch;

@@ -10,13 +10,21 @@
  * read the same data. At the end rank 0 prints one JSON line:
  *
  *   {"steps":..,"tokens":..,"tgs":..,"step_ms_mean":..,
- *    "consumed_digest":"..","images_digest":"..","check_errors":N}
+ *    "consumed_digest":"..","images_digest":"..","check_errors":N,
+ *    "one_image":N,"one_image_moved":N,"image_rows_max":N,
+ *    "image_rows_capacity":N}
  *
  * consumed_digest covers every (step, sample, tokens, labels) consumed,
  * images_digest every tile / patch row / grid row / flag, each with its
  * sample: sums of hashes, so the same whichever rank consumed what.
  * check_errors (with --check) counts samples that are not what their key
  * implies, samples consumed twice in a step, and consumed != produced.
+ * What the hand-offs held, for the tests' edge cases: one_image, the
+ * hand-offs (per DP slot) that returned exactly one image (Qwen: one
+ * image_grid_thw row; InternVL: one <img>), one_image_moved those of them
+ * holding a sample of another slot (a balancer moved it there);
+ * image_rows_max the most image rows (patch rows, tiles) any hand-off
+ * returned, image_rows_capacity the least image buffer.
  *
  *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
  */
@@ -48,6 +56,7 @@ typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
   int64_t n, cap, errors, tokens;
   uint64_t digest, images;
+  int64_t one_image, one_image_moved, rows_max, rows_capacity;
 } ledger_t;
 
 static void die(const char *what) {
@@ -57,15 +66,27 @@ static void die(const char *what) {
 
 /* ---- options ------------------------------------------------------------- */
 
+#define USAGE                                                                \
+  "usage: mpirun -np N " PROG " --layout internvl|qwen2vl|qwen3vl "           \
+  "[--model NAME] [--steps N] [--seed N] [--micro-batches N] [--tp N] "      \
+  "[--check] [--time-scale X] [--pack-tokens N] [--tile-size S] "            \
+  "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
+  "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
+  "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]]\n"
+
+/* What the loader options less obvious than their names do. */
+#define HELP                                                                 \
+  "  --image-fraction X  share of samples with images (0.05: text-heavy,\n" \
+  "                      with --max-images 1 ranks often hold one image)\n" \
+  "  --max-images N      images per image sample, 1..N\n"                    \
+  "  --max-tiles N       InternVL: tiles per image, 1..N\n"                  \
+  "  --image-rows N      a pack holds at most N image rows (Qwen patch\n"   \
+  "                      rows, InternVL tiles, dummies included)\n"          \
+  "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
+  "                      rows, X >= 1 (1: no room beyond one pack's)\n"
+
 static int usage(const char *bad) {
-  fprintf(stderr, PROG ": %s\nusage: mpirun -np N " PROG " --layout "
-          "internvl|qwen2vl|qwen3vl [--model NAME] [--steps N] [--seed N] "
-          "[--micro-batches N]"
-          " [--tp N] [--check] [--time-scale X] [--pack-tokens N] "
-          "[--tile-size S] [--num-image-token N] [--max-side N] "
-          "[--image-fraction X] [--video-fraction X] [--max-images N] "
-          "[--fault-pack N [--fault-rank R]]\n",
-          bad);
+  fprintf(stderr, PROG ": %s\n" USAGE, bad);
   return -1;
 }
 
@@ -101,6 +122,9 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
       {"--tile-size", 1, 1024, &c->tile_size, NULL, NULL},
       {"--num-image-token", 1, 1 << 16, &c->num_image_token, NULL, NULL},
       {"--max-side", 8, 1024, &c->max_side, NULL, NULL},
+      {"--max-tiles", 1, 64, &c->max_tiles, NULL, NULL},
+      {"--image-rows", 1, 1 << 30, NULL, &c->image_rows, NULL},
+      {"--image-headroom", 1, 64, NULL, NULL, &c->image_headroom},
       {"--max-images", 1, 16, &c->max_images, NULL, NULL},
       {"--image-fraction", 0, 1, NULL, NULL, &c->image_fraction},
       {"--video-fraction", 0, 1, NULL, NULL, &c->video_fraction},
@@ -122,7 +146,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   vlmload_layout_t layout = VLMLOAD_INTERNVL;
   int have_layout = 0;
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--help")) {
+      printf(USAGE HELP);
+      exit(0);
+    } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
       if (vlmload_layout_from_name(argv[i + 1], &layout) < 0)
         return usage("--layout: internvl, qwen2vl or qwen3vl");
       have_layout = 1;
@@ -142,6 +169,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
     i++;
   }
+  if (o->cfg.image_headroom > 0 && o->cfg.image_rows == 0)
+    return usage("--image-headroom: needs --image-rows");
   return 0;
 }
 
@@ -235,6 +264,48 @@ static uint64_t tokens_hash(const vlm_batch_t *b, int32_t i) {
   return hash(h, lab + t0, n * sizeof *lab);
 }
 
+/* ---- what a hand-off returned, as a whole --------------------------------- */
+
+/* Images as the model counts them: grid rows, or InternVL's <img> tokens. */
+static int64_t images_of(const vlm_batch_t *b) {
+  if (b->layout != VLMLOAD_INTERNVL) return b->qwen.images.count;
+  return count(b->internvl.tokens, 0, b->cu_lengths[b->nsamples],
+               VLMLOAD_INTERNVL_IMG_START);
+}
+
+static int64_t image_rows_of(const vlm_batch_t *b) {
+  if (b->layout == VLMLOAD_INTERNVL) return b->internvl.ntiles;
+  int64_t rows = 0;
+  for (int32_t k = 0; k < b->qwen.images.count; k++) {
+    const int32_t *g = b->qwen.images.grid_thw + 3 * (size_t)k;
+    rows += (int64_t)g[0] * g[1] * g[2];
+  }
+  return rows;
+}
+
+static int64_t image_capacity_of(const vlm_batch_t *b) {
+  return b->layout == VLMLOAD_INTERNVL ? b->internvl.capacity_tiles
+                                       : b->qwen.images.capacity_rows;
+}
+
+/* Whether a sample of another DP slot is here: only a balancer puts one. */
+static int holds_moved(const vlm_batch_t *b, int32_t slot) {
+  for (int32_t i = 0; i < b->nsamples; i++)
+    if (b->keys[i] >> VLMLOAD_SLOT_SHIFT != (uint64_t)slot) return 1;
+  return 0;
+}
+
+static void tally(ledger_t *led, const vlm_batch_t *b, int32_t slot) {
+  int64_t rows = image_rows_of(b), cap = image_capacity_of(b);
+  if (images_of(b) == 1) {
+    led->one_image++;
+    led->one_image_moved += holds_moved(b, slot);
+  }
+  if (rows > led->rows_max) led->rows_max = rows;
+  if (led->rows_capacity == 0 || cap < led->rows_capacity)
+    led->rows_capacity = cap;
+}
+
 /* ---- a step -------------------------------------------------------------- */
 
 static void remember(ledger_t *led, int64_t step, uint64_t key) {
@@ -256,6 +327,7 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
                       int rank, int first_of_tp) {
   cursor_t c = {.model = &o->model};
   if (o->check) led->errors += vlmload_check(l, b);
+  if (first_of_tp) tally(led, b, o->cfg.slot);
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
     uint64_t where = dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
@@ -301,9 +373,13 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
       o->check ? stepids_duplicates(led->ids, led->n, MPI_COMM_WORLD) : 0;
   if (dups < 0) die("out of memory for the duplicate check");
   int64_t produced = first_of_tp ? vlmload_produced(l) : 0;
-  int64_t mine[4] = {led->errors, led->n, produced, led->tokens}, sum[4];
+  int64_t mine[6] = {led->errors, led->n, produced, led->tokens,
+                     led->one_image, led->one_image_moved}, sum[6];
+  /* The most rows, and the least capacity as the most of its negation. */
+  int64_t peak[2] = {led->rows_max, -led->rows_capacity}, most[2];
   uint64_t d[2] = {led->digest, led->images}, dsum[2];
-  MPI_Reduce(mine, sum, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 6, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(peak, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(d, dsum, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   int64_t errors = sum[0] + dups + (o->check && sum[1] != sum[2]);
@@ -314,8 +390,11 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
   printf("{\"steps\":%" PRId64 ",\"tokens\":%" PRId64 ",\"tgs\":%.1f,"
          "\"step_ms_mean\":%.3f,\"consumed_digest\":\"%016" PRIx64 "\","
          "\"images_digest\":\"%016" PRIx64 "\",\"check_errors\":%" PRId64
+         ",\"one_image\":%" PRId64 ",\"one_image_moved\":%" PRId64
+         ",\"image_rows_max\":%" PRId64 ",\"image_rows_capacity\":%" PRId64
          "}\n", o->steps, sum[3], (double)sum[3] / seconds / (double)size,
-         1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors);
+         1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors, sum[4],
+         sum[5], most[0], -most[1]);
   fflush(stdout);
 }
 
