@@ -28,6 +28,9 @@
 #   --vlm-args "..."     vlmtrain's data options (default: the layout's,
 #                        internvl: --pack-tokens 32768 --tile-size 16;
 #                        qwen: --pack-tokens 8192 --max-side 32)
+#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its seed and
+#                        default runs (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
+#                        default: none, the shim's defaults)
 #   --no-vlm             leave the VLM section out
 #   --vlm-only           the VLM section alone: results.json keeps the text
 #                        runs of an earlier demo, its "vlm" is replaced
@@ -40,7 +43,7 @@ die() { echo "demo: $*" >&2; exit 2; }
 profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=24 warmup=2-11
 time_scale=5 out=demo-out
 vlm=1 text=1 vlm_layout=internvl vlm_model="" vlm_dps="8 16 32" vlm_steps=16
-vlm_warmup=2-6 vlm_scale=0.25 vlm_args=""
+vlm_warmup=2-6 vlm_scale=0.25 vlm_args="" vlm_env=""
 set_vlm_args=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
     --vlm-time-scale) vlm_scale=${2:?--vlm-time-scale needs a number}; shift ;;
     --vlm-args) [ $# -ge 2 ] || die "--vlm-args needs vlmtrain options (\"\" for none)"
                 vlm_args=$2 set_vlm_args=1; shift ;;
+    --vlm-shim-env) vlm_env=${2?--vlm-shim-env needs NAME=VALUE settings}; shift ;;
     --no-vlm) vlm=0 ;;
     --vlm-only) text=0 ;;
     --profile) profile=${2:?--profile needs sft, long or fewlong}; shift ;;
@@ -91,6 +95,11 @@ if [ "$vlm" = 1 ]; then
     [[ $dp =~ ^[1-9][0-9]*$ ]] || die "--vlm-dp '$vlm_dps': expected sizes like \"8 16 32\""
   done
   read -ra vlm_argv <<< "$vlm_args"
+  read -ra vlm_envv <<< "$vlm_env"
+  for kv in "${vlm_envv[@]}"; do
+    [[ $kv =~ ^DPSHIM_[A-Z_]+=. ]] ||
+      die "--vlm-shim-env '$kv': expected DPSHIM_NAME=VALUE"
+  done
 fi
 
 # The shim's logs need an absolute path (the ranks' working directory is
@@ -132,6 +141,7 @@ run() {
     env=(-x LD_PRELOAD="$PWD/build/shim/libdpshim.so" -x DPSHIM_VLM_BALANCE=1
          -x DPSHIM_WARMUP_ITERS="$warm" -x DPSHIM_SOLVER="$variant"
          -x DPSHIM_LOG="$base.log.jsonl")
+    for kv in "${shim_env[@]}"; do env+=(-x "$kv"); done
   fi
   "${mpirun[@]}" -np "$dp" "${env[@]}" "$@" --stats-out "$base.stats.jsonl" \
     > "$base.json" 2> "$base.err" ||
@@ -155,6 +165,7 @@ runs() {
   done
 }
 
+shim_env=()
 if [ "$text" = 1 ]; then
   mkdir -p "$out/runs"
   rm -f "$out"/runs/*
@@ -182,18 +193,20 @@ if [ "$vlm" = 1 ]; then
   mkdir -p "$out/vlm-runs"
   echo "== runs: VLM, $vlm_layout layout, $vlm_model preset ($vlm_args), DP $vlm_dps x {none, seed, default}, $vlm_steps steps each (warm-up $vlm_warmup, time scale $vlm_scale)"
   vlm_start=$SECONDS
+  shim_env=("${vlm_envv[@]}")
   runs vlm "$out/vlm-runs" "$vlm_warmup" "$vlm_dps" build/tools/vlmtrain/vlmtrain \
     --layout "$vlm_layout" --model "$vlm_model" --seed 7 --steps "$vlm_steps" \
     --time-scale "$vlm_scale" "${vlm_argv[@]}"
   vlm_wall=$(( SECONDS - vlm_start ))
   python3 - "$out/vlm-runs/setup.json" "$vlm_layout" "$vlm_model" "$vlm_steps" \
-    "$vlm_warmup" "$vlm_scale" "$vlm_wall" "${vlm_argv[@]}" <<'PY'
+    "$vlm_warmup" "$vlm_scale" "$vlm_wall" "$vlm_env" "${vlm_argv[@]}" <<'PY'
 import json, sys
-path, layout, model, steps, warmup, scale, wall, *args = sys.argv[1:]
+path, layout, model, steps, warmup, scale, wall, env, *args = sys.argv[1:]
 json.dump({"layout": layout, "model": model, "seed": 7, "steps": int(steps),
            "warmup": warmup, "warmup_last": int(warmup.split("-")[-1]),
            "time_scale": float(scale), "args": args, "tp": 1,
-           "wall_s": int(wall)}, open(path, "w"), indent=1)
+           "shim_env": env.split(), "wall_s": int(wall)},
+          open(path, "w"), indent=1)
 PY
 fi
 

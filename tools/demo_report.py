@@ -160,10 +160,11 @@ def vlm_section(out):
             r.update({
                 "emu_imbalance": mean([max(x["emu_ms"]) / mean(x["emu_ms"])
                                        for x in stats]),
-                # CPU contention on this machine: the ranks' compute beyond
-                # their emulated GPU time, and the loader's hand-off, as a
-                # share of step time
-                "machine_share": mean([
+                # the ranks' compute beyond their emulated GPU time and the
+                # hand-off (the loader's CPU work, with the shim the shim's
+                # too), as a share of step time: without the shim, this
+                # machine's CPU contention
+                "overrun_handoff_share": mean([
                     sum(c - e + h for c, e, h in zip(
                         x["compute_ms"], x["emu_ms"], x["handoff_ms"])) /
                     (len(x["emu_ms"]) * x["step_ms"]) for x in stats]),
@@ -195,8 +196,9 @@ def vlm_section(out):
 
 
 def vlm_label(vlm):
-    return "VLM: %s layout, %s preset (%s)" % (
-        vlm["layout"], vlm["model"], " ".join(vlm["args"]) or "defaults")
+    return "VLM: %s layout, %s preset (%s)%s" % (
+        vlm["layout"], vlm["model"], " ".join(vlm["args"]) or "defaults",
+        "".join(", " + e for e in vlm.get("shim_env", [])))
 
 
 def print_vlm_table(vlm):
@@ -220,7 +222,7 @@ def print_vlm_table(vlm):
         print("  digests (consumed, images) %s; this machine's CPU contention "
               "%.1f%% of step time (none)" % (
                   "equal" if d["digests_equal"] else "DIFFER",
-                  100 * d["runs"][0]["machine_share"]))
+                  100 * d["runs"][0]["overrun_handoff_share"]))
 
 
 def print_gains(runs, vlm):
