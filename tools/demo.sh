@@ -4,8 +4,9 @@
 # dpshim's default solver, on the same data; then the gain. Does its own
 # set-up (apt packages, meson build). Writes demo-out/.
 #
-#   tools/demo.sh                 DP 4 8 16 32 (and 64), about 10 minutes
-#   tools/demo.sh --quick         DP 4 and 8, few steps, about a minute
+#   tools/demo.sh                 DP 4 8 16 32 (and 64), about 10 minutes,
+#                                 then the VLM section (below), about 4
+#   tools/demo.sh --quick         DP 4 and 8 (VLM: 8), few steps, 1-2 minutes
 #   tools/demo.sh --profile long  sft (default), long or fewlong
 #   tools/demo.sh --lengths FILE  sample lengths, one per line
 #   tools/demo.sh --corpus DIR    lengths of the text documents under DIR
