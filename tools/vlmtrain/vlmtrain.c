@@ -26,6 +26,19 @@
  * image_rows_max the most image rows (patch rows, tiles) any hand-off
  * returned, image_rows_capacity the least image buffer.
  *
+ * --stats-out FILE: rank 0 writes one JSON line per step, as reftrain's,
+ * with every rank's times (ms) in rank order:
+ *
+ *   {"step":s,"step_ms":..,"compute_ms":[..],"emu_ms":[..],
+ *    "handoff_ms":[..],"wait_ms":[..],"tokens":[..]}
+ *
+ * step_ms is rank 0's; compute_ms runs from the hand-off's return to the end
+ * of the emulated compute (the loader's and the trainer's CPU work
+ * included), emu_ms is the emulated GPU time alone (what compute_ms would be
+ * on an idle machine), wait_ms the gradient sync (the real all-reduce and
+ * the modelled one); tokens are those a rank counts (0 on TP peers other
+ * than the first).
+ *
  *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
  */
 #include <inttypes.h>
@@ -50,13 +63,19 @@ typedef struct opts {
   int64_t steps, micro, tp, check;
   int64_t fault_rank; /* the rank whose loader breaks --fault-pack */
   double time_scale;
+  const char *stats_out; /* --stats-out: per-step, per-rank times */
 } opts_t;
+
+/* Per-step figures of this rank, for --stats-out. */
+enum { ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_TOKENS, ST_N };
 
 typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
   int64_t n, cap, errors, tokens;
   uint64_t digest, images;
   int64_t one_image, one_image_moved, rows_max, rows_capacity;
+  double *stats;   /* [steps][ST_N], with --stats-out */
+  double *step_ms; /* [steps], with --stats-out */
 } ledger_t;
 
 static void die(const char *what) {
@@ -72,7 +91,8 @@ static void die(const char *what) {
   "[--check] [--time-scale X] [--pack-tokens N] [--tile-size S] "            \
   "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
-  "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]]\n"
+  "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
+  "[--stats-out FILE]\n"
 
 /* What the loader options less obvious than their names do. */
 #define HELP                                                                 \
@@ -135,6 +155,10 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
     return v ? vlmload_layout_from_name(v, &c->layout) : -1;
   if (!strcmp(name, "--model"))
     return v ? emu_model_find(v, &o->model, NULL, 0) : -1;
+  if (!strcmp(name, "--stats-out")) {
+    o->stats_out = v;
+    return v && *v ? 0 : -1;
+  }
   for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
     if (!strcmp(name, table[k].name)) return set(&table[k], v);
   return -1;
@@ -346,13 +370,20 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
 
 static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
                  int rank, int size, float *grad) {
+  double st[ST_N] = {0}, t0 = dpshim__tool_now_s();
+  int64_t tokens = led->tokens;
   for (int64_t m = 0; m < o->micro; m++) {
+    double h = dpshim__tool_now_s();
     vlm_batch_t *b = vlmload_next(l);
     double t = dpshim__tool_now_s();
     if (!b) die("vlmload_next returned no batch");
     double compute = consume(led, l, b, o, s, m, rank, rank % o->tp == 0);
     dpshim__tool_sleep_until(t + compute);
+    st[ST_HANDOFF] += 1e3 * (t - h);
+    st[ST_COMPUTE] += 1e3 * (dpshim__tool_now_s() - t);
+    st[ST_EMU] += 1e3 * compute;
   }
+  double t1 = dpshim__tool_now_s();
   MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
                 MPI_COMM_WORLD);
   /* The model's own gradient all-reduce, beyond this small real one: the
@@ -361,6 +392,44 @@ static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
   dpshim__tool_sleep_until(dpshim__tool_now_s() +
                            o->time_scale *
                                emu_grad_seconds(&o->model, dp, (int32_t)o->tp));
+  if (!led->stats) return;
+  double t2 = dpshim__tool_now_s();
+  st[ST_WAIT] = 1e3 * (t2 - t1);
+  st[ST_TOKENS] = (double)(led->tokens - tokens);
+  memcpy(led->stats + (size_t)s * ST_N, st, sizeof st);
+  led->step_ms[s] = 1e3 * (t2 - t0);
+}
+
+/* --stats-out: every rank's figures onto rank 0, one line per step. MPI_Gather,
+ * not an all-reduce (which the shim would take for a step's sync). Returns
+ * nonzero on rank 0 when the file cannot be written. */
+static int write_stats(const ledger_t *led, const opts_t *o, int rank,
+                       int size) {
+  int n = (int)(o->steps * ST_N);
+  double *all = NULL;
+  if (rank == 0 && !(all = malloc((size_t)size * (size_t)n * sizeof *all)))
+    die("out of memory for --stats-out");
+  MPI_Gather(led->stats, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank != 0) return 0;
+  static const char *const key[ST_N] = {"compute_ms", "emu_ms", "handoff_ms",
+                                        "wait_ms", "tokens"};
+  FILE *f = fopen(o->stats_out, "w");
+  for (int64_t s = 0; f && s < o->steps; s++) {
+    fprintf(f, "{\"step\":%" PRId64 ",\"step_ms\":%.3f", s, led->step_ms[s]);
+    for (int k = 0; k < ST_N; k++) {
+      fprintf(f, ",\"%s\":[", key[k]);
+      for (int r = 0; r < size; r++)
+        fprintf(f, k == ST_TOKENS ? "%s%.0f" : "%s%.3f", r ? "," : "",
+                all[(size_t)r * (size_t)n + (size_t)s * ST_N + (size_t)k]);
+      fputc(']', f);
+    }
+    fputs("}\n", f);
+  }
+  int rc = !f || fclose(f) != 0;
+  if (rc) fprintf(stderr, PROG ": --stats-out: cannot write '%s'\n",
+                  o->stats_out);
+  free(all);
+  return rc;
 }
 
 /* ---- the end: checks across ranks, one JSON line ------------------------- */
@@ -415,11 +484,19 @@ int main(int argc, char **argv) {
   static float grad[GRAD_FLOATS];
   ledger_t led = {0};
   int first_of_tp = rank % o.tp == 0;
+  if (o.stats_out) {
+    led.stats = calloc((size_t)o.steps * ST_N, sizeof *led.stats);
+    led.step_ms = calloc((size_t)o.steps, sizeof *led.step_ms);
+    if (!led.stats || !led.step_ms) die("out of memory for --stats-out");
+  }
   double t0 = dpshim__tool_now_s();
   for (int64_t s = 0; s < o.steps; s++) step(l, &led, &o, s, rank, size, grad);
   report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
+  int rc = o.stats_out ? write_stats(&led, &o, rank, size) : 0;
   free(led.ids);
+  free(led.stats);
+  free(led.step_ms);
   vlmload_close(l);
   MPI_Finalize();
-  return 0;
+  return rc;
 }
