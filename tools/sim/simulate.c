@@ -38,10 +38,6 @@ typedef struct ctx {
   size_t slot;      /* the shim's meta slot: it only grows, per run */
 } ctx_t;
 
-static int64_t sample_bytes(int64_t len) {
-  return SIM_BYTES_PER_TOKEN * len + SIM_BYTES_PER_SAMPLE;
-}
-
 /* ---- setup ----------------------------------------------------------------- */
 
 /* Every rank's loader buffers: --headroom x pack tokens (tokens, labels and
@@ -249,8 +245,8 @@ static void apply_plan(ctx_t *x, int64_t first, int64_t n, int32_t m) {
 static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
   memset(x->metas, 0, (size_t)x->P * sizeof *x->metas);
   for (int64_t i = 0; i < n; i++) {
-    int64_t len = x->w.len[first + i];
-    x->samples[i] = (dpshim_sample_t){len, sample_bytes(len),
+    x->samples[i] = (dpshim_sample_t){x->w.len[first + i],
+                                      x->w.bytes[first + i],
                                       x->w.origin[first + i], 0};
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
