@@ -161,19 +161,22 @@ typedef struct sim_workload {
   int64_t pack;       /* tokens per pack */
 } sim_workload_t;
 
-/* One drawn sample, before the samples are arranged by hand-off. */
-typedef struct sim_drawn {
-  int64_t len, bytes, patches, patches_sq, images;
+/* What a VLM sample carries beyond its length (vlmwork.c). */
+typedef struct sim_vision {
+  int64_t bytes, patches, patches_sq, images;
   double vit;
-} sim_drawn_t;
+} sim_vision_t;
 
+/* The samples drawn, slot-major, before they are arranged by hand-off:
+ * lengths, and for VLM packs (vision != NULL) the rest. */
 typedef struct sim_drawn_list {
-  sim_drawn_t *v;
+  int64_t *len;
+  sim_vision_t *vision;
   int64_t n, cap;
 } sim_drawn_list_t;
 
-/* -1 when out of memory. */
-int sim_drawn_push(sim_drawn_list_t *l, const sim_drawn_t *d);
+/* v: NULL for a text sample. -1 when out of memory. */
+int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v);
 
 /* -1 with a one-line reason in err. */
 int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,

@@ -28,7 +28,7 @@ typedef struct draw {
 
 /* Tiles apart, each 4 x num_image_token patches (1024 at 448 px). */
 static void internvl_vision(const draw_t *d, const vlm_shape_t *s,
-                            sim_drawn_t *out) {
+                            sim_vision_t *out) {
   int64_t tile = 4 * (int64_t)d->cfg->num_image_token;
   out->patches = s->rows * tile;
   out->patches_sq = s->rows * tile * tile;
@@ -37,7 +37,7 @@ static void internvl_vision(const draw_t *d, const vlm_shape_t *s,
 }
 
 static void qwen_medium(const draw_t *d, const vlm_media_t *m, int video,
-                        sim_drawn_t *out) {
+                        sim_vision_t *out) {
   int64_t frame = (int64_t)m->h * m->w, all = m->t * frame;
   int apart = video && d->cfg->layout == VLMLOAD_QWEN3VL;
   out->patches += all;
@@ -49,7 +49,7 @@ static void qwen_medium(const draw_t *d, const vlm_media_t *m, int video,
 static void place(void *arg, uint64_t id, const vlm_shape_t *s) {
   draw_t *d = arg;
   (void)id;
-  sim_drawn_t out = {.len = s->len, .bytes = vlm__sample_bytes(d->cfg, s)};
+  sim_vision_t out = {.bytes = vlm__sample_bytes(d->cfg, s)};
   if (d->cfg->layout == VLMLOAD_INTERNVL) {
     internvl_vision(d, s, &out);
   } else {
@@ -59,7 +59,7 @@ static void place(void *arg, uint64_t id, const vlm_shape_t *s) {
       qwen_medium(d, &s->video[k], 1, &out);
   }
   d->placed++;
-  if (sim_drawn_push(d->all, &out) < 0) d->oom = 1;
+  if (sim_drawn_push(d->all, s->len, &out) < 0) d->oom = 1;
 }
 
 int sim_vlm_draw_slot(const sim_config_t *c, int32_t slot, int32_t slots,

@@ -16,26 +16,29 @@
 #include "packload.h"
 #include "sim.h"
 
-int sim_drawn_push(sim_drawn_list_t *l, const sim_drawn_t *d) {
+static int grow(void **p, size_t want) {
+  void *q = realloc(*p, want);
+  if (q) *p = q;
+  return q ? 0 : -1;
+}
+
+int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v) {
   if (l->n == l->cap) {
     int64_t want = 2 * l->n + 1024;
-    sim_drawn_t *p = realloc(l->v, (size_t)want * sizeof *p);
-    if (!p) return -1;
-    l->v = p;
+    if (grow((void **)&l->len, (size_t)want * sizeof *l->len) < 0 ||
+        (v && grow((void **)&l->vision, (size_t)want * sizeof *l->vision) < 0))
+      return -1;
     l->cap = want;
   }
-  l->v[l->n++] = *d;
+  if (v) l->vision[l->n] = *v;
+  l->len[l->n++] = len;
   return 0;
 }
 
-/* A text pack's samples: lengths, and what reftrain's shim moves. */
+/* A text pack's samples: their lengths. */
 static int push_text(sim_drawn_list_t *l, const int32_t *cu, int32_t n) {
-  for (int32_t i = 0; i < n; i++) {
-    int64_t len = cu[i + 1] - cu[i];
-    sim_drawn_t d = {.len = len, .bytes = SIM_BYTES_PER_TOKEN * len +
-                                          SIM_BYTES_PER_SAMPLE};
-    if (sim_drawn_push(l, &d) < 0) return -1;
-  }
+  for (int32_t i = 0; i < n; i++)
+    if (sim_drawn_push(l, cu[i + 1] - cu[i], NULL) < 0) return -1;
   return 0;
 }
 
@@ -88,29 +91,35 @@ static int draw_slots(const sim_config_t *c, int32_t slots, int64_t handoffs,
   return 0;
 }
 
+/* The vision arrays stay zero pages for text packs. */
 static int alloc_samples(sim_workload_t *w, int64_t n) {
-  size_t k = (size_t)n;
+  size_t k = (size_t)n + 1;
   w->first = calloc((size_t)w->handoffs + 1, sizeof *w->first);
-  w->len = malloc(k * sizeof *w->len + 1);
-  w->origin = malloc(k * sizeof *w->origin + 1);
-  w->seconds = malloc(k * sizeof *w->seconds + 1);
-  w->bytes = malloc(k * sizeof *w->bytes + 1);
-  w->patches = malloc(k * sizeof *w->patches + 1);
-  w->patches_sq = malloc(k * sizeof *w->patches_sq + 1);
-  w->vit = malloc(k * sizeof *w->vit + 1);
+  w->len = malloc(k * sizeof *w->len);
+  w->origin = malloc(k * sizeof *w->origin);
+  w->seconds = malloc(k * sizeof *w->seconds);
+  w->bytes = malloc(k * sizeof *w->bytes);
+  w->patches = calloc(k, sizeof *w->patches);
+  w->patches_sq = calloc(k, sizeof *w->patches_sq);
+  w->vit = calloc(k, sizeof *w->vit);
   return w->first && w->len && w->origin && w->seconds && w->bytes &&
          w->patches && w->patches_sq && w->vit ? 0 : -1;
 }
 
-static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_t *d,
-                       int32_t origin) {
-  w->len[k] = d->len;
+/* Drawn sample j as sample k of the workload; a text sample moves its
+ * tokens, labels, loss weights and id (reftrain's fields). */
+static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_list_t *l,
+                       int64_t j, int32_t origin) {
+  w->len[k] = l->len[j];
   w->origin[k] = origin;
-  w->bytes[k] = d->bytes;
-  w->patches[k] = d->patches;
-  w->patches_sq[k] = d->patches_sq;
-  w->vit[k] = d->vit;
-  w->images += d->images;
+  w->bytes[k] = SIM_BYTES_PER_TOKEN * l->len[j] + SIM_BYTES_PER_SAMPLE;
+  if (!l->vision) return;
+  const sim_vision_t *v = &l->vision[j];
+  w->bytes[k] = v->bytes;
+  w->patches[k] = v->patches;
+  w->patches_sq[k] = v->patches_sq;
+  w->vit[k] = v->vit;
+  w->images += v->images;
 }
 
 /* Hand-off-major, grouped by slot: the order the shim gathers samples in. */
@@ -131,7 +140,7 @@ static int arrange(const sim_drawn_list_t *all, const int64_t *count,
     w->first[h] = k;
     for (int32_t d = 0; d < slots; d++) {
       int64_t m = count[(int64_t)d * H + h];
-      for (int64_t i = 0; i < m; i++) put_sample(w, k++, &all->v[slot_at[d] + i], d);
+      for (int64_t i = 0; i < m; i++) put_sample(w, k++, all, slot_at[d] + i, d);
       slot_at[d] += m;
     }
   }
@@ -147,7 +156,8 @@ static void sample_seconds(const sim_config_t *c, sim_workload_t *w) {
   const emu_model_t *m = &c->model;
   for (int64_t i = 0; i < w->first[w->handoffs]; i++) {
     int32_t cu[2] = {0, (int32_t)w->len[i]};
-    w->seconds[i] = emu_pack_seconds(m, cu, 1) + w->vit[i];
+    w->seconds[i] = emu_pack_seconds(m, cu, 1);
+    if (c->vision) w->seconds[i] += w->vit[i]; /* text: untouched pages */
   }
 }
 
@@ -170,7 +180,8 @@ int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
   if (!count) snprintf(err, errlen, "out of memory for the sample counts");
   if (rc == 0 && (rc = arrange(&all, count, slots, w)) < 0)
     snprintf(err, errlen, "out of memory for %lld samples", (long long)all.n);
-  free(all.v);
+  free(all.len);
+  free(all.vision);
   free(count);
   if (rc < 0) {
     sim_workload_free(w);
