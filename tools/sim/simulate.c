@@ -173,11 +173,12 @@ static void fit_model(ctx_t *x) {
   int64_t iters = c->warmup_last - 2;
   int32_t world = x->P * c->tp;
   dpshim_fit_point_t *pts = calloc((size_t)iters * (size_t)world, sizeof *pts);
-  x->model = (dpshim_cost_model_t){0, 1, 0};
+  x->model = (dpshim_cost_model_t){.b = 1};
   if (!pts) return;
   for (int64_t k = 0; k < iters; k++)
     warmup_points(x, k + 2, pts + k * world);
-  dpshim_fit_input_t in = {iters, world, pts, NULL, DPSHIM_FIT_RANKS};
+  dpshim_fit_input_t in = {.iters = iters, .ranks = world, .points = pts,
+                           .method = DPSHIM_FIT_RANKS};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
     x->model = dpshim__policy_model_from_fit(fit.model);
@@ -245,9 +246,9 @@ static void apply_plan(ctx_t *x, int64_t first, int64_t n, int32_t m) {
 static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
   memset(x->metas, 0, (size_t)x->P * sizeof *x->metas);
   for (int64_t i = 0; i < n; i++) {
-    x->samples[i] = (dpshim_sample_t){x->w.len[first + i],
-                                      x->w.bytes[first + i],
-                                      x->w.origin[first + i], 0};
+    x->samples[i] = (dpshim_sample_t){.len = x->w.len[first + i],
+                                      .bytes = x->w.bytes[first + i],
+                                      .origin = x->w.origin[first + i]};
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
   size_t most = 0;
