@@ -16,11 +16,13 @@ static int alloc_scratch(dpshim__layout_scratch_t *s, int32_t capacity) {
   int ok = 1;
   for (int k = 0; k < DPSHIM__LAYOUT_OFFSETS; k++)
     ok &= (s->offsets[k] = malloc(n * sizeof(int32_t))) != NULL;
+  ok &= (s->vision = malloc(n * sizeof *s->vision)) != NULL;
   return ok ? 0 : DPSHIM_ENOMEM;
 }
 
 static void free_scratch(dpshim__layout_scratch_t *s) {
   for (int k = 0; k < DPSHIM__LAYOUT_OFFSETS; k++) free(s->offsets[k]);
+  free(s->vision);
 }
 
 typedef int (*describe_fn)(const void *b, dpshim__layout_scratch_t *s,

@@ -22,6 +22,7 @@ typedef struct header {
   int32_t capacity_samples;
   int32_t width;
   int32_t nfields;
+  int32_t vision; /* the batch gives its samples' images */
   int64_t step;     /* history key; < 0: none */
   int64_t reserved; /* gathered samples it can hold without allocating */
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
@@ -187,6 +188,7 @@ static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
   h->capacity_samples = batch->capacity_samples;
   h->width = l->width;
   h->nfields = l->nfields;
+  h->vision = l->vision != 0;
   h->reserved = (int64_t)(b->meta_cap / (size_t)l->width);
   if ((int64_t)b->samples_cap < h->reserved) h->reserved = (int64_t)b->samples_cap;
   h->send_room = (int64_t)b->send_cap;
@@ -216,18 +218,25 @@ static int32_t differing_field(const header_t *h, const header_t *h0) {
 }
 
 /* Fields are part of what every rank agrees on: the same names, row sizes
- * and kinds, in the same order. A rank that differs says which of its
- * fields does, in an agreed error. */
+ * and kinds, in the same order, and images given or not. A rank that
+ * differs says which of its fields does, in an agreed error. */
 static int check_fields(dpshim__balancer_t *b, dpshim__comm_t *comm,
                         const dpshim_batch_t *batch,
                         dpshim__balance_report_t *rep) {
+  const header_t *h0 = &b->headers[0], *mine = &b->headers[comm->rank];
   int any = 0;
   for (int32_t r = 1; r < b->size; r++)
-    any |= differing_field(&b->headers[r], &b->headers[0]) >= 0;
+    any |= differing_field(&b->headers[r], h0) >= 0 ||
+           b->headers[r].vision != h0->vision;
   if (!any) return 0;
   char msg[MESSAGE_BYTES] = "";
-  int32_t f = differing_field(&b->headers[comm->rank], &b->headers[0]);
-  if (f >= 0 && f < batch->nfields)
+  int32_t f = differing_field(mine, h0);
+  if (f < 0 && mine->vision != h0->vision)
+    snprintf(msg, sizeof msg,
+             "vision %s, rank %d's %s: expected every rank to give its "
+             "samples' images or none", mine->vision ? "given" : "NULL",
+             (int)h0->id, h0->vision ? "given" : "NULL");
+  else if (f >= 0 && f < batch->nfields)
     snprintf(msg, sizeof msg,
              "field %d ('%.32s') differs from rank %d's: expected the same "
              "fields in the same order on every rank", (int)f,
@@ -238,7 +247,7 @@ static int check_fields(dpshim__balancer_t *b, dpshim__comm_t *comm,
              "field %d: none here, rank %d has %d fields: expected the same "
              "fields on every rank", (int)f, (int)b->headers[0].id,
              (int)b->headers[0].nfields);
-  return agree(b, comm, f >= 0 ? DPSHIM_EINVAL : 0, msg, rep);
+  return agree(b, comm, msg[0] ? DPSHIM_EINVAL : 0, msg, rep);
 }
 
 static void count_samples(dpshim__balancer_t *b) {
@@ -283,7 +292,9 @@ static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
   for (int32_t r = 0; r < b->size; r++) {
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const int32_t *m = b->meta + (size_t)i * width;
-      b->samples[i] = (dpshim_sample_t){m[0], dpshim__meta_bytes(l, m), r, 0};
+      dpshim_vision_t v = dpshim__meta_vision(l, m);
+      b->samples[i] = (dpshim_sample_t){m[0], dpshim__meta_bytes(l, m), r, 0,
+                                        v.patches, v.patches_sq};
     }
   }
   return 0;

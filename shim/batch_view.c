@@ -79,6 +79,23 @@ static int describe_field(const dpshim_batch_t *b, int32_t f,
                        len);
 }
 
+static int describe_vision(const dpshim_batch_t *b, dpshim__layout_t *l,
+                           char *msg, size_t len) {
+  if (!b->vision) return 0;
+  for (int32_t i = 0; i < b->nsamples; i++) {
+    const dpshim_vision_t *v = &b->vision[i];
+    if (v->patches < 0 || v->patches_sq < 0) {
+      snprintf(msg, len, "vision[%d]: patches %lld, patches_sq %lld, "
+               "expected both >= 0", (int)i, (long long)v->patches,
+               (long long)v->patches_sq);
+      return DPSHIM_EINVAL;
+    }
+  }
+  l->vision = l->width;
+  l->width += DPSHIM__VISION_META;
+  return 0;
+}
+
 int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
                       char *msg, size_t len) {
   memset(l, 0, sizeof *l);
@@ -101,7 +118,7 @@ int dpshim__layout_of(const dpshim_batch_t *b, dpshim__layout_t *l,
     int rc = describe_field(b, f, l, msg, len);
     if (rc < 0) return rc;
   }
-  return 0;
+  return describe_vision(b, l, msg, len);
 }
 
 uint32_t dpshim__field_signature(const dpshim_batch_t *b,
@@ -121,6 +138,24 @@ void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
     const int32_t *off = b->fields[f].offsets;
     meta[l->slot[f]] = off[i + 1] - off[i];
   }
+  if (!l->vision) return;
+  const int64_t v[2] = {b->vision[i].patches, b->vision[i].patches_sq};
+  for (int k = 0; k < 2; k++) {
+    meta[l->vision + 2 * k] = (int32_t)(uint32_t)(uint64_t)v[k];
+    meta[l->vision + 2 * k + 1] = (int32_t)(uint32_t)((uint64_t)v[k] >> 32);
+  }
+}
+
+static int64_t meta_int64(const int32_t *half) {
+  return (int64_t)((uint64_t)(uint32_t)half[0] |
+                   (uint64_t)(uint32_t)half[1] << 32);
+}
+
+dpshim_vision_t dpshim__meta_vision(const dpshim__layout_t *l,
+                                    const int32_t *meta) {
+  if (!l->vision) return (dpshim_vision_t){0, 0};
+  return (dpshim_vision_t){meta_int64(meta + l->vision),
+                           meta_int64(meta + l->vision + 2)};
 }
 
 int64_t dpshim__meta_rows(const dpshim__layout_t *l, int32_t f,
@@ -147,7 +182,7 @@ static int64_t first_row(const dpshim_batch_t *b, const dpshim__layout_t *l,
 
 void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
                         const int32_t *order, int32_t n, unsigned char *out) {
-  int32_t meta[DPSHIM__MAX_FIELDS + 1];
+  int32_t meta[DPSHIM__MAX_META];
   for (int32_t k = 0; k < n; k++) {
     int32_t i = order[k];
     dpshim__meta_of(b, l, i, meta);

@@ -3,8 +3,9 @@
  * The balancer never looks inside a row: it moves each sample as one record,
  * the sample's rows of every field back to back. What it needs to know about
  * a sample travels as a few int32 numbers (its "meta"): the token length,
- * then the row count of each field that has offsets of its own. Token-aligned
- * fields have as many rows as tokens; fields without offsets have one.
+ * then the row count of each field that has offsets of its own, then its
+ * images' patches when the batch gives them. Token-aligned fields have as
+ * many rows as tokens; fields without offsets have one.
  */
 #ifndef DPSHIM_SHIM_BATCH_VIEW_H
 #define DPSHIM_SHIM_BATCH_VIEW_H
@@ -15,6 +16,10 @@
 #include "dpshim/batch.h"
 
 #define DPSHIM__MAX_FIELDS 16
+/* A sample's vision numbers in its meta: patches and patches_sq, each as
+ * two int32 halves. */
+#define DPSHIM__VISION_META 4
+#define DPSHIM__MAX_META (1 + DPSHIM__MAX_FIELDS + DPSHIM__VISION_META)
 
 typedef enum { DPSHIM__ROWS_TOKENS, DPSHIM__ROWS_ONE, DPSHIM__ROWS_OWN } dpshim__rows_kind_t;
 
@@ -23,6 +28,7 @@ typedef struct dpshim__layout {
   int32_t width; /* int32 meta numbers per sample */
   uint8_t kind[DPSHIM__MAX_FIELDS];
   uint8_t slot[DPSHIM__MAX_FIELDS]; /* meta index of a DPSHIM__ROWS_OWN field */
+  int32_t vision; /* meta index of the vision numbers; 0: none given */
   size_t row_bytes[DPSHIM__MAX_FIELDS];
 } dpshim__layout_t;
 
@@ -41,6 +47,9 @@ void dpshim__meta_of(const dpshim_batch_t *b, const dpshim__layout_t *l,
 int64_t dpshim__meta_rows(const dpshim__layout_t *l, int32_t field,
                           const int32_t *meta);
 int64_t dpshim__meta_bytes(const dpshim__layout_t *l, const int32_t *meta);
+/* The sample's images (0, 0 when the batch gives none). */
+dpshim_vision_t dpshim__meta_vision(const dpshim__layout_t *l,
+                                    const int32_t *meta);
 
 /* Copies samples order[0 .. n) as records, back to back, into out. */
 void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,

@@ -217,27 +217,36 @@ static void format_sync_ops(const dpshim__config_t *c, text_t *t) {
   }
 }
 
-/* ---- cost coefficients: "a,b,c" ------------------------------------------ */
+/* ---- cost coefficients: "a,b,c" or "a,b,c,d,e" ---------------------------- */
 
-/* Finite at the longest sample, so that no load the shim sums is inf. */
+/* Finite at the longest sample with the most patches, so that no load the
+ * shim sums is inf. */
 static int cost_is_finite(const dpshim_cost_model_t *m) {
-  return isfinite(m->a * MAX_TOKENS * MAX_TOKENS + m->b * MAX_TOKENS + m->c);
+  return isfinite(m->a * MAX_TOKENS * MAX_TOKENS + m->b * MAX_TOKENS + m->c +
+                  m->d * MAX_TOKENS * MAX_TOKENS + m->e * MAX_TOKENS);
 }
 
-static int parse_coefs(const char *v, dpshim__config_t *c) {
-  double x[3];
-  const char *p = v;
-  for (int k = 0; k < 3; k++) {
+/* Up to `most` comma-separated numbers >= 0 into x; how many, or -1. */
+static int parse_numbers(const char *v, double *x, int most) {
+  int k = 0;
+  for (const char *p = v;; k++) {
     char item[64];
     size_t n = strcspn(p, ",");
-    if (n == 0 || n >= sizeof item || (k < 2) != (p[n] == ',')) return -1;
+    if (k == most || n == 0 || n >= sizeof item) return -1;
     memcpy(item, p, n);
     item[n] = 0;
     if (parse_double(item, 0, 0, &x[k]) < 0) return -1;
-    p += n + (k < 2);
+    if (p[n] != ',') return k + 1;
+    p += n + 1;
   }
-  dpshim_cost_model_t m = {x[0], x[1], x[2]};
-  if (x[0] + x[1] + x[2] <= 0 || !cost_is_finite(&m)) return -1;
+}
+
+static int parse_coefs(const char *v, dpshim__config_t *c) {
+  double x[5] = {0};
+  int n = parse_numbers(v, x, 5);
+  if (n != 3 && n != 5) return -1;
+  dpshim_cost_model_t m = {x[0], x[1], x[2], x[3], x[4]};
+  if (x[0] + x[1] + x[2] + x[3] + x[4] <= 0 || !cost_is_finite(&m)) return -1;
   c->coefs = m;
   c->have_coefs = 1;
   return 0;
@@ -245,11 +254,13 @@ static int parse_coefs(const char *v, dpshim__config_t *c) {
 
 static void format_coefs(const dpshim__config_t *c, text_t *t) {
   if (!c->have_coefs) return;
-  put_double(t, c->coefs.a);
-  put(t, ",");
-  put_double(t, c->coefs.b);
-  put(t, ",");
-  put_double(t, c->coefs.c);
+  const double x[5] = {c->coefs.a, c->coefs.b, c->coefs.c, c->coefs.d,
+                       c->coefs.e};
+  int n = x[3] == 0 && x[4] == 0 ? 3 : 5;
+  for (int k = 0; k < n; k++) {
+    if (k) put(t, ",");
+    put_double(t, x[k]);
+  }
 }
 
 /* ---- the other variables ------------------------------------------------- */
@@ -350,8 +361,8 @@ static const row_t rows[] = {
     {{DPSHIM_ENV_FIT, "ranks", "'ranks' or 'seed'", NULL}, parse_fit,
      format_fit},
     {{DPSHIM_ENV_COEFS, NULL,
-      "a,b,c: three numbers >= 0, not all 0, with a*L^2+b*L+c finite at "
-      "L = 2147483647 tokens",
+      "a,b,c or a,b,c,d,e: numbers >= 0, not all 0, with "
+      "a*L^2+b*L+c+d*L^2+e*L finite at L = 2147483647",
       NULL},
      parse_coefs, format_coefs},
     {{DPSHIM_ENV_TP, "1", SIZE_TEXT, "--tensor-model-parallel-size"},
@@ -482,6 +493,8 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_double(h, c->coefs.a);
   h = mix_double(h, c->coefs.b);
   h = mix_double(h, c->coefs.c);
+  h = mix_double(h, c->coefs.d);
+  h = mix_double(h, c->coefs.e);
   h = mix_int(h, c->tp);
   h = mix_int(h, c->pp);
   h = mix_int(h, c->cp);

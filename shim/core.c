@@ -58,7 +58,7 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->handoff, NULL);
   c->settled = c->cfg.have_coefs || c->cfg.nwarmup == 0;
-  c->model = c->cfg.have_coefs ? c->cfg.coefs : (dpshim_cost_model_t){0, 1, 0};
+  c->model = c->cfg.have_coefs ? c->cfg.coefs : (dpshim_cost_model_t){0, 1, 0, 0, 0};
   dpshim__balance_config_t bc = {c->cfg.algo, c->cfg.max_len_ratio,
                                  c->cfg.threshold, c->model, c->cfg.verify,
                                  c->clock};
@@ -99,16 +99,37 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
 
 #define POINT_DOUBLES (sizeof(dpshim__point_t) / sizeof(double))
 
+typedef struct fit_outcome {
+  int64_t rc, vision;
+  dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
+} fit_outcome_t;
+
+/* The fit, and when the points have images the text-only fit of the same
+ * points beside it: what the vision terms gain. */
+static int fit_both(dpshim_fit_input_t *in, fit_outcome_t *out) {
+  int64_t n = in->iters * (int64_t)in->ranks;
+  for (int64_t i = 0; i < n; i++)
+    out->vision |= in->points[i].sum_patches_sq > 0 ||
+                   in->points[i].sum_patches > 0;
+  int rc = dpshim_fit(in, &out->fit);
+  if (rc == 0 && out->vision) {
+    in->text_only = 1;
+    if (dpshim_fit(in, &out->fit_text) < 0) out->vision = 0;
+  }
+  return rc;
+}
+
 /* Rank 0: every rank's points -> one fit over the steps every rank
  * measured. */
 static int fit_points(dpshim__core_t *c, const dpshim__point_t *all,
-                      dpshim_fit_result_t *out) {
+                      fit_outcome_t *out) {
   int32_t ranks = c->world->size, slots = c->cfg.nwarmup, iters = 0;
   dpshim_fit_point_t *pts = calloc((size_t)ranks * (size_t)slots + 1,
                                    sizeof *pts);
   double *iter_time = calloc((size_t)slots + 1, sizeof *iter_time);
   int rc = DPSHIM_ENOMEM;
-  snprintf(out->message, sizeof out->message, "out of memory for the fit");
+  snprintf(out->fit.message, sizeof out->fit.message,
+           "out of memory for the fit");
   if (pts && iter_time) {
     for (int32_t it = 0; it < slots; it++) {
       int all_valid = 1;
@@ -118,23 +139,20 @@ static int fit_points(dpshim__core_t *c, const dpshim__point_t *all,
       for (int32_t r = 0; r < ranks; r++) {
         const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
         pts[(size_t)iters * (size_t)ranks + (size_t)r] =
-            (dpshim_fit_point_t){p->sum_len2, p->sum_len, p->count, p->compute};
+            (dpshim_fit_point_t){p->sum_len2,       p->sum_len,
+                                 p->count,          p->compute,
+                                 p->sum_patches_sq, p->sum_patches};
         if (p->step > iter_time[iters]) iter_time[iters] = p->step;
       }
       iters++;
     }
-    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, c->cfg.fit};
-    rc = dpshim_fit(&in, out);
+    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, c->cfg.fit, 0};
+    rc = fit_both(&in, out);
   }
   free(pts);
   free(iter_time);
   return rc;
 }
-
-typedef struct fit_outcome {
-  int64_t rc;
-  dpshim_fit_result_t fit;
-} fit_outcome_t;
 
 /* Collective over the world: the same model on every rank. */
 static int fit_warmup(dpshim__core_t *c) {
@@ -155,13 +173,15 @@ static int fit_warmup(dpshim__core_t *c) {
       free(all);
       return rc;
     }
-    if (root) out.rc = fit_points(c, all, &out.fit);
+    if (root) out.rc = fit_points(c, all, &out);
   }
   free(all);
   rc = c->world->ops->bcast(c->world, &out, sizeof out);
   if (rc < 0) return rc;
   pthread_mutex_lock(&c->lock);
   c->fit = out.fit;
+  c->fit_text = out.fit_text;
+  c->fit_vision = (int)out.vision;
   c->fitted = out.rc == 0;
   if (c->fitted) c->model = dpshim__policy_model_from_fit(out.fit.model);
   pthread_mutex_unlock(&c->lock);
@@ -206,6 +226,9 @@ static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch) {
     s->sum_len2 += len * len;
     s->sum_len += len;
     s->count += 1;
+    if (!batch->vision) continue;
+    s->sum_patches_sq += (double)batch->vision[i].patches_sq;
+    s->sum_patches += (double)batch->vision[i].patches;
   }
 }
 
@@ -324,9 +347,15 @@ static void record_point(dpshim__core_t *c, double step_time) {
   const dpshim__step_t *s = &c->step;
   int32_t slot = point_slot(c, s->index);
   if (slot < 0 || c->settled) return;
-  c->points[slot] = (dpshim__point_t){!s->bad && s->count > 0, s->sum_len2,
-                                      s->sum_len, s->count, s->compute,
-                                      step_time};
+  c->points[slot] = (dpshim__point_t){
+      .valid = !s->bad && s->count > 0,
+      .sum_len2 = s->sum_len2,
+      .sum_len = s->sum_len,
+      .count = s->count,
+      .sum_patches_sq = s->sum_patches_sq,
+      .sum_patches = s->sum_patches,
+      .compute = s->compute,
+      .step = step_time};
 }
 
 void dpshim__core_sync_end(dpshim__core_t *c) {

@@ -31,7 +31,7 @@
 /* One warm-up step of one rank, sent as doubles. */
 typedef struct dpshim__point {
   double valid; /* 1: every hand-off of the step was measured */
-  double sum_len2, sum_len, count;
+  double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   double compute; /* first hand-off entry -> sync entry, less hand-offs */
   double step;    /* first hand-off entry -> sync exit */
 } dpshim__point_t;
@@ -44,7 +44,7 @@ typedef struct dpshim__step {
   int bad;       /* a warm-up hand-off failed: no point */
   double first_entry, last_return, sync_entry;
   double compute, shim, arrival;
-  double sum_len2, sum_len, count;
+  double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   dpshim__handoff_note_t last; /* the latest hand-off, for the step log */
 } dpshim__step_t;
 
@@ -72,6 +72,10 @@ typedef struct dpshim__core {
   int fitted;
   dpshim_cost_model_t model;
   dpshim_fit_result_t fit;
+  /* The same points fitted without the vision terms, when they had images
+   * (fit_text.message "" otherwise unset: see has_vision). */
+  dpshim_fit_result_t fit_text;
+  int fit_vision; /* the warm-up batches gave their images */
   dpshim__step_t step;
   /* step.open and step.syncing, readable without the lock: a sync outside
    * a step (a benchmark's allreduce loop) costs no clock read. */

@@ -24,7 +24,7 @@ static void balance_pack(packload_batch_t *p) {
        p->capacity_samples},
   };
   dpshim_batch_t batch = {p->nsamples, p->capacity_samples, p->cu_seqlens,
-                          4, fields};
+                          4, fields, NULL};
   dpshim_balance_batch(&batch);
   p->nsamples = batch.nsamples;
 }

@@ -6,7 +6,9 @@
  * implicit (tiles, patch rows, grid rows) into `offsets`, the caller's
  * scratch of DPSHIM__LAYOUT_OFFSETS arrays of capacity_samples + 1 int32,
  * checks the batch against its layout, and fills `batch` with fields
- * (at most DPSHIM__LAYOUT_FIELDS) that point into it. It returns 0, or
+ * (at most DPSHIM__LAYOUT_FIELDS) that point into it, and with each
+ * sample's images as the vision encoder sees them (into `vision`, of
+ * capacity_samples; NULL: not given). It returns 0, or
  * DPSHIM_EINVAL with a one-line reason in msg. After the hand-off, finish
  * rewrites the counts from the balanced offsets.
  */
@@ -24,6 +26,7 @@
 
 typedef struct dpshim__layout_scratch {
   int32_t *offsets[DPSHIM__LAYOUT_OFFSETS];
+  dpshim_vision_t *vision;
   dpshim_field_t fields[DPSHIM__LAYOUT_FIELDS];
 } dpshim__layout_scratch_t;
 

@@ -3,7 +3,11 @@
  * The batch does not say which tiles are whose: a sample's real tiles are
  * its <IMG_CONTEXT> tokens / num_image_token (not / 256: the original's
  * mistake), a text-only sample's are its dummy tiles. The tiles then
- * follow one another sample by sample, and their flags must agree. */
+ * follow one another sample by sample, and their flags must agree.
+ *
+ * The vision encoder sees every tile, dummy ones too, as one image of
+ * 4 * num_image_token patches (InternVL's pixel shuffle merges 2x2 patches
+ * into one <IMG_CONTEXT> token). */
 #include <stdio.h>
 
 #include "layout.h"
@@ -89,6 +93,15 @@ static int tile_offsets(const dpshim_internvl_batch_t *b, int32_t *off,
   return 0;
 }
 
+static void tile_vision(const dpshim_internvl_batch_t *b, const int32_t *off,
+                        dpshim_vision_t *vision) {
+  int64_t patches = 4 * (int64_t)b->num_image_token;
+  for (int32_t i = 0; vision && i < b->nsamples; i++) {
+    int64_t tiles = off[i + 1] - off[i];
+    vision[i] = (dpshim_vision_t){tiles * patches, tiles * patches * patches};
+  }
+}
+
 int dpshim__internvl_describe(const dpshim_internvl_batch_t *b,
                               dpshim__layout_scratch_t *s,
                               dpshim_batch_t *batch, char *msg, size_t len) {
@@ -111,7 +124,9 @@ int dpshim__internvl_describe(const dpshim_internvl_batch_t *b,
                             sizeof *b->image_flags, tiles, b->capacity_tiles};
   if (b->keys)
     f[n++] = (dpshim_field_t){"keys", b->keys, sizeof *b->keys, NULL, cs};
-  *batch = (dpshim_batch_t){b->nsamples, b->capacity_samples, cu, n, f};
+  tile_vision(b, tiles, s->vision);
+  *batch = (dpshim_batch_t){b->nsamples, b->capacity_samples, cu, n, f,
+                            s->vision};
   return 0;
 }
 

@@ -4,7 +4,10 @@
  * The batch does not say which images are whose: images belong to samples
  * in order, each taking t*h*w / merge^2 of its sample's pad tokens, so any
  * number of images (and videos) per sample, and text-only samples between
- * them, are placed right (the original indexed grid rows by sample). */
+ * them, are placed right (the original indexed grid rows by sample).
+ *
+ * The vision encoder sees each image (or video) of grid (t, h, w) as t*h*w
+ * patches. */
 #include <stdio.h>
 
 #include "layout.h"
@@ -104,6 +107,20 @@ static void media_fields(const medium_t *md, size_t row_bytes,
                                md->m->capacity};
 }
 
+/* Adds each sample's images of medium md, whose grid rows the sample owns
+ * by grid_off, to vision[]. */
+static void media_vision(const dpshim_qwen_batch_t *b, const medium_t *md,
+                         const int32_t *grid_off, dpshim_vision_t *vision) {
+  for (int32_t i = 0; vision && i < b->nsamples; i++) {
+    for (int32_t j = grid_off[i]; j < grid_off[i + 1]; j++) {
+      const int32_t *g = md->m->grid_thw + 3 * (size_t)j;
+      int64_t patches = (int64_t)g[0] * g[1] * g[2];
+      vision[i].patches += patches;
+      vision[i].patches_sq += patches * patches;
+    }
+  }
+}
+
 int dpshim__qwen_describe(const dpshim_qwen_batch_t *b,
                           dpshim__layout_scratch_t *s, dpshim_batch_t *batch,
                           char *msg, size_t len) {
@@ -122,17 +139,21 @@ int dpshim__qwen_describe(const dpshim_qwen_batch_t *b,
   f[n++] = (dpshim_field_t){"labels", b->labels, sizeof *b->labels, cu, ct};
   if (b->attn_mask)
     f[n++] = (dpshim_field_t){"attn_mask", b->attn_mask, 1, cu, ct};
+  for (int32_t i = 0; s->vision && i < b->nsamples; i++)
+    s->vision[i] = (dpshim_vision_t){0, 0};
   for (int k = 0; k < 2; k++) {
     rc = media_offsets(b, &md[k], s->offsets[ROWS(k)], s->offsets[GRIDS(k)],
                        msg, len);
     if (rc < 0) return rc;
     media_fields(&md[k], b->row_bytes, s->offsets[ROWS(k)],
                  s->offsets[GRIDS(k)], f, &n);
+    media_vision(b, &md[k], s->offsets[GRIDS(k)], s->vision);
   }
   if (b->keys)
     f[n++] = (dpshim_field_t){"keys", b->keys, sizeof *b->keys, NULL,
                               b->capacity_samples};
-  *batch = (dpshim_batch_t){b->nsamples, b->capacity_samples, cu, n, f};
+  *batch = (dpshim_batch_t){b->nsamples, b->capacity_samples, cu, n, f,
+                            s->vision};
   return 0;
 }
 

@@ -60,5 +60,6 @@ int dpshim__policy_fits(const int64_t *use, const int64_t *room,
 }
 
 dpshim_cost_model_t dpshim__policy_model_from_fit(dpshim_cost_model_t fit) {
-  return (dpshim_cost_model_t){fit.a * 1e6, fit.b * 1e6, fit.c * 1e6};
+  return (dpshim_cost_model_t){fit.a * 1e6, fit.b * 1e6, fit.c * 1e6,
+                               fit.d * 1e6, fit.e * 1e6};
 }

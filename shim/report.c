@@ -70,16 +70,34 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
   else if (strcmp(rep->skip_reason, "warmup")) print_skip(c, rep, c->dp->size);
 }
 
+/* "a*len^2 + b*len + c", and the vision terms when there are any. */
+static void model_text(dpshim_cost_model_t m, char *out, size_t n) {
+  int k = snprintf(out, n, "%.4g*len^2 + %.4g*len + %.4g", m.a, m.b, m.c);
+  if ((m.d != 0 || m.e != 0) && k > 0 && (size_t)k < n)
+    snprintf(out + k, n - (size_t)k, " + %.4g*patches^2 + %.4g*patches", m.d,
+             m.e);
+}
+
+/* The fit's prediction error, and the text-only fit's on the same points. */
+static void fit_error_text(const dpshim__core_t *c, char *out, size_t n) {
+  int k = snprintf(out, n, "prediction error mean %.2f%%, max %.2f%%",
+                   100 * c->fit.mean_rel_error, 100 * c->fit.max_rel_error);
+  if (c->fit_vision && k > 0 && (size_t)k < n)
+    snprintf(out + k, n - (size_t)k, " (without the vision terms: mean "
+             "%.2f%%, max %.2f%%)", 100 * c->fit_text.mean_rel_error,
+             100 * c->fit_text.max_rel_error);
+}
+
 void dpshim__report_fit(const dpshim__core_t *c, int rc) {
   if (c->world->rank != 0) return;
+  char model[160], error[160];
+  model_text(c->model, model, sizeof model);
+  fit_error_text(c, error, sizeof error);
   if (rc < 0)
     dpshim__core_say(c, "warm-up fit failed (%s); the cost stays linear",
                      c->fit.message);
   else if (c->cfg.verbose)
-    dpshim__core_say(c, "fitted cost = %.4g*len^2 + %.4g*len + %.4g us per "
-                     "sample; prediction error mean %.2f%%, max %.2f%%",
-                     c->model.a, c->model.b, c->model.c,
-                     100 * c->fit.mean_rel_error, 100 * c->fit.max_rel_error);
+    dpshim__core_say(c, "fitted cost = %s us per sample; %s", model, error);
 }
 
 void dpshim__report_no_fit(const dpshim__core_t *c) {
@@ -126,15 +144,14 @@ static double share(double part, double whole) {
 }
 
 static void say_fit(const dpshim__core_t *c) {
+  char model[160], error[160];
+  model_text(c->model, model, sizeof model);
+  fit_error_text(c, error, sizeof error);
   if (c->cfg.have_coefs)
-    dpshim__core_say(c, "  cost model: %s = %g,%g,%g", DPSHIM_ENV_COEFS,
-                     c->model.a, c->model.b, c->model.c);
+    dpshim__core_say(c, "  cost model: %s: cost = %s", DPSHIM_ENV_COEFS, model);
   else if (c->fitted)
-    dpshim__core_say(c, "  fit (%s): cost = %.4g*len^2 + %.4g*len + %.4g us "
-                     "per sample; prediction error mean %.2f%%, max %.2f%%",
-                     dpshim_fit_method_name(c->cfg.fit), c->model.a,
-                     c->model.b, c->model.c, 100 * c->fit.mean_rel_error,
-                     100 * c->fit.max_rel_error);
+    dpshim__core_say(c, "  fit (%s): cost = %s us per sample; %s",
+                     dpshim_fit_method_name(c->cfg.fit), model, error);
   else
     dpshim__core_say(c, "  no fitted cost model (warm-up unfinished, failed "
                      "or not possible): linear cost");

@@ -8,14 +8,14 @@
 #define MAKE_ROOM_TRIES 16 /* least-loaded ranks asked first to make room */
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
 
-/* Whether rank r could fit sample i by shedding its own shorter samples. */
+/* Whether rank r could fit sample i by shedding its own smaller samples. */
 static int can_make_room(const dpshim__dstate_t *s, int32_t r, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   double load = s->load[r];
   int64_t tokens = s->tokens[r], rows = s->rows[r];
   for (int64_t k = s->start[r]; k < s->start[r + 1]; k++) {
     int64_t j = s->group[k];
-    if (ctx->dest[j] != r || ctx->samples[j].len >= ctx->samples[i].len) continue;
+    if (ctx->dest[j] != r || ctx->size[j] >= ctx->size[i]) continue;
     load -= ctx->cost[j];
     tokens -= ctx->samples[j].len;
     rows -= ctx->samples[j].rows;
@@ -25,14 +25,14 @@ static int can_make_room(const dpshim__dstate_t *s, int32_t r, int64_t i) {
          dpshim__rows_fit(ctx, r, rows, ctx->samples[i].rows);
 }
 
-/* Rank r sheds its own samples shorter than i, longest first, until i fits;
+/* Rank r sheds its own samples smaller than i, largest first, until i fits;
  * they come later in order[] and are placed in their turn. */
 static void make_room(dpshim__dstate_t *s, int32_t r, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int64_t k = s->start[r];
        k < s->start[r + 1] && !dpshim__dstate_room_for(s, r, i); k++) {
     int64_t j = s->group[k];
-    if (ctx->dest[j] == r && ctx->samples[j].len < ctx->samples[i].len)
+    if (ctx->dest[j] == r && ctx->size[j] < ctx->size[i])
       dpshim__dstate_take(s, j);
   }
 }

@@ -105,7 +105,7 @@ static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo, int32_t hi) {
     return s->trade_n;
   int64_t n = 0;
   for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
-    s->trade_key[n++] = ((uint64_t)s->ctx->samples[j].len << 32) | (uint64_t)j;
+    s->trade_key[n++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
   qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
   s->trade_cost[0] = 0;
   s->trade_tokens[0] = s->trade_rows[0] = s->trade_bytes[0] = 0;
@@ -281,7 +281,7 @@ static int64_t first_at_most(const dpshim__dstate_t *s, double c) {
 static int64_t shortest_on(const dpshim__dstate_t *s, int32_t hi) {
   int64_t best = -1;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-    if (best < 0 || s->ctx->samples[i].len < s->ctx->samples[best].len) best = i;
+    if (best < 0 || s->ctx->size[i] < s->ctx->size[best]) best = i;
   return best;
 }
 

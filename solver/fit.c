@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fit_internal.h"
@@ -49,9 +50,11 @@ static int check_shape(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
 
 static int check_point(const dpshim_fit_point_t *p, int64_t i, bool need_time,
                        dpshim_fit_result_t *out) {
-  const char *const names[3] = {"sum_len2", "sum_len", "count"};
-  const double values[3] = {p->sum_len2, p->sum_len, p->count};
-  for (int j = 0; j < 3; j++) {
+  const char *const names[DPSHIM__NFEAT] = {"sum_len2", "sum_len", "count",
+                                            "sum_patches_sq", "sum_patches"};
+  double values[DPSHIM__NFEAT];
+  dpshim__fit_features(p, values);
+  for (int j = 0; j < DPSHIM__NFEAT; j++) {
     if (!finite_nonnegative(values[j]))
       return reject(out, "points[%lld].%s = %g: expected a finite number >= 0",
                     (long long)i, names[j], values[j]);
@@ -116,8 +119,53 @@ static void seed_errors(const dpshim_fit_input_t *in,
 }
 
 static bool model_valid(dpshim_cost_model_t m) {
-  return finite_nonnegative(m.a) && finite_nonnegative(m.b) &&
-         finite_nonnegative(m.c);
+  double z[DPSHIM__NFEAT];
+  dpshim__model_to_array(m, z);
+  for (int j = 0; j < DPSHIM__NFEAT; j++)
+    if (!finite_nonnegative(z[j])) return false;
+  return true;
+}
+
+/* The points without their vision sums, for a text-only fit; NULL when
+ * they have none (use them as they are) or on ENOMEM (*err). */
+static dpshim_fit_point_t *text_points(const dpshim_fit_input_t *in,
+                                       int *err) {
+  int64_t n = in->iters * (int64_t)in->ranks;
+  bool images = false;
+  for (int64_t i = 0; i < n; i++)
+    images |= in->points[i].sum_patches_sq != 0 || in->points[i].sum_patches != 0;
+  if (!images) return NULL;
+  dpshim_fit_point_t *copy = malloc(sizeof *copy * (size_t)n);
+  if (!copy) {
+    *err = DPSHIM_ENOMEM;
+    return NULL;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    copy[i] = in->points[i];
+    copy[i].sum_patches_sq = copy[i].sum_patches = 0;
+  }
+  return copy;
+}
+
+static int run_fitter(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
+  dpshim_cost_model_t model = {0};
+  int err = in->method == DPSHIM_FIT_RANKS
+                ? dpshim__fit_ranks(in, &model, out->message, sizeof out->message)
+                : dpshim__fit_seed(in, &model, out->message, sizeof out->message);
+  if (err) return err;
+  if (!model_valid(model)) {
+    snprintf(out->message, sizeof out->message,
+             "%s fit: coefficients a = %g, b = %g, c = %g, d = %g, e = %g are "
+             "not finite and >= 0", dpshim_fit_method_name(in->method),
+             model.a, model.b, model.c, model.d, model.e);
+    return DPSHIM_ENOCONV;
+  }
+  out->model = model;
+  if (in->method == DPSHIM_FIT_RANKS)
+    ranks_errors(in, out);
+  else
+    seed_errors(in, out);
+  return 0;
 }
 
 int dpshim_fit(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
@@ -127,25 +175,17 @@ int dpshim_fit(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
   int err = check_shape(in, out);
   if (!err) err = check_values(in, out);
   if (err) return err;
-  dpshim_cost_model_t model = {0.0, 0.0, 0.0};
-  if (in->method == DPSHIM_FIT_RANKS)
-    err = dpshim__fit_ranks(in, &model, out->message, sizeof out->message);
-  else
-    err = dpshim__fit_seed(in, &model, out->message, sizeof out->message);
-  if (err) return err;
-  if (!model_valid(model)) {
-    snprintf(
-        out->message, sizeof out->message,
-        "%s fit: coefficients a = %g, b = %g, c = %g are not finite and >= 0",
-        dpshim_fit_method_name(in->method), model.a, model.b, model.c);
-    return DPSHIM_ENOCONV;
+  if (!in->text_only) return run_fitter(in, out);
+  dpshim_fit_point_t *text = text_points(in, &err);
+  if (err) {
+    snprintf(out->message, sizeof out->message, "out of memory for the fit");
+    return err;
   }
-  out->model = model;
-  if (in->method == DPSHIM_FIT_RANKS)
-    ranks_errors(in, out);
-  else
-    seed_errors(in, out);
-  return 0;
+  dpshim_fit_input_t text_in = *in;
+  if (text) text_in.points = text;
+  err = run_fitter(&text_in, out);
+  free(text);
+  return err;
 }
 
 int dpshim_fit_method_from_name(const char *name, dpshim_fit_method_t *method) {

@@ -1,10 +1,10 @@
 /* DPSHIM_FIT_RANKS: non-negative least squares of every rank's compute time
- * on (sum_len2, sum_len, count).
+ * on (sum_len2, sum_len, count, sum_patches_sq, sum_patches).
  *
- * With three unknowns the NNLS optimum is found exactly by trying every
+ * With five unknowns the NNLS optimum is found exactly by trying every
  * active set: the optimum is the unconstrained least-squares solution on its
  * own support, so the feasible subset solution with the smallest residual is
- * it. Eight tiny solves are cheaper and more predictable than an iterative
+ * it. 32 tiny solves are cheaper and more predictable than an iterative
  * NNLS, and the result does not depend on iteration counts or tolerances.
  *
  * Columns are divided by their RMS and the target by its RMS first: raw
@@ -16,7 +16,7 @@
 
 #include "fit_internal.h"
 
-enum { NFEAT = 3 };
+enum { NFEAT = DPSHIM__NFEAT };
 
 /* A subset whose pivot falls below this fraction of its diagonal entry is
  * (numerically) collinear: 1 - R^2 of that column on the others < 1e-10. Its
@@ -31,12 +31,6 @@ typedef struct scaled_lsq {
   double xty[NFEAT];         /* X^T y / n, y the scaled times */
 } scaled_lsq_t;
 
-static void features_of(const dpshim_fit_point_t *p, double f[NFEAT]) {
-  f[0] = p->sum_len2;
-  f[1] = p->sum_len;
-  f[2] = p->count;
-}
-
 /* RMS, computed on values divided by their maximum so squares of large
  * (finite) inputs cannot overflow. 1 for an all-zero column, which then
  * simply never enters a solvable subset. */
@@ -47,15 +41,15 @@ static double rms_from(double max_abs, double sum_sq_over_max, int64_t n) {
 
 void dpshim__feature_scales(const dpshim_fit_point_t *points, int64_t n,
                             double scale[NFEAT]) {
-  double max_abs[NFEAT] = {0.0, 0.0, 0.0};
-  double sum_sq[NFEAT] = {0.0, 0.0, 0.0};
+  double max_abs[NFEAT] = {0.0};
+  double sum_sq[NFEAT] = {0.0};
   double f[NFEAT];
   for (int64_t i = 0; i < n; i++) {
-    features_of(&points[i], f);
+    dpshim__fit_features(&points[i], f);
     for (int j = 0; j < NFEAT; j++) max_abs[j] = fmax(max_abs[j], fabs(f[j]));
   }
   for (int64_t i = 0; i < n; i++) {
-    features_of(&points[i], f);
+    dpshim__fit_features(&points[i], f);
     for (int j = 0; j < NFEAT; j++) {
       if (max_abs[j] > 0.0)
         sum_sq[j] += (f[j] / max_abs[j]) * (f[j] / max_abs[j]);
@@ -77,7 +71,7 @@ static double time_scale_of(const dpshim_fit_point_t *points, int64_t n) {
 
 static void scaled_row(const scaled_lsq_t *lsq, const dpshim_fit_point_t *p,
                        double x[NFEAT], double *y) {
-  features_of(p, x);
+  dpshim__fit_features(p, x);
   for (int j = 0; j < NFEAT; j++) x[j] /= lsq->col_scale[j];
   *y = p->time / lsq->time_scale;
 }
@@ -159,7 +153,9 @@ static double scaled_residual(const scaled_lsq_t *lsq,
   for (int64_t i = 0; i < n; i++) {
     double x[NFEAT], y;
     scaled_row(lsq, &points[i], x, &y);
-    double r = y - (z[0] * x[0] + z[1] * x[1] + z[2] * x[2]);
+    double fit = 0.0;
+    for (int j = 0; j < NFEAT; j++) fit += z[j] * x[j];
+    double r = y - fit;
     sum += r * r;
   }
   return sum;
@@ -169,7 +165,7 @@ void dpshim__nnls_points(const dpshim_fit_point_t *points, int64_t n,
                          dpshim_cost_model_t *model) {
   scaled_lsq_t lsq;
   build_normal_equations(points, n, &lsq);
-  double best[NFEAT] = {0.0, 0.0, 0.0}; /* the empty set is always feasible */
+  double best[NFEAT] = {0.0}; /* the empty set is always feasible */
   double best_residual = scaled_residual(&lsq, points, n, best);
   for (unsigned free_mask = 1; free_mask < (1u << NFEAT); free_mask++) {
     double z[NFEAT];
@@ -180,9 +176,9 @@ void dpshim__nnls_points(const dpshim_fit_point_t *points, int64_t n,
       for (int j = 0; j < NFEAT; j++) best[j] = z[j];
     }
   }
-  model->a = best[0] * lsq.time_scale / lsq.col_scale[0];
-  model->b = best[1] * lsq.time_scale / lsq.col_scale[1];
-  model->c = best[2] * lsq.time_scale / lsq.col_scale[2];
+  for (int j = 0; j < NFEAT; j++)
+    best[j] = best[j] * lsq.time_scale / lsq.col_scale[j];
+  *model = dpshim__model_of_array(best);
 }
 
 int dpshim__fit_ranks(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,

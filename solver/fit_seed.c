@@ -9,7 +9,7 @@
  * log(ranks) / alpha seconds, so it matters when times are small).
  *
  * The unknowns are the coefficients scaled by feature RMS / time RMS, so the
- * three are of order 1 for L-BFGS.
+ * five are of order 1 for L-BFGS.
  *
  * The objective is not convex: a model that misjudges which rank is slowest
  * can be a local minimum (seen with a = 0 when long samples were rare). So
@@ -17,7 +17,8 @@
  * solves the hard-max version of the problem by alternating "pick every
  * iteration's slowest rank under the current model" with an exact NNLS of
  * iter_time on the picked ranks' features, first picking by one of: tokens,
- * sum of squared lengths, sample count, all three features equally weighted.
+ * sum of squared lengths, sample count, all features equally weighted, and
+ * (when the points have images) the images' patches.
  * No per-rank times are used: this method does not require them.
  */
 #include <math.h>
@@ -28,7 +29,7 @@
 
 #include "fit_internal.h"
 
-enum { NFEAT = 3 };
+enum { NFEAT = DPSHIM__NFEAT };
 
 #define SOFTMAX_ALPHA 20.0
 /* Alternations per start; the slowest-rank picks settle in a few. */
@@ -41,12 +42,14 @@ enum { NFEAT = 3 };
 
 /* First slowest-rank rules of the starts, as scaled coefficients. */
 static const double start_rules[][NFEAT] = {
-    {0.0, 1.0, 0.0}, /* tokens */
-    {1.0, 0.0, 0.0}, /* sum of squared lengths */
-    {0.0, 0.0, 1.0}, /* samples */
-    {1.0, 1.0, 1.0}, /* all three, each at its RMS */
+    {0.0, 1.0, 0.0, 0.0, 0.0}, /* tokens */
+    {1.0, 0.0, 0.0, 0.0, 0.0}, /* sum of squared lengths */
+    {0.0, 0.0, 1.0, 0.0, 0.0}, /* samples */
+    {1.0, 1.0, 1.0, 1.0, 1.0}, /* all, each at its RMS */
+    {0.0, 0.0, 0.0, 1.0, 1.0}, /* images: only when there are some */
 };
 enum { NSTARTS = sizeof start_rules / sizeof start_rules[0] };
+enum { IMAGE_START = NSTARTS - 1 };
 
 typedef struct seed_problem {
   const dpshim_fit_input_t *in;
@@ -56,6 +59,7 @@ typedef struct seed_problem {
   double *weight;             /* [ranks] softmax weights, scratch */
   int32_t *pick;              /* [iters] slowest rank, scratch */
   dpshim_fit_point_t *picked; /* [iters] its features and iter_time */
+  int images;                 /* some point has a vision feature */
 } seed_problem_t;
 
 static double rms_of(const double *x, int64_t n) {
@@ -79,9 +83,9 @@ static int seed_problem_init(seed_problem_t *sp, const dpshim_fit_input_t *in) {
   sp->time_scale = rms_of(in->iter_time, in->iters);
   for (int64_t i = 0; i < npoints; i++) {
     double *g = &sp->features[NFEAT * i];
-    g[0] = in->points[i].sum_len2 / sp->col_scale[0];
-    g[1] = in->points[i].sum_len / sp->col_scale[1];
-    g[2] = in->points[i].count / sp->col_scale[2];
+    dpshim__fit_features(&in->points[i], g);
+    for (int j = 0; j < NFEAT; j++) g[j] /= sp->col_scale[j];
+    sp->images |= g[3] != 0.0 || g[4] != 0.0;
   }
   return 0;
 }
@@ -95,18 +99,17 @@ static void seed_problem_free(seed_problem_t *sp) {
 
 static void model_to_scaled(const seed_problem_t *sp, dpshim_cost_model_t m,
                             double z[NFEAT]) {
-  z[0] = m.a * sp->col_scale[0] / sp->time_scale;
-  z[1] = m.b * sp->col_scale[1] / sp->time_scale;
-  z[2] = m.c * sp->col_scale[2] / sp->time_scale;
+  dpshim__model_to_array(m, z);
+  for (int j = 0; j < NFEAT; j++)
+    z[j] = z[j] * sp->col_scale[j] / sp->time_scale;
 }
 
 static dpshim_cost_model_t scaled_to_model(const seed_problem_t *sp,
                                            const double z[NFEAT]) {
-  dpshim_cost_model_t m;
-  m.a = z[0] * sp->time_scale / sp->col_scale[0];
-  m.b = z[1] * sp->time_scale / sp->col_scale[1];
-  m.c = z[2] * sp->time_scale / sp->col_scale[2];
-  return m;
+  double m[NFEAT];
+  for (int j = 0; j < NFEAT; j++)
+    m[j] = z[j] * sp->time_scale / sp->col_scale[j];
+  return dpshim__model_of_array(m);
 }
 
 /* Slowest rank of iteration t under the model; ties go to the lowest rank. */
@@ -160,7 +163,9 @@ static double iteration_term(seed_problem_t *sp, int64_t t,
   double vmax = -INFINITY;
   for (int32_t r = 0; r < ranks; r++) {
     const double *gr = &g[NFEAT * r];
-    double v = sp->time_scale * (z[0] * gr[0] + z[1] * gr[1] + z[2] * gr[2]);
+    double dot = 0.0;
+    for (int j = 0; j < NFEAT; j++) dot += z[j] * gr[j];
+    double v = sp->time_scale * dot;
     sp->weight[r] = v;
     vmax = fmax(vmax, v);
   }
@@ -237,6 +242,7 @@ static int multi_start_fit(seed_problem_t *sp, double best[NFEAT],
   double best_f = INFINITY;
   int err = DPSHIM_ENOCONV;
   for (int s = 0; s < NSTARTS; s++) {
+    if (s == IMAGE_START && !sp->images) continue;
     double z[NFEAT], f;
     hard_max_start(sp, start_rules[s], z);
     int rc = run_lbfgs(sp, z, &f, message, message_size);
@@ -255,7 +261,7 @@ int dpshim__fit_seed(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                      char *message, size_t message_size) {
   seed_problem_t sp;
   memset(&sp, 0, sizeof sp);
-  double z[NFEAT] = {0.0, 0.0, 0.0};
+  double z[NFEAT] = {0.0};
   int err = seed_problem_init(&sp, in);
   if (!err) err = multi_start_fit(&sp, z, message, message_size);
   if (!err) *model = scaled_to_model(&sp, z);

@@ -30,7 +30,13 @@ typedef struct dpshim__ctx {
   dpshim_cost_model_t model;
   double work;           /* the samples' total cost */
   int64_t tokens;        /* the samples' total length */
-  const int64_t *order;  /* [nsamples] by length, so cost, descending */
+  /* [nsamples] how big each sample is, for every comparison that stands
+   * for cost: its length when cost is a function of length (no vision
+   * terms), else its rank by (cost, length), equal for equal pairs. */
+  const int64_t *size;
+  int64_t longest;       /* the greatest length */
+  int vision;            /* some sample's cost has a vision part */
+  const int64_t *order;  /* [nsamples] by size, so cost, descending */
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   const int64_t *rows_cap; /* [ranks] per-rank rows cap, NULL for none */
   const int64_t *rows0;  /* [ranks] rows held before */
@@ -56,9 +62,14 @@ void dpshim__arena_free(dpshim__arena_t *a);
 #define DPSHIM__ALLOC(ctx, type, n) \
   ((type *)dpshim__arena_alloc((ctx)->arena, sizeof(type) * (size_t)(n)))
 
-/* Sample indices ordered by length descending, ties by index ascending. As
- * cost is non-decreasing in length, this is also cost descending. */
-int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx, int64_t *order);
+/* Whether some sample's cost has a vision part: then cost is no function
+ * of length, and lengths cannot stand for it. */
+int dpshim__vision_costs(const dpshim__ctx_t *ctx);
+/* Each sample's size (see dpshim__ctx_t.size) into size[nsamples]. */
+int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size);
+/* Sample indices ordered by size descending, ties by index ascending: cost
+ * descending, as cost never falls with size. */
+int dpshim__order_by_size_desc(const dpshim__ctx_t *ctx, int64_t *order);
 
 /* max/mean - 1 of loads; 0 when the mean is 0. The bounds need ctx->order. */
 double dpshim__imbalance(const double *load, int32_t ranks);

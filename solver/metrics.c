@@ -10,6 +10,14 @@ double dpshim_cost(dpshim_cost_model_t model, int64_t len) {
   return model.a * l * l + model.b * l + model.c;
 }
 
+double dpshim_sample_cost(dpshim_cost_model_t model, const dpshim_sample_t *s) {
+  double cost = dpshim_cost(model, s->len);
+  /* Without images the cost is bit for bit the text model's. */
+  if (s->patches || s->patches_sq)
+    cost += model.d * (double)s->patches_sq + model.e * (double)s->patches;
+  return cost;
+}
+
 double dpshim__max_load(const double *load, int32_t ranks) {
   double max = load[0];
   for (int32_t r = 1; r < ranks; r++)
@@ -92,11 +100,32 @@ static int cap_allows(const cap_bound_t *b, double m) {
   return tok_fit >= (double)ctx->tokens - big_tok && cost_fit >= ctx->work - big_cost;
 }
 
+/* With vision terms cost is no function of length: the samples' own
+ * densities bound every divisible piece's. */
+static void sample_density_range(const dpshim__ctx_t *ctx, double *lo,
+                                 double *hi) {
+  *lo = INFINITY;
+  *hi = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) {
+    double len = (double)ctx->samples[i].len, cost = ctx->cost[i];
+    if (len == 0) {
+      if (cost > 0) *hi = INFINITY;
+      continue;
+    }
+    *lo = min2(*lo, cost / len);
+    *hi = max2(*hi, cost / len);
+  }
+}
+
 /* cost(len) / len = a len + b + c / len is convex: over the lengths present
  * it peaks at the shortest or the longest, and it is never below b + 2
  * sqrt(ac), nor below its value at the shortest length when c = 0. */
 static void density_range(const dpshim__ctx_t *ctx, double *lo, double *hi) {
   dpshim_cost_model_t m = ctx->model;
+  if (ctx->vision) {
+    sample_density_range(ctx, lo, hi);
+    return;
+  }
   int64_t longest = ctx->samples[ctx->order[0]].len;
   int64_t shortest = ctx->samples[ctx->order[ctx->nsamples - 1]].len;
   if (shortest == 0) { /* cost without tokens: no density bounds it */
@@ -119,7 +148,7 @@ static int equal_histories(const dpshim__ctx_t *ctx) {
 double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from) {
   if (ctx->cap == DPSHIM__NO_CAP || !equal_histories(ctx)) return from;
   /* A sample longer than the cap: no plan is within it, nothing to bound. */
-  if (ctx->samples[ctx->order[0]].len > ctx->cap) return from;
+  if (ctx->longest > ctx->cap) return from;
   cap_bound_t b = {ctx, ctx->history[0], 0, 0};
   density_range(ctx, &b.min_density, &b.max_density);
   if (!(b.min_density > 0)) return from; /* free tokens bound nothing */

@@ -79,8 +79,9 @@ static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if (in->history && in->history_len != in->ranks)
     return FAIL(p, "history_len = %d: expected ranks (%d)", in->history_len,
                 in->ranks);
-  const double *coef[] = {&in->model.a, &in->model.b, &in->model.c};
-  for (int k = 0; k < 3; k++)
+  const double *coef[] = {&in->model.a, &in->model.b, &in->model.c,
+                          &in->model.d, &in->model.e};
+  for (int k = 0; k < 5; k++)
     if (!finite_nonneg(*coef[k]))
       return FAIL(p, "model.%c = %g: expected a finite number >= 0", 'a' + k,
                   *coef[k]);
@@ -121,6 +122,10 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (s->rows < 0 || s->rows > INT32_MAX)
       return FAIL(p, "samples[%lld].rows = %lld: expected 0..%d", (long long)i,
                   (long long)s->rows, INT32_MAX);
+    if (s->patches < 0 || s->patches_sq < 0)
+      return FAIL(p, "samples[%lld].%s = %lld: expected >= 0", (long long)i,
+                  s->patches < 0 ? "patches" : "patches_sq",
+                  (long long)(s->patches < 0 ? s->patches : s->patches_sq));
     if (s->origin < 0 || s->origin >= in->ranks)
       return FAIL(p, "samples[%lld].origin = %d: expected 0..%d", (long long)i,
                   s->origin, in->ranks - 1);
@@ -172,15 +177,17 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
     rows0[r] = 0;
   }
-  int64_t tokens = 0;
+  int64_t tokens = 0, longest = 0;
   double work = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
     const dpshim_sample_t *smp = &in->samples[i];
-    cost[i] = dpshim_cost(in->model, smp->len);
+    cost[i] = dpshim_sample_cost(in->model, smp);
     if (!isfinite(cost[i]))
-      return FAIL(p, "cost of samples[%lld] (len %lld) = %g: the model "
-                  "overflows", (long long)i, (long long)smp->len, cost[i]);
+      return FAIL(p, "cost of samples[%lld] (len %lld, patches_sq %lld) = %g: "
+                  "the model overflows", (long long)i, (long long)smp->len,
+                  (long long)smp->patches_sq, cost[i]);
     tokens += smp->len;
+    if (smp->len > longest) longest = smp->len;
     work += cost[i];
     p->load_before[smp->origin] += cost[i];
     rows0[smp->origin] += smp->rows;
@@ -192,6 +199,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;
+  ctx->longest = longest;
   ctx->work = work;
   ctx->cap = in->cap_ratio > 0
                  ? (int64_t)floor(in->cap_ratio * (double)tokens / in->ranks)
@@ -265,8 +273,13 @@ static int solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if ((rc = build_context(in, p, &ctx)) < 0) return rc;
   ctx.load0 = p->load_before;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
+  ctx.vision = dpshim__vision_costs(&ctx);
+  int64_t *size = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
+  if (!size || dpshim__sizes(&ctx, size) < 0) return DPSHIM_ENOMEM;
+  ctx.size = size;
   int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
-  if (!order || dpshim__order_by_len_desc(&ctx, order) < 0) return DPSHIM_ENOMEM;
+  if (!order || dpshim__order_by_size_desc(&ctx, order) < 0)
+    return DPSHIM_ENOMEM;
   ctx.order = order;
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   p->lower_bound_cap = ctx.lower_bound_cap = dpshim__rows_lower_bound(

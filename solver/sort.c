@@ -1,6 +1,7 @@
-/* Sample ordering. A stable LSD radix sort on the length: for 10^5 samples
- * it is several times faster than qsort, and stability gives the
+/* Sample sizes and ordering. A stable LSD radix sort on the size: for 10^5
+ * samples it is several times faster than qsort, and stability gives the
  * deterministic tie-break (index ascending) for free. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -8,10 +9,10 @@
 #define DIGIT_BITS 11
 #define DIGITS (1u << DIGIT_BITS)
 
-/* The high half holds longest - len (so ascending = longest first), the low
- * half the sample index. */
-static uint64_t sort_key(int64_t longest, int64_t len, int64_t index) {
-  return ((uint64_t)(longest - len) << 32) | (uint64_t)index;
+/* The high half holds largest - size (so ascending = largest first), the
+ * low half the sample index. */
+static uint64_t sort_key(int64_t largest, int64_t size, int64_t index) {
+  return ((uint64_t)(largest - size) << 32) | (uint64_t)index;
 }
 
 static void radix_pass(const uint64_t *src, uint64_t *dst, int64_t n,
@@ -28,17 +29,17 @@ static void radix_pass(const uint64_t *src, uint64_t *dst, int64_t n,
     dst[count[(src[i] >> shift) & (DIGITS - 1)]++] = src[i];
 }
 
-int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx, int64_t *order) {
-  int64_t n = ctx->nsamples, longest = 0;
+int dpshim__order_by_size_desc(const dpshim__ctx_t *ctx, int64_t *order) {
+  int64_t n = ctx->nsamples, largest = 0;
   for (int64_t i = 0; i < n; i++)
-    if (ctx->samples[i].len > longest) longest = ctx->samples[i].len;
+    if (ctx->size[i] > largest) largest = ctx->size[i];
   uint64_t *a = DPSHIM__ALLOC(ctx, uint64_t, n);
   uint64_t *b = DPSHIM__ALLOC(ctx, uint64_t, n);
   uint32_t *count = DPSHIM__ALLOC(ctx, uint32_t, DIGITS);
   if (!a || !b || !count) return DPSHIM_ENOMEM;
-  for (int64_t i = 0; i < n; i++) a[i] = sort_key(longest, ctx->samples[i].len, i);
-  /* Only as many digits as the spread of lengths needs. */
-  for (unsigned shift = 32; shift < 64 && (uint64_t)longest >> (shift - 32);
+  for (int64_t i = 0; i < n; i++) a[i] = sort_key(largest, ctx->size[i], i);
+  /* Only as many digits as the spread of sizes needs. */
+  for (unsigned shift = 32; shift < 64 && (uint64_t)largest >> (shift - 32);
        shift += DIGIT_BITS) {
     radix_pass(a, b, n, shift, count);
     uint64_t *t = a;
@@ -46,5 +47,48 @@ int dpshim__order_by_len_desc(const dpshim__ctx_t *ctx, int64_t *order) {
     b = t;
   }
   for (int64_t i = 0; i < n; i++) order[i] = (int64_t)(a[i] & UINT32_MAX);
+  return 0;
+}
+
+/* ---- sizes ----------------------------------------------------------------- */
+
+typedef struct ranked {
+  double cost;
+  int64_t len, index;
+} ranked_t;
+
+static int by_cost_then_len(const void *x, const void *y) {
+  const ranked_t *p = x, *q = y;
+  if (p->cost != q->cost) return p->cost < q->cost ? -1 : 1;
+  if (p->len != q->len) return p->len < q->len ? -1 : 1;
+  return (p->index > q->index) - (p->index < q->index);
+}
+
+int dpshim__vision_costs(const dpshim__ctx_t *ctx) {
+  if (ctx->model.d == 0 && ctx->model.e == 0) return 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    if (ctx->samples[i].patches || ctx->samples[i].patches_sq) return 1;
+  return 0;
+}
+
+/* Without vision terms cost is non-decreasing in length (in floating point
+ * too), so the length is the size, and (cost, length) orders as it does. */
+int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size) {
+  int64_t n = ctx->nsamples;
+  if (!ctx->vision) {
+    for (int64_t i = 0; i < n; i++) size[i] = ctx->samples[i].len;
+    return 0;
+  }
+  ranked_t *r = DPSHIM__ALLOC(ctx, ranked_t, n);
+  if (!r) return DPSHIM_ENOMEM;
+  for (int64_t i = 0; i < n; i++)
+    r[i] = (ranked_t){ctx->cost[i], ctx->samples[i].len, i};
+  qsort(r, (size_t)n, sizeof *r, by_cost_then_len);
+  int64_t rank = 0;
+  for (int64_t k = 0; k < n; k++) {
+    if (k > 0 && (r[k].cost != r[k - 1].cost || r[k].len != r[k - 1].len))
+      rank++;
+    size[r[k].index] = rank;
+  }
   return 0;
 }

@@ -4,15 +4,37 @@
 # dpshim's default solver, on the same data; then the gain. Does its own
 # set-up (apt packages, meson build). Writes demo-out/.
 #
-#   tools/demo.sh                 DP 4 8 16 32 (and 64), about 10 minutes
-#   tools/demo.sh --quick         DP 4 and 8, few steps, about a minute
+#   tools/demo.sh                 DP 4 8 16 32 (and 64), about 10 minutes,
+#                                 then the VLM section (below), about 4
+#   tools/demo.sh --quick         DP 4 and 8 (VLM: 8), few steps, 1-2 minutes
 #   tools/demo.sh --profile long  sft (default), long or fewlong
 #   tools/demo.sh --lengths FILE  sample lengths, one per line
 #   tools/demo.sh --corpus DIR    lengths of the text documents under DIR
 #   tools/demo.sh --dp "4 8"      DP sizes
 #   tools/demo.sh --steps N       steps per run (warm-up is steps 2-11)
-# It ends with a VLM workload (tools/vlm_bench.sh: vlmtrain, Qwen2-VL layout,
-# qwen2-vl-7b preset, DP 8, none / seed / default).
+#   tools/demo.sh --time-scale X  emulated GPU time x X (default 5)
+#   tools/demo.sh --out DIR       where to write (default demo-out)
+#
+# The VLM section: vlmtrain (tools/vlmtrain) under a realistic model preset
+# of the emulated GPU, none / seed / default on the same data (seed 7) at
+# each DP size, warm-up 2-6; digests checked equal. About 5 minutes here
+# (--quick: DP 8, 10 steps, under a minute). Into the table, results.json
+# ("vlm") and vlm_tgs_vs_dp.png.
+#   --vlm-layout L       internvl (default), qwen2vl or qwen3vl
+#   --vlm-model M        a tools/emu preset (default: the layout's,
+#                        internvl2-8b, qwen2-vl-7b, qwen3-vl-8b)
+#   --vlm-dp "8 16 32"   its DP sizes (default 8 16 32)
+#   --vlm-steps N        steps per run (default 16; above 6, the warm-up)
+#   --vlm-time-scale X   emulated GPU time x X (default 0.25)
+#   --vlm-args "..."     vlmtrain's data options (default: the layout's,
+#                        internvl: --pack-tokens 32768 --tile-size 16;
+#                        qwen: --pack-tokens 8192 --max-side 32)
+#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its seed and
+#                        default runs (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
+#                        default: none, the shim's defaults)
+#   --no-vlm             leave the VLM section out
+#   --vlm-only           the VLM section alone: results.json keeps the text
+#                        runs of an earlier demo, its "vlm" is replaced
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,9 +43,22 @@ die() { echo "demo: $*" >&2; exit 2; }
 
 profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=24 warmup=2-11
 time_scale=5 out=demo-out
+vlm=1 text=1 vlm_layout=internvl vlm_model="" vlm_dps="8 16 32" vlm_steps=16
+vlm_warmup=2-6 vlm_scale=0.25 vlm_args="" vlm_env=""
+set_vlm_args=0
 while [ $# -gt 0 ]; do
   case $1 in
-    --quick) dps="4 8" steps=10 warmup=2-5 time_scale=1 ;;
+    --quick) dps="4 8" steps=10 warmup=2-5 time_scale=1 vlm_dps=8 vlm_steps=10 ;;
+    --vlm-layout) vlm_layout=${2:?--vlm-layout needs internvl, qwen2vl or qwen3vl}; shift ;;
+    --vlm-model) vlm_model=${2:?--vlm-model needs a preset name}; shift ;;
+    --vlm-dp) vlm_dps=${2:?--vlm-dp needs sizes like "8 16 32"}; shift ;;
+    --vlm-steps) vlm_steps=${2:?--vlm-steps needs a number}; shift ;;
+    --vlm-time-scale) vlm_scale=${2:?--vlm-time-scale needs a number}; shift ;;
+    --vlm-args) [ $# -ge 2 ] || die "--vlm-args needs vlmtrain options (\"\" for none)"
+                vlm_args=$2 set_vlm_args=1; shift ;;
+    --vlm-shim-env) vlm_env=${2?--vlm-shim-env needs NAME=VALUE settings}; shift ;;
+    --no-vlm) vlm=0 ;;
+    --vlm-only) text=0 ;;
     --profile) profile=${2:?--profile needs sft, long or fewlong}; shift ;;
     --lengths) lengths=${2:?--lengths needs a file}; shift ;;
     --corpus) corpus=${2:?--corpus needs a directory}; shift ;;
@@ -39,23 +74,56 @@ done
 warmup_last=${warmup#*-}
 [ "$steps" -gt "$warmup_last" ] 2>/dev/null ||
   die "--steps $steps: expected a number above the warm-up's last step ($warmup_last)"
+[ "$text" = 1 ] || [ "$vlm" = 1 ] || die "--no-vlm with --vlm-only: nothing to run"
+number='^[0-9]+([.][0-9]+)?$'
+[[ $time_scale =~ $number ]] || die "--time-scale '$time_scale': expected a number like 5 or 0.5"
+for dp in $dps; do [[ $dp =~ ^[1-9][0-9]*$ ]] || die "--dp '$dps': expected sizes like \"4 8 16\""; done
+if [ "$vlm" = 1 ]; then
+  case $vlm_layout in
+    internvl) default_model=internvl2-8b default_args="--pack-tokens 32768 --tile-size 16" ;;
+    qwen2vl) default_model=qwen2-vl-7b default_args="--pack-tokens 8192 --max-side 32" ;;
+    qwen3vl) default_model=qwen3-vl-8b default_args="--pack-tokens 8192 --max-side 32" ;;
+    *) die "--vlm-layout '$vlm_layout': expected internvl, qwen2vl or qwen3vl" ;;
+  esac
+  : "${vlm_model:=$default_model}"
+  [ "$set_vlm_args" = 1 ] || vlm_args=$default_args
+  vlm_warmup_last=${vlm_warmup#*-}
+  [[ $vlm_steps =~ ^[0-9]+$ ]] && [ "$vlm_steps" -gt "$vlm_warmup_last" ] ||
+    die "--vlm-steps '$vlm_steps': expected a number above the warm-up's last step ($vlm_warmup_last)"
+  [[ $vlm_scale =~ $number ]] || die "--vlm-time-scale '$vlm_scale': expected a number like 0.25"
+  [ -n "${vlm_dps// }" ] || die "--vlm-dp '': expected sizes like \"8 16 32\""
+  for dp in $vlm_dps; do
+    [[ $dp =~ ^[1-9][0-9]*$ ]] || die "--vlm-dp '$vlm_dps': expected sizes like \"8 16 32\""
+  done
+  read -ra vlm_argv <<< "$vlm_args"
+  read -ra vlm_envv <<< "$vlm_env"
+  for kv in "${vlm_envv[@]}"; do
+    [[ $kv =~ ^DPSHIM_[A-Z_]+=. ]] ||
+      die "--vlm-shim-env '$kv': expected DPSHIM_NAME=VALUE"
+  done
+fi
+
+# The shim's logs need an absolute path (the ranks' working directory is
+# mpirun's, but a relative --out would be joined to $PWD twice).
+mkdir -p "$out" || die "--out '$out': cannot create it"
+out=$(cd "$out" && pwd)
 
 echo "== set-up"
 tools/deps.sh demo
 [ -d build/meson-private ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 
-mkdir -p "$out/runs"
-rm -f "$out"/runs/*
-data=(--profile "$profile")
-if [ -n "$corpus" ]; then
-  [ -d "$corpus" ] || die "--corpus '$corpus': not a directory"
-  python3 tools/corpus_lengths.py "$corpus" > "$out/corpus.lengths"
-  lengths="$out/corpus.lengths"
-fi
-if [ -n "$lengths" ]; then
-  [ -r "$lengths" ] || die "--lengths '$lengths': cannot read it"
-  data+=(--lengths "$lengths")
+if [ "$vlm" = 1 ]; then
+  # vlmtrain parses before MPI starts: a bad preset or data option is named
+  # here, in vlmtrain's words, before any run (--steps 0 is the one error
+  # expected when all the others are good).
+  msg=$(build/tools/vlmtrain/vlmtrain --layout "$vlm_layout" --model "$vlm_model" \
+        "${vlm_argv[@]}" --steps 0 2>&1 | head -1) || true
+  case $msg in
+    "vlmtrain: --steps: "*) ;;
+    "vlmtrain: --model: "*) die "--vlm-model '$vlm_model': no such preset (tiny, internvl2-8b, qwen2-vl-7b, qwen2.5-vl-7b, qwen3-vl-8b)" ;;
+    *) die "--vlm-args '$vlm_args': ${msg#vlmtrain: }" ;;
+  esac
 fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -65,46 +133,101 @@ mpirun=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 # DP 64 only when the machine holds it: 64 processes need memory, not cores.
 fits() { [ "$1" -le 32 ] || [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -gt $(( $1 * 150000 )) ]; }
 
-run() { # dp variant
-  local dp=$1 variant=$2 base="$out/runs/dp$1_$2" env=()
+# One run of a section: base path, DP size, variant, warm-up, trainer and its
+# arguments. Without the shim for none; with it, DPSHIM_SOLVER=variant.
+run() {
+  local base=$1 dp=$2 variant=$3 warm=$4 env=()
+  shift 4
   if [ "$variant" != none ]; then
     env=(-x LD_PRELOAD="$PWD/build/shim/libdpshim.so" -x DPSHIM_VLM_BALANCE=1
-         -x DPSHIM_WARMUP_ITERS="$warmup" -x DPSHIM_SOLVER="$variant"
-         -x DPSHIM_LOG="$PWD/$base.log.jsonl")
+         -x DPSHIM_WARMUP_ITERS="$warm" -x DPSHIM_SOLVER="$variant"
+         -x DPSHIM_LOG="$base.log.jsonl")
+    for kv in "${shim_env[@]}"; do env+=(-x "$kv"); done
   fi
-  "${mpirun[@]}" -np "$dp" "${env[@]}" build/tools/reftrain/reftrain \
-    --mode emulate "${data[@]}" --seed 7 --steps "$steps" \
-    --time-scale "$time_scale" --stats-out "$base.stats.jsonl" \
+  "${mpirun[@]}" -np "$dp" "${env[@]}" "$@" --stats-out "$base.stats.jsonl" \
     > "$base.json" 2> "$base.err" ||
-    { cat "$base.err" >&2; die "reftrain failed at DP $dp ($variant)"; }
+    { cat "$base.err" >&2; die "${1##*/} failed at DP $dp ($variant)"; }
 }
 
-sizes=()
-for dp in $dps; do
-  if fits "$dp"; then sizes+=("$dp"); else echo "(DP $dp skipped: not enough memory)"; fi
-done
-total=$(( ${#sizes[@]} * 3 )) n=0 start=$SECONDS
-echo "== runs: DP ${sizes[*]} x {none, seed, default}, $steps steps each (warm-up $warmup)"
-for dp in "${sizes[@]}"; do
-  for variant in none seed default; do
-    n=$(( n + 1 ))
-    printf '[%2d/%d] DP %-3s %-8s' "$n" "$total" "$dp" "$variant"
-    t0=$SECONDS
-    run "$dp" "$variant"
-    printf ' %4ds   (%ds so far)\n' $(( SECONDS - t0 )) $(( SECONDS - start ))
+# Every size times none, seed, default: label, runs dir, warm-up, sizes, then
+# the trainer and its arguments.
+runs() {
+  local label=$1 dir=$2 warm=$3 sizes=($4) n=0 start=$SECONDS
+  shift 4
+  local total=$(( ${#sizes[@]} * 3 ))
+  for dp in "${sizes[@]}"; do
+    for variant in none seed default; do
+      n=$(( n + 1 ))
+      printf '[%2d/%d] %s DP %-3s %-8s' "$n" "$total" "$label" "$dp" "$variant"
+      t0=$SECONDS
+      run "$dir/dp${dp}_$variant" "$dp" "$variant" "$warm" "$@"
+      printf ' %4ds   (%ds so far)\n' $(( SECONDS - t0 )) $(( SECONDS - start ))
+    done
   done
-done
+}
+
+shim_env=()
+if [ "$text" = 1 ]; then
+  mkdir -p "$out/runs"
+  rm -f "$out"/runs/*
+  data=(--profile "$profile")
+  if [ -n "$corpus" ]; then
+    [ -d "$corpus" ] || die "--corpus '$corpus': not a directory"
+    python3 tools/corpus_lengths.py "$corpus" > "$out/corpus.lengths"
+    lengths="$out/corpus.lengths"
+  fi
+  if [ -n "$lengths" ]; then
+    [ -r "$lengths" ] || die "--lengths '$lengths': cannot read it"
+    data+=(--lengths "$lengths")
+  fi
+  sizes=()
+  for dp in $dps; do
+    if fits "$dp"; then sizes+=("$dp"); else echo "(DP $dp skipped: not enough memory)"; fi
+  done
+  echo "== runs: the tiny text model (reftrain), DP ${sizes[*]} x {none, seed, default}, $steps steps each (warm-up $warmup)"
+  runs tiny "$out/runs" "$warmup" "${sizes[*]}" build/tools/reftrain/reftrain \
+    --mode emulate "${data[@]}" --seed 7 --steps "$steps" --time-scale "$time_scale"
+fi
+
+rm -rf "$out/vlm-runs"
+if [ "$vlm" = 1 ]; then
+  mkdir -p "$out/vlm-runs"
+  echo "== runs: VLM, $vlm_layout layout, $vlm_model preset ($vlm_args), DP $vlm_dps x {none, seed, default}, $vlm_steps steps each (warm-up $vlm_warmup, time scale $vlm_scale)"
+  vlm_start=$SECONDS
+  shim_env=("${vlm_envv[@]}")
+  runs vlm "$out/vlm-runs" "$vlm_warmup" "$vlm_dps" build/tools/vlmtrain/vlmtrain \
+    --layout "$vlm_layout" --model "$vlm_model" --seed 7 --steps "$vlm_steps" \
+    --time-scale "$vlm_scale" "${vlm_argv[@]}"
+  vlm_wall=$(( SECONDS - vlm_start ))
+  python3 - "$out/vlm-runs/setup.json" "$vlm_layout" "$vlm_model" "$vlm_steps" \
+    "$vlm_warmup" "$vlm_scale" "$vlm_wall" "$vlm_env" "${vlm_argv[@]}" <<'PY'
+import json, sys
+path, layout, model, steps, warmup, scale, wall, env, *args = sys.argv[1:]
+json.dump({"layout": layout, "model": model, "seed": 7, "steps": int(steps),
+           "warmup": warmup, "warmup_last": int(warmup.split("-")[-1]),
+           "time_scale": float(scale), "args": args, "tp": 1,
+           "shim_env": env.split(), "wall_s": int(wall)},
+          open(path, "w"), indent=1)
+PY
+fi
 
 echo "== results"
-python3 tools/demo_report.py "$out" --warmup-last "$warmup_last" \
-  --steps "$steps" --profile "$profile" ${lengths:+--lengths "$lengths"} \
-  --seed 7 --time-scale "$time_scale"
+if [ "$text" = 1 ]; then
+  python3 tools/demo_report.py "$out" --warmup-last "$warmup_last" \
+    --steps "$steps" --profile "$profile" ${lengths:+--lengths "$lengths"} \
+    --seed 7 --time-scale "$time_scale"
+else
+  python3 tools/demo_report.py "$out" --vlm-only
+  exit 0
+fi
 
 echo "== the simulator against these runs (DP <= 32), then at scale"
-# The calibration replays the measured runs at DP 4-32: those of the demo.
+# The calibration replays the measured runs at DP 4-32: those of the demo
+# (the text runs: the simulator does not model the VLM workloads).
 python3 - "$out/results.json" "$out/calibration_runs.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
+r.pop("vlm", None)
 r["runs"] = [x for x in r["runs"] if x["dp"] <= 32]
 json.dump(r, open(sys.argv[2], "w"), indent=1)
 PY
@@ -116,8 +239,3 @@ build/tools/sim/dpshim-sim --profile "$profile" ${lengths:+--lengths "$lengths"}
   --png "$out/sim_tgs_vs_dp.png" 2> "$out/sim_summary.txt" > /dev/null
 cat "$out/sim_summary.txt"
 echo "wrote $out/calibration.txt, sim.json, sim_tgs_vs_dp.png"
-
-echo "== a VLM workload: the Qwen2-VL layout under the qwen2-vl-7b preset, DP 8"
-tools/vlm_bench.sh --layout qwen2vl --model qwen2-vl-7b --ranks 8 |
-  tee "$out/vlm.txt"
-echo "wrote $out/vlm.txt"

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""The demo's figures, from the runs tools/demo.sh leaves in OUT/runs/.
+"""The demo's figures, from the runs tools/demo.sh leaves in OUT/runs/ (the
+tiny text model, reftrain) and OUT/vlm-runs/ (the VLM section, vlmtrain).
 
     demo_report.py OUT --warmup-last 11 --steps N [--profile NAME]
                    [--lengths FILE] [--seed S] [--grad-bytes B] [--time-scale X]
+    demo_report.py OUT --vlm-only     the VLM section alone: OUT/results.json
+                                      keeps its text runs, gets a new "vlm"
 
 For each DP size and variant (none, seed, default), over the steps after
 warm-up (when the shim balances):
@@ -17,6 +20,18 @@ warm-up (when the shim balances):
   shim       the shim's own time per step (waiting for the other ranks at
              the hand-off excluded), as a share of step time
 Writes OUT/results.json, OUT/tgs_vs_dp.png and OUT/imbalance.png (gnuplot).
+
+The VLM section (when OUT/vlm-runs/setup.json exists: layout, preset, steps,
+warm-up, time scale, vlmtrain arguments, as demo.sh ran them) has the same
+figures but the ideal gain (the shim's loads are its cost model's, which
+leaves out the vision encoder), and:
+  gain       this variant's TGS / none's
+  emu_imb    the emulated GPU's imbalance: max / mean of the ranks' modelled
+             compute per step (what the variant left for the straggler;
+             none's is what balancing can win at most)
+  applied / skipped   the shim's decisions after warm-up, skips by reason
+  digests    consumed and images digests equal across none / seed / default
+It goes to results.json's "vlm" and OUT/vlm_tgs_vs_dp.png.
 """
 import argparse
 import json
@@ -57,9 +72,9 @@ def fit_error(err_path):
     return (float(m.group(1)), float(m.group(2))) if m else None
 
 
-def run_figures(out, dp, variant, warmup_last):
+def run_figures(out, dp, variant, warmup_last, runs_dir="runs"):
     """Figures of one run over the balanced steps; None if it is missing."""
-    base = os.path.join(out, "runs", "dp%d_%s" % (dp, variant))
+    base = os.path.join(out, runs_dir, "dp%d_%s" % (dp, variant))
     every = read_jsonl(base + ".stats.jsonl")
     stats = [s for s in every if s["step"] >= warmup_last]  # from 0
     warm = [s for s in every if 0 < s["step"] < warmup_last]
@@ -71,11 +86,12 @@ def run_figures(out, dp, variant, warmup_last):
         summary = json.loads(f.read().strip().splitlines()[-1])
     seconds = sum(s["step_ms"] for s in stats) / 1e3
     tokens = sum(sum(s["tokens"]) for s in stats)
+    world = len(stats[0]["tokens"])  # ranks: dp x tp
     solved = [e for e in log if "lower_bound" in e]
     shim = [mean(e["shim_ms"]) for e in log]
     return {
         "dp": dp, "variant": variant,
-        "tgs": tokens / dp / seconds,
+        "tgs": tokens / world / seconds,
         "step_ms_balanced": 1e3 * seconds / len(stats),
         "step_ms_mean": summary["step_ms_mean"],
         "tgs_all_steps": summary["tgs"],
@@ -103,6 +119,133 @@ def add_gains(runs):
             r["ideal_gain"] = ideal
             r["share_of_ideal"] = ((r["achieved_gain"] - 1) / (ideal - 1)
                                    if ideal and ideal > 1 else None)
+
+
+def sizes_in(out, runs_dir):
+    path = os.path.join(out, runs_dir)
+    if not os.path.isdir(path):
+        return []
+    return sorted({int(n[2:].split("_")[0]) for n in os.listdir(path)
+                   if re.match(r"dp[0-9]+_", n)})
+
+
+def vlm_section(out):
+    """The VLM section's figures, from OUT/vlm-runs; None without it."""
+    path = os.path.join(out, "vlm-runs", "setup.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        setup = json.load(f)
+    last = setup["warmup_last"]
+    per_dp = []
+    for dp in sizes_in(out, "vlm-runs"):
+        at = {}
+        for v in VARIANTS:
+            r = run_figures(out, dp, v, last, "vlm-runs")
+            if not r:
+                continue
+            base = os.path.join(out, "vlm-runs", "dp%d_%s" % (dp, v))
+            stats = [x for x in read_jsonl(base + ".stats.jsonl")
+                     if x["step"] >= last]
+            log = [e for e in read_jsonl(base + ".log.jsonl")
+                   if e["step"] > last]
+            with open(base + ".json") as f:
+                summary = json.loads(f.read().strip().splitlines()[-1])
+            skipped = {}
+            for e in log:
+                if e["decision"] == "skip":
+                    k = e.get("reason", "?")
+                    skipped[k] = skipped.get(k, 0) + 1
+            del r["ideal_gain"]  # the shim's loads leave out the encoder
+            r.update({
+                "emu_imbalance": mean([max(x["emu_ms"]) / mean(x["emu_ms"])
+                                       for x in stats]),
+                # the ranks' compute beyond their emulated GPU time and the
+                # hand-off (the loader's CPU work, with the shim the shim's
+                # too), as a share of step time: without the shim, this
+                # machine's CPU contention
+                "overrun_handoff_share": mean([
+                    sum(c - e + h for c, e, h in zip(
+                        x["compute_ms"], x["emu_ms"], x["handoff_ms"])) /
+                    (len(x["emu_ms"]) * x["step_ms"]) for x in stats]),
+                "skipped": skipped,
+                "images_digest": summary["images_digest"],
+                "check_errors": summary["check_errors"],
+            })
+            at[v] = r
+        if "none" not in at:
+            continue
+        for r in at.values():
+            r["gain"] = r["tgs"] / at["none"]["tgs"]
+        digests = {(r["consumed_digest"], r["images_digest"])
+                   for r in at.values()}
+        per_dp.append({
+            "dp": dp,
+            "tgs": {v: r["tgs"] for v, r in at.items()},
+            "gain": {v: r["gain"] for v, r in at.items() if v != "none"},
+            "wait_share": {v: r["wait_share"] for v, r in at.items()},
+            "bytes_moved_per_step": {v: r["bytes_moved_per_step"]
+                                     for v, r in at.items() if v != "none"},
+            "plans": {v: {"applied": r["applied"], "skipped": r["skipped"]}
+                      for v, r in at.items() if v != "none"},
+            "digests_equal": len(digests) == 1 and len(at) == len(VARIANTS)
+                             and not any(r["check_errors"] for r in at.values()),
+            "runs": [at[v] for v in VARIANTS if v in at],
+        })
+    return dict(setup, per_dp=per_dp)
+
+
+def vlm_label(vlm):
+    return "VLM: %s layout, %s preset (%s)%s" % (
+        vlm["layout"], vlm["model"], " ".join(vlm["args"]) or "defaults",
+        "".join(", " + e for e in vlm.get("shim_env", [])))
+
+
+def print_vlm_table(vlm):
+    print("\n%s; vlmtrain, time scale %g, %d steps, warm-up %s, figures over "
+          "the steps after it" % (vlm_label(vlm), vlm["time_scale"],
+                                  vlm["steps"], vlm["warmup"]))
+    head = ("variant", "TGS", "gain", "step ms", "wait", "emu imb", "MB moved",
+            "shim", "plans applied / skipped")
+    for d in vlm["per_dp"]:
+        print("\nVLM DP %d" % d["dp"])
+        print("  %-8s %9s %7s %8s %6s %7s %8s %6s  %s" % head)
+        for r in d["runs"]:
+            plans = "" if r["variant"] == "none" else "%d / %s" % (
+                r["applied"], ", ".join("%d %s" % (n, k) for k, n in
+                                        sorted(r["skipped"].items())) or "0")
+            print("  %-8s %9.0f %6.1f%% %8.1f %5.1f%% %7.3f %8.2f %5.2f%%  %s" % (
+                r["variant"], r["tgs"], 100 * (r["gain"] - 1),
+                r["step_ms_balanced"], 100 * r["wait_share"],
+                r["emu_imbalance"], r["bytes_moved_per_step"] / 1e6,
+                100 * r["shim_share"], plans))
+        print("  digests (consumed, images) %s; this machine's CPU contention "
+              "%.1f%% of step time (none)" % (
+                  "equal" if d["digests_equal"] else "DIFFER",
+                  100 * d["runs"][0]["overrun_handoff_share"]))
+
+
+def print_gains(runs, vlm):
+    """The gain of seed and default over none, the tiny text model beside the
+    VLM preset, one line per DP size."""
+    text = {(r["dp"], r["variant"]): r for r in runs}
+    dps = sorted({r["dp"] for r in runs} |
+                 {d["dp"] for d in (vlm or {}).get("per_dp", [])})
+    vl = {d["dp"]: d for d in (vlm or {}).get("per_dp", [])}
+    print("\nTGS gain over none, after warm-up: tiny text model (reftrain) "
+          "beside %s" % (vlm_label(vlm) if vlm else "no VLM section"))
+    print("  %-4s %17s %17s   %17s %17s" % ("DP", "tiny: seed", "tiny: default",
+                                            "VLM: seed", "VLM: default"))
+    def g(r):
+        return "-" if r is None else "%+.1f%%" % (100 * (r - 1))
+    for dp in dps:
+        t = {v: text.get((dp, v)) for v in VARIANTS}
+        tg = [None if not (t[v] and t["none"]) else t[v]["tgs"] / t["none"]["tgs"]
+              for v in ("seed", "default")]
+        vg = [vl[dp]["gain"].get(v) if dp in vl else None
+              for v in ("seed", "default")]
+        print("  %-4d %17s %17s   %17s %17s" % (dp, g(tg[0]), g(tg[1]),
+                                                 g(vg[0]), g(vg[1])))
 
 
 def fmt(x, spec):
@@ -144,11 +287,15 @@ def gnuplot(script):
     if not shutil.which("gnuplot"):
         print("demo: gnuplot not found (apt-get install gnuplot-nox): no plots")
         return
-    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    r = subprocess.run(["gnuplot"], input=script, text=True)
+    if r.returncode != 0:
+        print("demo: gnuplot failed (exit %d): a plot is missing" % r.returncode)
 
 
-def plot_tgs(out, runs):
-    data = os.path.join(out, "tgs_vs_dp.dat")
+def plot_tgs(out, runs, name="tgs_vs_dp",
+             title="Tokens per GPU per second against DP size (after warm-up)"):
+    data = os.path.join(out, name + ".dat")
+    dps = [r["dp"] for r in runs]
     with open(data, "w") as f:
         for v in VARIANTS:
             f.write("# %s\n" % v)
@@ -158,11 +305,12 @@ def plot_tgs(out, runs):
             f.write("\n\n")
     gnuplot("""set terminal pngcairo size 800,500
 set output '%s'
-set title 'Tokens per GPU per second against DP size (after warm-up)'
+set title '%s'
 set xlabel 'DP size'; set ylabel 'TGS'; set logscale x 2; set grid
-set key bottom left
+set xrange [%g:%g]; set key bottom left
 plot for [i=0:2] '%s' index i with linespoints lw 2 title word('none seed default', i+1)
-""" % (os.path.join(out, "tgs_vs_dp.png"), data))
+""" % (os.path.join(out, name + ".png"), title, min(dps) / 1.25, max(dps) * 1.25,
+       data))
 
 
 def plot_imbalance(out, runs, warmup_last):
@@ -191,36 +339,63 @@ plot '%s' index 1 using 1:2 with linespoints title 'before', \\
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--warmup-last", type=int, required=True)
+    p.add_argument("--warmup-last", type=int)
     p.add_argument("--profile", default="sft")
     p.add_argument("--lengths", default="")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--steps", type=int)
     p.add_argument("--grad-bytes", type=int, default=1 << 20)
     p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--vlm-only", action="store_true",
+                   help="the VLM section alone, into results.json's 'vlm'")
     args = p.parse_args()
-    sizes = sorted({int(n[2:].split("_")[0])
-                    for n in os.listdir(os.path.join(args.out, "runs"))
-                    if n.startswith("dp")})
-    runs = [r for dp in sizes for v in VARIANTS
-            if (r := run_figures(args.out, dp, v, args.warmup_last))]
-    if not runs:
-        print("demo: no runs under %s/runs" % args.out)
-        return 1
-    add_gains(runs)
-    print_table(runs)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    if not args.vlm_only and (args.warmup_last is None or args.steps is None):
+        p.error("--warmup-last and --steps are needed (or --vlm-only)")
+    results = os.path.join(args.out, "results.json")
+    vlm = vlm_section(args.out)
+    if args.vlm_only:
+        if not vlm or not vlm["per_dp"]:
+            print("demo: no VLM runs under %s/vlm-runs" % args.out)
+            return 1
+        doc = {}
+        if os.path.exists(results):
+            with open(results) as f:
+                doc = json.load(f)
+        runs = doc.get("runs", [])
+    else:
+        runs = [r for dp in sizes_in(args.out, "runs") for v in VARIANTS
+                if (r := run_figures(args.out, dp, v, args.warmup_last))]
+        if not runs:
+            print("demo: no runs under %s/runs" % args.out)
+            return 1
+        add_gains(runs)
+        print_table(runs)
         # What dpshim-sim --calibrate replays: the same runs, simulated.
-        setup = {"profile": args.profile, "seed": args.seed,
-                 "time_scale": args.time_scale, "steps": args.steps,
-                 "warmup_last": args.warmup_last,
-                 "grad_bytes": args.grad_bytes, "micro_batches": 1}
+        doc = {"profile": args.profile, "seed": args.seed,
+               "time_scale": args.time_scale, "steps": args.steps,
+               "warmup_last": args.warmup_last,
+               "grad_bytes": args.grad_bytes, "micro_batches": 1}
         if args.lengths:
-            setup["lengths"] = os.path.abspath(args.lengths)
-        json.dump(dict(setup, runs=runs), f, indent=1)
-    plot_tgs(args.out, runs)
-    plot_imbalance(args.out, runs, args.warmup_last)
-    print("\nwrote %s/results.json, tgs_vs_dp.png, imbalance.png" % args.out)
+            doc["lengths"] = os.path.abspath(args.lengths)
+        doc["runs"] = runs
+    doc.pop("vlm", None)
+    if vlm:
+        doc["vlm"] = vlm
+        print_vlm_table(vlm)
+    print_gains(runs, vlm)
+    with open(results, "w") as f:
+        json.dump(doc, f, indent=1)
+    wrote = ["results.json"]
+    if not args.vlm_only:
+        plot_tgs(args.out, runs)
+        plot_imbalance(args.out, runs, args.warmup_last)
+        wrote += ["tgs_vs_dp.png", "imbalance.png"]
+    if vlm and vlm["per_dp"]:
+        plot_tgs(args.out, [r for d in vlm["per_dp"] for r in d["runs"]],
+                 "vlm_tgs_vs_dp", "VLM (%s, %s): TGS against DP size "
+                 "(after warm-up)" % (vlm["layout"], vlm["model"]))
+        wrote.append("vlm_tgs_vs_dp.png")
+    print("\nwrote %s/%s" % (args.out, ", ".join(wrote)))
     return 0
 
 

@@ -113,7 +113,7 @@ static void parse_cost(const char *arg, options_t *o) {
   for (const char *c = arg; cli_next_item(&c, item, sizeof item); n++)
     if (n == 3 || cli_double(item, 0, DBL_MAX, &v[n]) < 0) n = 4;
   if (n != 3) bad_value("cost", arg, "a,b,c: three finite numbers >= 0");
-  o->model = (dpshim_cost_model_t){v[0], v[1], v[2]};
+  o->model = (dpshim_cost_model_t){v[0], v[1], v[2], 0, 0};
 }
 
 /* --cap-ratio and --rows-cap-ratio: 'none' or a ratio, 0 = none. */

@@ -4,15 +4,19 @@
 # data, in one run; prints TGS and its gain, and from DPSHIM_LOG the time in
 # the sync collective (straggler wait) and the bytes moved per balanced
 # step. The shim's run with DPSHIM_SOLVER=none (gather and solve, move
-# nothing) gives the wait before balancing. Builds nothing:
+# nothing) gives the wait before balancing; the fit's step-time prediction
+# error, with and without the vision terms, comes from its summary. Builds
+# nothing:
 #
 #   ninja -C build tools/vlmtrain/vlmtrain shim/libdpshim.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
-#                      [--tp N] [--steps N] [--time-scale X] [-- vlmtrain args]
+#                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
+#                      [-- vlmtrain args]
+# --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default).
 set -euo pipefail
 
 build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
-scale=0.2 extra=()
+scale=0.2 threshold=0.2 extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -22,8 +26,9 @@ while (($#)); do
     --tp) tp=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --time-scale) scale=$2; shift 2 ;;
+    --threshold) threshold=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +51,7 @@ run() {
   if [[ -n $2 ]]; then
     env=(-x LD_PRELOAD="$shim" -x DPSHIM_VLM_BALANCE=1 -x DPSHIM_SOLVER="$2"
          -x DPSHIM_TP_SIZE="$tp" -x DPSHIM_WARMUP_ITERS=2-6
+         -x DPSHIM_TRIGGER_THRESHOLD="$threshold"
          -x DPSHIM_LOG="$out/$1.jsonl")
   fi
   "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" 2>"$out/$1.err" |
@@ -56,9 +62,9 @@ run measured none
 run seed seed
 run default default
 
-python3 - "$out" "$layout" "$model" "$ranks" "$tp" <<'EOF'
-import json, sys
-out, layout, model, ranks, tp = sys.argv[1:]
+python3 - "$out" "$layout" "$model" "$ranks" "$tp" "$threshold" <<'EOF'
+import json, re, sys
+out, layout, model, ranks, tp, threshold = sys.argv[1:]
 def result(v):
     return json.load(open(f"{out}/{v}.json"))
 def log(v):
@@ -78,18 +84,35 @@ def mb_per_step(v):
     lines = after_warmup(v)
     return sum(e.get("bytes_moved", 0) for e in lines) / max(1, len(lines)) / 1e6
 base = result("none")
-print(f"vlm_bench: {layout}, {model}, {ranks} ranks (tp {tp})")
+def plans(v):
+    lines = after_warmup(v)
+    return sum(e.get("decision") == "apply" for e in lines), len(lines)
+def fit_errors(v):
+    text = open(f"{out}/{v}.err").read()
+    m = re.search(r"fit \(\w+\): .*prediction error mean ([0-9.]+)%, max "
+                  r"([0-9.]+)%(?: \(without the vision terms: mean ([0-9.]+)%, "
+                  r"max ([0-9.]+)%\))?", text)
+    return m.groups() if m else None
+print(f"vlm_bench: {layout}, {model}, {ranks} ranks (tp {tp}), "
+      f"trigger threshold {threshold}")
 print(f"{'variant':<9}{'TGS':>10}{'gain':>8}{'step ms':>10}"
-      f"{'sync wait':>11}{'MB/step':>9}  digests")
+      f"{'sync wait':>11}{'MB/step':>9}{'applied':>9}  digests")
 same = lambda r: (r["consumed_digest"], r["images_digest"]) == \
     (base["consumed_digest"], base["images_digest"])
 for v, label in (("none", "none"), ("seed", "seed"), ("default", "default")):
     r = result(v)
     wait = wait_share("measured" if v == "none" else v)
     mb = 0.0 if v == "none" else mb_per_step(v)
+    applied = "-" if v == "none" else "%d/%d" % plans(v)
     print(f"{label:<9}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
-          f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}  "
+          f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}{applied:>9}  "
           f"{'same' if same(r) else 'DIFFER'}")
 print("sync wait: time in the gradient all-reduce over all ranks' step time, "
       "after the warm-up (none: the shim with DPSHIM_SOLVER=none)")
+fit = fit_errors("default")
+if fit:
+    line = f"fit: step-time prediction error mean {fit[0]}%, max {fit[1]}%"
+    if fit[2]:
+        line += f"; without the vision terms mean {fit[2]}%, max {fit[3]}%"
+    print(line + " (the same warm-up points)")
 EOF

@@ -49,12 +49,24 @@ typedef struct dpshim_field {
   int64_t capacity_rows; /* rows data can hold */
 } dpshim_field_t;
 
+/* A sample's images as the vision encoder sees them (see
+ * dpshim_sample_t in <dpshim/solver.h>): patches summed over its images, and
+ * each image's patches squared, summed. */
+typedef struct dpshim_vision {
+  int64_t patches, patches_sq;
+} dpshim_vision_t;
+
 typedef struct dpshim_batch {
   int32_t nsamples;         /* samples in the batch, updated by balancing */
   int32_t capacity_samples; /* samples the offsets arrays can describe */
   int32_t *cu_seqlens;      /* [nsamples + 1] token offsets, [0] == 0 */
   int32_t nfields;
   dpshim_field_t *fields;   /* [nfields] */
+  /* [nsamples] or NULL: each sample's images, when the vision encoder runs
+   * where the sample is, so that their encoding counts in its cost and the
+   * warm-up fit learns it. Read at the hand-off, not rewritten. Every rank
+   * gives it, or none. */
+  const dpshim_vision_t *vision;
 } dpshim_batch_t;
 
 /* Balances the batch across the data-parallel group, when balancing is on and

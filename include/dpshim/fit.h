@@ -1,8 +1,9 @@
 /* The warm-up fit: cost-model coefficients from measured timings.
  *
  * Each warm-up iteration gives, for every rank, the features of the samples
- * it computed (sum len^2, sum len, count) and its measured compute time, plus
- * the iteration's time. Two fitters, both with a, b, c >= 0:
+ * it computed (sum len^2, sum len, count, and its images' sum patches^2 and
+ * sum patches) and its measured compute time, plus the iteration's time.
+ * Two fitters, both with every coefficient >= 0:
  *   DPSHIM_FIT_RANKS  non-negative least squares of every rank's compute time
  *                     on its features (uses every rank's point);
  *   DPSHIM_FIT_SEED   the original's: per iteration, the softmax-max over ranks
@@ -35,6 +36,9 @@ typedef struct dpshim_fit_point {
   double sum_len;
   double count;
   double time; /* the rank's compute time, seconds (DPSHIM_FIT_RANKS) */
+  /* Its images' patches squared (per image) and patches, summed over its
+   * samples: the vision terms d and e. 0 without images. */
+  double sum_patches_sq, sum_patches;
 } dpshim_fit_point_t;
 
 typedef struct dpshim_fit_input {
@@ -43,6 +47,10 @@ typedef struct dpshim_fit_input {
   const dpshim_fit_point_t *points; /* [iters * ranks], iteration-major */
   const double *iter_time;          /* [iters], seconds (DPSHIM_FIT_SEED) */
   dpshim_fit_method_t method;
+  /* 1: fit a, b, c only (d = e = 0), whatever the points' vision sums:
+   * the images are encoded apart from their samples (ViT balance), or the
+   * fit without vision terms is wanted for comparison. */
+  int text_only;
 } dpshim_fit_input_t;
 
 typedef struct dpshim_fit_result {

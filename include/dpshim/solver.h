@@ -33,11 +33,19 @@ typedef struct dpshim_sample {
    * buffer (image rows: patch rows or tiles), 0..INT32_MAX. It costs
    * nothing; only dpshim_plan_input_t.rows_cap limits it. */
   int64_t rows;
+  /* Its images as the vision encoder sees them, when the encoder runs where
+   * the sample is: the sum over its images of their patches (the encoder's
+   * tokens before any merge), and of each image's patches squared. 0 for a
+   * text sample. */
+  int64_t patches, patches_sq;
 } dpshim_sample_t;
 
-/* cost(len) = a*len^2 + b*len + c, with a, b, c finite and >= 0. */
+/* A sample's cost: a*len^2 + b*len + c + d*patches_sq + e*patches, with
+ * every coefficient finite and >= 0. d = e = 0 (text, or images encoded
+ * apart) leaves a cost of the length alone. */
 typedef struct dpshim_cost_model {
   double a, b, c;
+  double d, e; /* the vision encoder's: per patch^2 of an image, per patch */
 } dpshim_cost_model_t;
 
 typedef enum dpshim_algo {
@@ -130,8 +138,11 @@ DPSHIM_EXTERN void dpshim_plan_free(dpshim_plan_t *plan);
 DPSHIM_EXTERN int dpshim_plan_solve(const dpshim_plan_input_t *in,
                                     dpshim_plan_t *plan);
 
-/* cost(len) under the model. */
+/* cost(len) under the model, for a sample without images. */
 DPSHIM_EXTERN double dpshim_cost(dpshim_cost_model_t model, int64_t len);
+/* The cost of sample s under the model, its images included. */
+DPSHIM_EXTERN double dpshim_sample_cost(dpshim_cost_model_t model,
+                                        const dpshim_sample_t *s);
 
 /* "default", "seed", "kk", "none", "kk-cap" <-> enum. from_name returns DPSHIM_EINVAL
  * for any other name. */

@@ -48,7 +48,7 @@ static inline dpshim_plan_input_t plan_input(int32_t ranks,
 static inline void fill_samples(dpshim_sample_t *s, const int64_t *len,
                                 const int32_t *origin, int64_t n) {
   for (int64_t i = 0; i < n; i++)
-    s[i] = (dpshim_sample_t){len[i], len[i], origin[i], 0};
+    s[i] = (dpshim_sample_t){len[i], len[i], origin[i], 0, 0, 0};
 }
 
 static inline double max_of(const double *v, int32_t n) {
@@ -63,7 +63,7 @@ static inline void loads_of(const dpshim_plan_input_t *in, const int32_t *where,
   for (int32_t r = 0; r < in->ranks; r++)
     load[r] = in->history ? in->history[r] : 0;
   for (int64_t i = 0; i < in->nsamples; i++)
-    load[where[i]] += dpshim_cost(in->model, in->samples[i].len);
+    load[where[i]] += dpshim_sample_cost(in->model, &in->samples[i]);
 }
 
 /* Per-rank token totals of the assignment `where`. */
@@ -94,10 +94,10 @@ static inline int within_rows_caps(const dpshim_plan_input_t *in,
  * hold three of 100 each (2500 tokens). Writes 16 samples, returns 16. */
 static inline int64_t dominant_instance(dpshim_sample_t *s) {
   int64_t n = 0;
-  s[n++] = (dpshim_sample_t){1000, 1000, 0, 0};
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0, 0};
+  s[n++] = (dpshim_sample_t){1000, 1000, 0, 0, 0, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){100, 100, 0, 0, 0, 0};
   for (int32_t r = 1; r < 4; r++)
-    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r, 0};
+    for (int k = 0; k < 3; k++) s[n++] = (dpshim_sample_t){100, 100, r, 0, 0, 0};
   return n;
 }
 #endif

@@ -300,7 +300,7 @@ static void describe(batch_t *b, dpshim_batch_t *db, dpshim_field_t *f) {
   f[2] = (dpshim_field_t){"patches", b->patches, sizeof b->patches[0],
                           b->patch_off, CAP_PATCHES};
   f[3] = (dpshim_field_t){"ids", b->ids, sizeof *b->ids, NULL, CAP_SAMPLES};
-  *db = (dpshim_batch_t){b->n, CAP_SAMPLES, b->cu, NFIELDS, f};
+  *db = (dpshim_batch_t){b->n, CAP_SAMPLES, b->cu, NFIELDS, f, NULL};
 }
 
 /* The fault, on this rank's description of the batch; returns what to

@@ -44,6 +44,7 @@ typedef struct workload_spec {
   double len_sigma;                    /* of log(len) */
   double noise;                        /* relative sd of measured times */
   uint64_t seed;
+  double image_share; /* of samples with one image, log-normal patches */
 } workload_spec_t;
 
 typedef struct workload {
@@ -53,7 +54,8 @@ typedef struct workload {
 } workload_t;
 
 static double true_time(dpshim_cost_model_t m, const dpshim_fit_point_t *p) {
-  return m.a * p->sum_len2 + m.b * p->sum_len + m.c * p->count;
+  return m.a * p->sum_len2 + m.b * p->sum_len + m.c * p->count +
+         m.d * p->sum_patches_sq + m.e * p->sum_patches;
 }
 
 static double draw_len(prng_t *g, double median, double sigma, double max_len) {
@@ -73,6 +75,11 @@ static void pack_rank(prng_t *g, const workload_spec_t *spec,
     p->sum_len += len;
     p->sum_len2 += len * len;
     p->count += 1.0;
+    if (spec->image_share > 0 && prng_uniform(g) < spec->image_share) {
+      double patches = draw_len(g, 1024, 1.0, 16384);
+      p->sum_patches += patches;
+      p->sum_patches_sq += patches * patches;
+    }
   }
 }
 
@@ -94,7 +101,7 @@ static workload_t make_workload(const workload_spec_t *spec,
     }
   }
   w.in = (dpshim_fit_input_t){spec->iters, spec->ranks, w.points, w.iter_time,
-                              method};
+                              method, 0};
   return w;
 }
 
@@ -149,6 +156,8 @@ static void assert_model(dpshim_cost_model_t got, dpshim_cost_model_t want,
   assert_coef(got.a, want.a, rel, "a");
   assert_coef(got.b, want.b, rel, "b");
   assert_coef(got.c, want.c, rel, "c");
+  assert_coef(got.d, want.d, rel, "d");
+  assert_coef(got.e, want.e, rel, "e");
 }
 
 /* A coefficient that should be 0 is "~0" when its term adds < 0.5% to the
@@ -161,7 +170,7 @@ static void assert_negligible(double coef, double mean_feature,
 }
 
 static dpshim_fit_point_t mean_point(const dpshim_fit_input_t *in) {
-  dpshim_fit_point_t mean = {0.0, 0.0, 0.0, 0.0};
+  dpshim_fit_point_t mean = {0};
   int64_t n = in->iters * in->ranks;
   for (int64_t i = 0; i < n; i++) {
     mean.sum_len2 += in->points[i].sum_len2 / (double)n;
@@ -188,6 +197,59 @@ Test(fit_seed, recovers_coefficients_from_noisy_iteration_times) {
   cr_expect_lt(out.mean_rel_error, 0.02);
   cr_expect_geq(out.max_rel_error, out.mean_rel_error);
   free_workload(&w);
+}
+
+/* Half the samples carry an image whose encoding costs about as much as
+ * the text part of a rank's pack. */
+static workload_spec_t vision_spec(workload_spec_t spec) {
+  spec.truth.d = 2e-8;
+  spec.truth.e = 5e-5;
+  spec.image_share = 0.5;
+  return spec;
+}
+
+/* The images' time dwarfs the per-sample term c here, so only the terms that
+ * carry the time are held to the truth, and the prediction to the noise. */
+Test(fit_ranks, recovers_the_vision_terms) {
+  workload_spec_t spec = vision_spec(ranks_spec);
+  workload_t w = make_workload(&spec, DPSHIM_FIT_RANKS);
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  assert_coef(out.model.a, spec.truth.a, 0.05, "a");
+  assert_coef(out.model.b, spec.truth.b, 0.05, "b");
+  assert_coef(out.model.d, spec.truth.d, 0.03, "d");
+  assert_coef(out.model.e, spec.truth.e, 0.03, "e");
+  cr_expect_lt(out.mean_rel_error, 0.015);
+  free_workload(&w);
+}
+
+/* The seed fit sees only each iteration's slowest rank: it learns the
+ * images' terms and predicts the iteration, without separating every term. */
+Test(fit_seed, learns_the_vision_terms) {
+  workload_spec_t spec = vision_spec(seed_spec);
+  spec.truth.d *= 25, spec.truth.e *= 25; /* as seed_spec's: 25x slower */
+  workload_t w = make_workload(&spec, DPSHIM_FIT_SEED);
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  assert_coef(out.model.d, spec.truth.d, 0.10, "d");
+  cr_expect_lt(out.mean_rel_error, 0.02);
+  free_workload(&w);
+}
+
+/* text_only fits the same points without d and e: they stay 0, and the
+ * text terms cannot explain the images' time. */
+Test(fit, text_only_leaves_the_vision_terms_out) {
+  workload_spec_t spec = vision_spec(ranks_spec);
+  for (int m = 0; m < 2; m++) {
+    workload_t w = make_workload(&spec, m ? DPSHIM_FIT_SEED : DPSHIM_FIT_RANKS);
+    dpshim_fit_result_t full = fit_ok(&w.in);
+    w.in.text_only = 1;
+    dpshim_fit_result_t text = fit_ok(&w.in);
+    cr_expect_eq(text.model.d, 0.0);
+    cr_expect_eq(text.model.e, 0.0);
+    cr_expect_gt(text.mean_rel_error, 2 * full.mean_rel_error,
+                 "method %d: text-only error %.4f, with vision %.4f", m,
+                 text.mean_rel_error, full.mean_rel_error);
+    free_workload(&w);
+  }
 }
 
 Test(fit_ranks, is_exact_on_noise_free_timings) {
@@ -289,8 +351,8 @@ Test(fit, is_deterministic) {
 
 /* One point, three unknowns: any single feature explains it exactly. */
 Test(fit_ranks, single_point_is_fitted_exactly) {
-  dpshim_fit_point_t p = {4.0e8, 30000.0, 12.0, 0.25};
-  dpshim_fit_input_t in = {1, 1, &p, NULL, DPSHIM_FIT_RANKS};
+  dpshim_fit_point_t p = {4.0e8, 30000.0, 12.0, 0.25, 0, 0};
+  dpshim_fit_input_t in = {1, 1, &p, NULL, DPSHIM_FIT_RANKS, 0};
   dpshim_fit_result_t out = fit_ok(&in);
   cr_expect_lt(out.max_rel_error, 1e-12);
 }
@@ -313,15 +375,15 @@ Test(fit_ranks, all_zero_feature_gets_zero_coefficient) {
 /* --- Input validation --- */
 
 static dpshim_fit_point_t valid_points[4] = {
-    {1.0e8, 20000.0, 10.0, 0.1},
-    {4.0e8, 30000.0, 5.0, 0.2},
-    {2.0e8, 25000.0, 20.0, 0.15},
-    {3.0e8, 28000.0, 8.0, 0.18},
+    {1.0e8, 20000.0, 10.0, 0.1, 0, 0},
+    {4.0e8, 30000.0, 5.0, 0.2, 0, 0},
+    {2.0e8, 25000.0, 20.0, 0.15, 0, 0},
+    {3.0e8, 28000.0, 8.0, 0.18, 0, 0},
 };
 static double valid_iter_time[2] = {0.2, 0.18};
 
 static dpshim_fit_input_t valid_input(dpshim_fit_method_t method) {
-  return (dpshim_fit_input_t){2, 2, valid_points, valid_iter_time, method};
+  return (dpshim_fit_input_t){2, 2, valid_points, valid_iter_time, method, 0};
 }
 
 static void expect_einval(const dpshim_fit_input_t *in, const char *field,

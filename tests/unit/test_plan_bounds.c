@@ -15,7 +15,7 @@ Test(plan_bounds, water_level_over_histories) {
    * work (6) fills ranks 0 and 1 up to 3 before rank 2's 9 is reached:
    * the level is 3, but rank 2 holds 9 already, so LB = 9 + cheapest (2)
    * = 11: every rank receives a sample. */
-  for (int32_t r = 0; r < 3; r++) s[r] = (dpshim_sample_t){2, 2, r, 0};
+  for (int32_t r = 0; r < 3; r++) s[r] = (dpshim_sample_t){2, 2, r, 0, 0, 0};
   double history[3] = {0, 0, 9};
   dpshim_plan_input_t in = plan_input(3, s, 3, DPSHIM_ALGO_NONE);
   in.history = history;
@@ -36,15 +36,15 @@ Test(plan_bounds, water_level_over_histories) {
  * least 10: 110 + 20 = 130, which the original already achieves. */
 static int64_t cap_bound_instance(void) {
   int64_t n = 0;
-  s[n++] = (dpshim_sample_t){10, 10, 0, 0};
-  for (int k = 0; k < 30; k++) s[n++] = (dpshim_sample_t){1, 1, k < 10 ? 0 : 1, 0};
+  s[n++] = (dpshim_sample_t){10, 10, 0, 0, 0, 0};
+  for (int k = 0; k < 30; k++) s[n++] = (dpshim_sample_t){1, 1, k < 10 ? 0 : 1, 0, 0, 0};
   return n;
 }
 
 Test(plan_bounds, token_cap_raises_the_bound) {
   int64_t n = cap_bound_instance();
   dpshim_plan_input_t in = plan_input(2, s, n, DPSHIM_ALGO_DEFAULT);
-  in.model = (dpshim_cost_model_t){1, 1, 0};
+  in.model = (dpshim_cost_model_t){1, 1, 0, 0, 0};
   in.cap_ratio = 1.0;
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
@@ -83,8 +83,8 @@ Test(plan_bounds, rows_cap_of_zero_raises_the_bound) {
    * rows cap is 0, so the 120 of samples with rows share ranks 0-2: 40,
    * which default reaches, rank 3 taking the two without rows. */
   int64_t n = 0;
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){20, 20, k % 2, 5};
-  for (int k = 0; k < 2; k++) s[n++] = (dpshim_sample_t){10, 10, 2 + k, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){20, 20, k % 2, 5, 0, 0};
+  for (int k = 0; k < 2; k++) s[n++] = (dpshim_sample_t){10, 10, 2 + k, 0, 0, 0};
   int64_t caps[4] = {100, 100, 100, 0};
   dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_DEFAULT);
   in.rows_cap = caps;
@@ -123,7 +123,7 @@ static optimum_t brute_force(const dpshim_plan_input_t *in, int64_t cap) {
     int64_t tokens[4] = {0}, rows[4] = {0}, count[4] = {0}, c = code;
     for (int64_t i = 0; i < n; i++, c /= in->ranks) {
       int32_t r = (int32_t)(c % in->ranks);
-      load[r] += dpshim_cost(in->model, in->samples[i].len);
+      load[r] += dpshim_sample_cost(in->model, &in->samples[i]);
       tokens[r] += in->samples[i].len;
       rows[r] += in->samples[i].rows;
       count[r]++;
@@ -157,23 +157,36 @@ static void random_rows(prng_t *g, dpshim_plan_input_t *in, int64_t *caps) {
   in->rows_cap_len = in->ranks;
 }
 
+/* Images on some samples, and vision terms that outweigh the text cost at
+ * times: cost is then no function of length. */
+static void random_images(prng_t *g, dpshim_plan_input_t *in) {
+  for (int64_t i = 0; i < in->nsamples; i++) {
+    int64_t p = prng_range(g, 0, 1) ? 0 : prng_range(g, 1, 60);
+    s[i].patches = p;
+    s[i].patches_sq = p * p;
+  }
+  in->model.d = (double)prng_range(g, 0, 2);
+  in->model.e = (double)prng_range(g, 0, 40);
+}
+
 Test(plan_bounds, bounds_never_exceed_the_brute_force_optimum) {
   prng_t g = {12345};
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
   int64_t caps[4];
-  for (int trial = 0; trial < 1500; trial++) {
+  for (int trial = 0; trial < 2100; trial++) {
     int32_t p = (int32_t)prng_range(&g, 2, 3);
     int64_t n = prng_range(&g, p, TINY_N);
     for (int64_t i = 0; i < n; i++)
       s[i] = (dpshim_sample_t){prng_range(&g, 1, 40), 1,
                                i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1),
-                               0};
+                               0, 0, 0};
     dpshim_plan_input_t in = plan_input(p, s, n, DPSHIM_ALGO_DEFAULT);
     if (trial >= 600) random_rows(&g, &in, caps); /* the first 600 as before */
     in.model = (dpshim_cost_model_t){(double)prng_range(&g, 0, 3),
-                                     (double)prng_range(&g, 0, 50), 0};
+                                     (double)prng_range(&g, 0, 50), 0, 0, 0};
     if (in.model.a == 0 && in.model.b == 0) in.model.b = 1;
+    if (trial >= 1500) random_images(&g, &in); /* rows caps and images */
     in.cap_ratio = trial % 3 ? 1.0 + 0.1 * (double)prng_range(&g, 0, 5) : 0;
     cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
     optimum_t opt = brute_force(&in, pl.cap_tokens);

@@ -22,7 +22,7 @@ static int64_t packed_instance(uint64_t seed) {
     while (left > 0) {
       int64_t len = prng_range(&g, 64, 8192);
       if (len > left || n + 1 == MAXN) len = left;
-      s[n] = (dpshim_sample_t){len, len * 4096, r, 0};
+      s[n] = (dpshim_sample_t){len, len * 4096, r, 0, 0, 0};
       left -= len;
       n++;
     }
@@ -39,7 +39,7 @@ static void check_no_empty_rank(const dpshim_plan_t *pl, int64_t n, int32_t p) {
 Test(plan_default, moves_far_less_than_seed) {
   int64_t n = packed_instance(42);
   dpshim_plan_input_t in = plan_input(RANKS, s, n, DPSHIM_ALGO_DEFAULT);
-  in.model = (dpshim_cost_model_t){1, 8000, 0};
+  in.model = (dpshim_cost_model_t){1, 8000, 0, 0, 0};
   in.cap_ratio = 1.2;
   dpshim_plan_t def, seed;
   dpshim_plan_init(&def);
@@ -68,7 +68,7 @@ Test(plan_default, moves_far_less_than_seed) {
 Test(plan_default, balanced_input_is_left_alone) {
   /* 8 ranks of two 100-token samples: already at the bound. */
   int64_t n = 16;
-  for (int64_t i = 0; i < n; i++) s[i] = (dpshim_sample_t){100, 7, (int32_t)(i / 2), 0};
+  for (int64_t i = 0; i < n; i++) s[i] = (dpshim_sample_t){100, 7, (int32_t)(i / 2), 0, 0, 0};
   dpshim_plan_input_t in = plan_input(8, s, n, DPSHIM_ALGO_DEFAULT);
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
@@ -119,10 +119,10 @@ Test(plan_default, dominant_sample_is_isolated) {
  * default moves B; a rows cap of 5 on rank 1 rules B out (and raises the
  * bound to 70: A and B must share rank 0), and default moves E instead. */
 Test(plan_default, binding_rows_cap_changes_the_plan) {
-  s[0] = (dpshim_sample_t){40, 40, 0, 10};
-  s[1] = (dpshim_sample_t){30, 30, 0, 10};
-  s[2] = (dpshim_sample_t){30, 60, 0, 0};
-  s[3] = (dpshim_sample_t){30, 1000, 1, 0}; /* room in the traffic budget */
+  s[0] = (dpshim_sample_t){40, 40, 0, 10, 0, 0};
+  s[1] = (dpshim_sample_t){30, 30, 0, 10, 0, 0};
+  s[2] = (dpshim_sample_t){30, 60, 0, 0, 0, 0};
+  s[3] = (dpshim_sample_t){30, 1000, 1, 0, 0, 0}; /* room in the traffic budget */
   dpshim_plan_input_t in = plan_input(2, s, 4, DPSHIM_ALGO_DEFAULT);
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
@@ -150,9 +150,9 @@ Test(plan_default, binding_rows_cap_changes_the_plan) {
  * off it even at a higher maximum load; where nothing can take them, the
  * plan is skipped for capacity and every sample stays. */
 Test(plan_default, rows_cap_below_what_a_rank_holds) {
-  s[0] = (dpshim_sample_t){10, 10, 0, 8};
-  s[1] = (dpshim_sample_t){10, 10, 0, 8};
-  s[2] = (dpshim_sample_t){30, 30, 1, 0};
+  s[0] = (dpshim_sample_t){10, 10, 0, 8, 0, 0};
+  s[1] = (dpshim_sample_t){10, 10, 0, 8, 0, 0};
+  s[2] = (dpshim_sample_t){30, 30, 1, 0, 0, 0};
   dpshim_plan_input_t in = plan_input(2, s, 3, DPSHIM_ALGO_DEFAULT);
   int64_t caps[2] = {10, 10};
   in.rows_cap = caps;
@@ -178,12 +178,12 @@ Test(plan_default, rows_cap_below_what_a_rank_holds) {
  * back. The shed step used to take A alone, which fit nowhere but home,
  * and the repair's traffic budget then kept B from moving: a skip. */
 Test(plan_default, rows_cap_sheds_a_sample_that_fits_elsewhere) {
-  s[0] = (dpshim_sample_t){100, 100, 0, 4};
-  s[1] = (dpshim_sample_t){110, 110, 0, 0};
-  s[2] = (dpshim_sample_t){1, 1, 1, 0};
-  s[3] = (dpshim_sample_t){1, 1, 1, 0};
+  s[0] = (dpshim_sample_t){100, 100, 0, 4, 0, 0};
+  s[1] = (dpshim_sample_t){110, 110, 0, 0, 0, 0};
+  s[2] = (dpshim_sample_t){1, 1, 1, 0, 0, 0};
+  s[3] = (dpshim_sample_t){1, 1, 1, 0, 0, 0};
   dpshim_plan_input_t in = plan_input(2, s, 4, DPSHIM_ALGO_DEFAULT);
-  in.model = (dpshim_cost_model_t){1, 0, 0};
+  in.model = (dpshim_cost_model_t){1, 0, 0, 0, 0};
   dpshim_plan_t pl;
   dpshim_plan_init(&pl);
   cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
@@ -225,14 +225,15 @@ static void tiny_instance(tiny_t *t, uint64_t seed) {
     int64_t len = prng_range(&g, 1, 200);
     int32_t origin = i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1);
     int64_t r = prng_range(&g, 0, 1) ? prng_range(&g, 1, 16) : 0;
-    t->s[i] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), origin, r};
+    t->s[i] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), origin, r, 0, 0};
     rows += r;
   }
   int64_t held[TINY_RANKS] = {0};
   for (int64_t i = 0; i < n; i++) held[t->s[i].origin] += t->s[i].rows;
   for (int32_t r = 0; r < p; r++)
     t->rows_cap[r] = held[r] + (int64_t)(0.5 * prng_unit(&g) * (double)rows / p);
-  static const dpshim_cost_model_t models[] = {{1, 0, 0}, {0, 1, 0}, {1, 8000, 0}};
+  static const dpshim_cost_model_t models[] = {
+      {1, 0, 0, 0, 0}, {0, 1, 0, 0, 0}, {1, 8000, 0, 0, 0}};
   t->in = plan_input(p, t->s, n, DPSHIM_ALGO_DEFAULT);
   t->in.model = models[prng_range(&g, 0, 2)];
   t->in.cap_ratio = prng_range(&g, 0, 1) ? 1.1 + 0.9 * prng_unit(&g) : 0;

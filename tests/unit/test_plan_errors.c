@@ -52,6 +52,18 @@ Test(plan_errors, nsamples_below_ranks) {
 Test(plan_errors, samples_null) { in.samples = NULL; expect_einval("samples"); }
 Test(plan_errors, negative_len) { samples[1].len = -1; expect_einval("samples[1].len"); }
 Test(plan_errors, negative_bytes) { samples[2].bytes = -5; expect_einval("samples[2].bytes"); }
+Test(plan_errors, negative_patches) {
+  samples[1].patches = -1;
+  expect_einval("samples[1].patches");
+}
+Test(plan_errors, negative_patches_sq) {
+  samples[2].patches_sq = -7;
+  expect_einval("samples[2].patches_sq");
+}
+Test(plan_errors, negative_vision_coefficient) {
+  in.model.e = -1;
+  expect_einval("model.e");
+}
 Test(plan_errors, origin_too_big) { samples[0].origin = 2; expect_einval("samples[0].origin"); }
 Test(plan_errors, origin_negative) { samples[0].origin = -1; expect_einval("samples[0].origin"); }
 
@@ -133,7 +145,7 @@ Test(plan_errors, algo_out_of_range) {
 
 Test(plan_errors, model_overflows_to_inf) {
   /* Each coefficient is finite, but 1e300 * (1e9)^2 is not. */
-  in.model = (dpshim_cost_model_t){1e300, 0, 0};
+  in.model = (dpshim_cost_model_t){1e300, 0, 0, 0, 0};
   samples[1].len = 1000000000;
   expect_einval("overflows");
   cr_assert(strstr(plan.message, "samples[1]") != NULL, "%s", plan.message);

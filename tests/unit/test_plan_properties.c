@@ -58,6 +58,24 @@ static int add_rows(instance_t *t, prng_t *g) {
   return mode;
 }
 
+/* One instance in three gets images on about half its samples, with vision
+ * terms that weigh about as much as a 20K-token sample's text cost: cost is
+ * then no function of length. Its own stream, so the other instances stay
+ * as they were. */
+static int add_images(instance_t *t, uint64_t seed) {
+  prng_t g = {seed ^ 0x1a6e5ull};
+  if (prng_range(&g, 0, 2)) return 0;
+  double unit = dpshim_cost(t->in.model, 20000);
+  t->in.model.d = unit / (2048.0 * 2048.0) * prng_unit(&g);
+  t->in.model.e = prng_range(&g, 0, 1) ? unit / 2048.0 * prng_unit(&g) : 0;
+  for (int64_t i = 0; i < t->in.nsamples; i++) {
+    int64_t p = prng_range(&g, 0, 1) ? prng_range(&g, 1, 4096) : 0;
+    t->s[i].patches = p;
+    t->s[i].patches_sq = p * p;
+  }
+  return 1;
+}
+
 static void random_instance(instance_t *t, uint64_t seed) {
   prng_t g = {seed};
   int32_t p = (int32_t)prng_range(&g, 1, MAX_RANKS);
@@ -66,11 +84,13 @@ static void random_instance(instance_t *t, uint64_t seed) {
   for (int64_t i = 0; i < n; i++) {
     t->s[i].len = random_len(&g, lognormal);
     t->s[i].bytes = prng_range(&g, 0, 1 << 20);
+    t->s[i].patches = t->s[i].patches_sq = 0;
     /* The first p samples give every rank one; the rest go anywhere. */
     t->s[i].origin = i < p ? (int32_t)i : (int32_t)prng_range(&g, 0, p - 1);
   }
   static const dpshim_cost_model_t models[] = {
-      {1, 8000, 0}, {0, 1, 0}, {1, 0, 0}, {2e-3, 0.5, 100}, {0, 0, 5}};
+      {1, 8000, 0, 0, 0}, {0, 1, 0, 0, 0}, {1, 0, 0, 0, 0},
+      {2e-3, 0.5, 100, 0, 0}, {0, 0, 5, 0, 0}};
   dpshim_cost_model_t model = models[prng_range(&g, 0, 4)];
   int hist_mode = (int)prng_range(&g, 0, 3); /* none, zeros, small, heavy */
   double scale = dpshim_cost(model, 20000) * (hist_mode == 3 ? 8.0 : 0.5);
@@ -87,10 +107,12 @@ static void random_instance(instance_t *t, uint64_t seed) {
                                 .cap_ratio = cap,
                                 .threshold = threshold};
   int rows_mode = add_rows(t, &g);
+  int images = add_images(t, seed);
   snprintf(t->desc, sizeof t->desc,
-           "seed %llu: P=%d N=%lld model={%g,%g,%g} hist=%d cap=%g thr=%g "
-           "rows=%d", (unsigned long long)seed, p, (long long)n, model.a,
-           model.b, model.c, hist_mode, cap, threshold, rows_mode);
+           "seed %llu: P=%d N=%lld model={%g,%g,%g,%g,%g} hist=%d cap=%g "
+           "thr=%g rows=%d images=%d", (unsigned long long)seed, p,
+           (long long)n, model.a, model.b, model.c, t->in.model.d,
+           t->in.model.e, hist_mode, cap, threshold, rows_mode, images);
 }
 
 /* Outputs agree with dest, every rank keeps a sample, skip keeps origins. */

@@ -73,7 +73,7 @@ Test(plan_seed, cap_skips_least_loaded_then_falls_back) {
    * (12 + 6 > 11) nor a swap with a 4 (12 - 4 + 6 > 11): stop. */
   seed_case_t c = {2, 5, {6, 4, 4, 4, 4}, {0, 0, 0, 0, 1}};
   dpshim_plan_input_t in = input_of(&c);
-  in.model = (dpshim_cost_model_t){1, 0, 0};
+  in.model = (dpshim_cost_model_t){1, 0, 0, 0, 0};
   in.cap_ratio = 1.0;
   solve_ok(&in);
   cr_assert_eq(plan.cap_tokens, 11);

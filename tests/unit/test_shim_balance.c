@@ -122,7 +122,7 @@ static void rb_alloc(rank_batch_t *rb, caps_t c) {
                                    c.ids};
   rb->fields[3] = (dpshim_field_t){"pixels", rb->pixels, PIX_BYTES,
                                    rb->pix_off, c.pixels};
-  rb->batch = (dpshim_batch_t){0, c.samples, rb->cu, 4, rb->fields};
+  rb->batch = (dpshim_batch_t){0, c.samples, rb->cu, 4, rb->fields, NULL};
 }
 
 static void rb_free(rank_batch_t *rb) {
@@ -235,7 +235,7 @@ typedef struct inst {
   int mock_rc;
 } inst_t;
 
-static const dpshim_cost_model_t QUADRATIC = {1, 0, 0};
+static const dpshim_cost_model_t QUADRATIC = {1, 0, 0, 0, 0};
 
 static dpshim__balance_config_t base_config(void) {
   return (dpshim__balance_config_t){.algo = DPSHIM_ALGO_DEFAULT,
@@ -805,6 +805,50 @@ Test(shim_balance, token_buffer_full_never_overflows) {
   inst_free(x);
 }
 
+/* ---- images in the cost ------------------------------------------------------ */
+
+static dpshim_vision_t vision_of[MAXP][MAXS];
+
+/* Two ranks of two 100-token samples; rank 0's carry images of `patches`
+ * patches each, rank 1's none. The batches give their images when `give`
+ * has the rank's bit. */
+static inst_t *images_on_rank0(const dpshim__balance_config_t *cfg,
+                               int64_t patches, unsigned give) {
+  inst_t *x = inst_new(2, cfg);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 2; i++) {
+      inst_set(x, 1, r, i, 100, r == 0 ? 2 : 0);
+      vision_of[r][i] = r == 0 ? (dpshim_vision_t){patches, patches * patches}
+                               : (dpshim_vision_t){0, 0};
+    }
+  caps_t all = total_use(x), c[2] = {all, all};
+  inst_pack_caps(x, c);
+  for (int r = 0; r < 2; r++)
+    if (give >> r & 1) x->rb[r].batch.vision = vision_of[r];
+  return x;
+}
+
+/* Equal lengths, unequal images: only a cost that sees the images finds the
+ * imbalance, and the loads it reports carry the images' cost. */
+Test(shim_balance, images_enter_the_cost) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
+  inst_t *x = images_on_rank0(&cfg, 30, 3);
+  inst_run(x);
+  cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
+  cr_assert_eq(x->rep[0].applied, 1, "skipped: %s", x->rep[0].skip_reason);
+  cr_assert_float_eq(x->load_before[0][0], 2 * (100 + 900), 1e-9);
+  cr_assert_float_eq(x->load_before[0][1], 2 * 100, 1e-9);
+  cr_assert_float_eq(x->load_after[0][0], x->load_after[0][1], 1e-9);
+  inst_free(x);
+  x = images_on_rank0(&cfg, 30, 0); /* not given: equal loads */
+  inst_run(x);
+  cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
+  cr_assert_eq(x->rep[0].applied, 0);
+  cr_assert_float_eq(x->load_before[0][0], x->load_before[0][1], 1e-9);
+  inst_free(x);
+}
+
 /* ---- other skips ----------------------------------------------------------- */
 
 Test(shim_balance, threshold_high_skips_balanced) {
@@ -879,6 +923,16 @@ static void expect_error(inst_t *x, int code, const char *const *needles) {
     cr_assert(strstr(x->rep[0].message, *s) != NULL,
               "message \"%s\" does not name \"%s\"", x->rep[0].message, *s);
   assert_untouched(x);
+}
+
+Test(shim_balance, images_given_on_some_ranks_only) {
+  dpshim__balance_config_t cfg = base_config();
+  inst_t *x = images_on_rank0(&cfg, 30, 1);
+  rb_snapshot(&x->rb[0]);
+  rb_snapshot(&x->rb[1]);
+  static const char *const needles[] = {"vision", NULL};
+  expect_error(x, DPSHIM_EINVAL, needles);
+  inst_free(x);
 }
 
 static inst_t *random_group(int P, uint64_t seed) {
@@ -1123,7 +1177,7 @@ Test(shim_balance_edges, every_rank_gets_every_note) {
 Test(shim_balance_edges, kk_plan_never_raises_the_imbalance) {
   dpshim__balance_config_t cfg = base_config();
   cfg.algo = DPSHIM_ALGO_KK;
-  cfg.model = (dpshim_cost_model_t){0, 1, 0};
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 0, 0};
   inst_t *x = inst_new(2, &cfg);
   inst_set(x, 1, 0, 0, 4, 0);
   inst_set(x, 1, 0, 1, 5, 0);

@@ -44,7 +44,7 @@ static void fixture_init(fixture_t *x, uint32_t salt) {
   x->f[0] = (dpshim_field_t){"tokens", x->tokens, sizeof(int32_t), x->cu, CAP_T};
   x->f[1] = (dpshim_field_t){"ids", x->ids, sizeof(uint64_t), NULL, CAP_S};
   x->f[2] = (dpshim_field_t){"patches", x->patches, PATCH, x->poff, CAP_P};
-  x->b = (dpshim_batch_t){N, CAP_S, x->cu, 3, x->f};
+  x->b = (dpshim_batch_t){N, CAP_S, x->cu, 3, x->f, NULL};
 }
 
 static fixture_t fx;
@@ -87,7 +87,7 @@ Test(shim_batch_view, layout_of_valid_batch) {
 Test(shim_batch_view, metas_rows_and_bytes) {
   expect_ok();
   for (int i = 0; i < N; i++) {
-    int32_t meta[DPSHIM__MAX_FIELDS + 1];
+    int32_t meta[DPSHIM__MAX_META];
     dpshim__meta_of(&fx.b, &layout, i, meta);
     cr_assert_eq(meta[0], LEN[i]);
     cr_assert_eq(meta[1], NPATCH[i]);
@@ -113,7 +113,7 @@ Test(shim_batch_view, two_own_offsets_fields_get_their_slots) {
   cr_assert_eq(layout.kind[2], DPSHIM__ROWS_OWN);
   cr_assert_eq(layout.slot[0], 1);
   cr_assert_eq(layout.slot[2], 2);
-  int32_t meta[DPSHIM__MAX_FIELDS + 1];
+  int32_t meta[DPSHIM__MAX_META];
   dpshim__meta_of(&fx.b, &layout, 3, meta);
   cr_assert_eq(meta[0], LEN[3]);
   cr_assert_eq(meta[1], NPATCH[3]);

@@ -272,6 +272,18 @@ Test(shim_config, threshold) {
   cr_assert_float_eq(cfg.threshold, 0.05, 1e-17);
 }
 
+Test(shim_config, coefs_with_vision_terms) {
+  env_set(DPSHIM_ENV_COEFS, "1,2,3,4,5");
+  parse_ok();
+  cr_assert(cfg.coefs.a == 1 && cfg.coefs.b == 2 && cfg.coefs.c == 3 &&
+                cfg.coefs.d == 4 && cfg.coefs.e == 5,
+            "%g %g %g %g %g", cfg.coefs.a, cfg.coefs.b, cfg.coefs.c,
+            cfg.coefs.d, cfg.coefs.e);
+  env_set(DPSHIM_ENV_COEFS, "1,2,3");
+  parse_ok();
+  cr_assert(cfg.coefs.d == 0 && cfg.coefs.e == 0);
+}
+
 Test(shim_config, coefs) {
   env_set(DPSHIM_ENV_COEFS, "1,2,3");
   parse_ok();
@@ -390,7 +402,8 @@ Test(shim_config, bad_warmup) {
 Test(shim_config, bad_coefs) {
   static const char *const bad[] = {"1,2", "1,2,3,4", "-1,0,0", "0,0,0",
                                     "1,,2", "a,b,c", "1,2,nan", ",1,2",
-                                    "1,2,3,"};
+                                    "1,2,3,", "1,2,3,4,5,6", "0,0,0,0,0",
+                                    "1,2,3,-4,5", "1,2,3,4,"};
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
     expect_bad(DPSHIM_ENV_COEFS, bad[k]);
 }
@@ -502,7 +515,8 @@ Test(shim_config, is_warmup_list) {
 
 Test(shim_config, coefs_must_cost_finite_at_the_longest_sample) {
   static const char *const bad[] = {"1e300,0,0", "1e290,0,0", "0,1e300,0",
-                                    "0,1e299,1.7e308", "1e289,1e299,1e308"};
+                                    "0,1e299,1.7e308", "1e289,1e299,1e308",
+                                    "0,0,0,1e290,0", "1e289,0,0,3e289,0"};
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
     expect_bad(DPSHIM_ENV_COEFS, bad[k]);
     cr_assert(strstr(msg, "2147483647") != NULL, "%s", msg);

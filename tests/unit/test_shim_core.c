@@ -93,7 +93,7 @@ static void draw(rank_batch_t *rb, int d, int call) {
   }
   rb->f[0] = (dpshim_field_t){"tokens", rb->tokens, 4, rb->cu, CAP_TOKENS};
   rb->f[1] = (dpshim_field_t){"ids", rb->ids, 8, NULL, CAP_SAMPLES};
-  rb->b = (dpshim_batch_t){n, CAP_SAMPLES, rb->cu, 2, rb->f};
+  rb->b = (dpshim_batch_t){n, CAP_SAMPLES, rb->cu, 2, rb->f, NULL};
 }
 
 /* Every sample intact: its tokens re-derived from its id. */

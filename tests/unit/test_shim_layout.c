@@ -11,12 +11,26 @@
 #define MAXT 64
 
 static int32_t off[DPSHIM__LAYOUT_OFFSETS][17];
+static dpshim_vision_t vision[16];
 static dpshim__layout_scratch_t scratch;
 static char msg[256];
 
 static void init_scratch(void) {
   memset(&scratch, 0, sizeof scratch);
   for (int k = 0; k < DPSHIM__LAYOUT_OFFSETS; k++) scratch.offsets[k] = off[k];
+  memset(vision, 0xff, sizeof vision); /* stale numbers must be overwritten */
+  scratch.vision = vision;
+}
+
+static void expect_vision(const dpshim_batch_t *batch, int32_t i,
+                          int64_t patches, int64_t patches_sq) {
+  cr_assert_eq(batch->vision, vision);
+  cr_expect(batch->vision[i].patches == patches &&
+                batch->vision[i].patches_sq == patches_sq,
+            "sample %d: patches %lld, patches_sq %lld, want %lld, %lld",
+            (int)i, (long long)batch->vision[i].patches,
+            (long long)batch->vision[i].patches_sq, (long long)patches,
+            (long long)patches_sq);
 }
 
 /* ---- InternVL ------------------------------------------------------------ */
@@ -48,6 +62,11 @@ Test(shim_layout, internvl_tiles_follow_context_tokens_and_dummies) {
   cr_assert_eq(batch.nfields, 6);
   cr_assert_str_eq(batch.fields[5].name, "image_flags");
   cr_assert_eq(batch.fields[4].offsets, scratch.offsets[0]);
+  /* Each tile, the dummy one too, is an image of 4 * num_image_token
+   * patches (num_image_token 2 here). */
+  expect_vision(&batch, 0, 16, 2 * 64);
+  expect_vision(&batch, 1, 8, 64);
+  expect_vision(&batch, 2, 8, 64);
 }
 
 Test(shim_layout, internvl_tiles_counted_by_the_given_num_image_token) {
@@ -122,6 +141,9 @@ Test(shim_layout, qwen_images_and_videos_by_pad_tokens) {
   cr_assert_arr_eq(scratch.offsets[1], grids, sizeof grids);
   cr_assert_arr_eq(scratch.offsets[2], vrow, sizeof vrow);
   cr_assert_arr_eq(scratch.offsets[3], vg, sizeof vg);
+  expect_vision(&batch, 0, 16 + 4, 16 * 16 + 4 * 4);
+  expect_vision(&batch, 1, 0, 0);
+  expect_vision(&batch, 2, 8 + 8, 8 * 8 + 8 * 8); /* an image and a video */
   dpshim__qwen_finish(&b, &scratch, &batch);
   cr_assert_eq(*b.max_lengths, 7);
 }

@@ -76,7 +76,7 @@ static void rb_pack(handoff_t *h, int r) {
   rb->fields[1] = (dpshim_field_t){"labels", rb->labels, 4, rb->cu, cap_t};
   rb->fields[2] = (dpshim_field_t){"weights", rb->weights, 4, rb->cu, cap_t};
   rb->fields[3] = (dpshim_field_t){"ids", rb->ids, 8, NULL, cap_s};
-  rb->batch = (dpshim_batch_t){h->n[r], (int32_t)cap_s, rb->cu, 4, rb->fields};
+  rb->batch = (dpshim_batch_t){h->n[r], (int32_t)cap_s, rb->cu, 4, rb->fields, NULL};
 }
 
 /* Sample counts: 1 .. MAXS/2, or 1 .. 2 (where plans that move nothing
@@ -141,7 +141,7 @@ static int64_t gathered(const handoff_t *h, dpshim_sample_t *s) {
       s[n++] = (dpshim_sample_t){h->len[r][i],
                                  SIM_BYTES_PER_TOKEN * (int64_t)h->len[r][i] +
                                      SIM_BYTES_PER_SAMPLE,
-                                 r, 0};
+                                 r, 0, 0, 0};
   return n;
 }
 
@@ -213,7 +213,7 @@ static setting_t draw_setting(prng_t *g) {
                  .tight = prng_range(g, 0, 2) != 0};
   /* Costs as the shim's fit gives them: microseconds, mostly quadratic. */
   dpshim_cost_model_t model = {prng_unit(g) * 1e-3, prng_unit(g) * 0.5,
-                               prng_range(g, 0, 1) * prng_unit(g) * 20};
+                               prng_range(g, 0, 1) * prng_unit(g) * 20, 0, 0};
   s.cfg = (dpshim__balance_config_t){.algo = PICK(g, algos),
                                      .cap_ratio = PICK(g, caps),
                                      .threshold = PICK(g, thresholds),

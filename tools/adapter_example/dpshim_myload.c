@@ -41,7 +41,7 @@ static void balance(myload_batch_t *b) {
        b->capacity_samples},
   };
   dpshim_batch_t batch = {b->nsamples, b->capacity_samples, b->cu_seqlens,
-                          (int32_t)(sizeof fields / sizeof *fields), fields};
+                          (int32_t)(sizeof fields / sizeof *fields), fields, NULL};
   /* Collective over the DP group; a no-op when balancing is off. On error
    * every rank keeps its batch as it was, and the shim has said why, so
    * the return code needs no handling here. */

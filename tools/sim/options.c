@@ -15,7 +15,8 @@ enum {
   OPT_WARMUP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_TP, OPT_MICRO, OPT_LATENCY,
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
-  OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_HELP
+  OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
+  OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -25,6 +26,7 @@ static const struct option longopts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"pack-tokens", required_argument, NULL, OPT_PACK_TOKENS},
+    {"text-cost", no_argument, NULL, OPT_TEXT_COST},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -67,6 +69,8 @@ static void usage(void) {
 "                        sample's length, the vision encoder's time on the\n"
 "                        rank that holds the sample) [text]\n"
 "  --pack-tokens N       VLM pack tokens, as vlmtrain's [32768]\n"
+"  --text-cost           VLM packs: the shim's cost and fit without the\n"
+"                        images' terms (tokens alone), for comparison\n"
 "  --lengths FILE        lengths, one per line (keeps the profile's pack)\n"
 "  --seed S              run seed [1]\n"
 "  --steps N             measured steps, after the warm-up [20]\n"
@@ -293,6 +297,7 @@ static int apply_vlm(int code, const char *opt, const char *arg,
     o->pack_tokens = need_int(opt, arg, 256, INT64_C(1) << 24,
                               "an integer in [256, 2^24]");
     return 1;
+  case OPT_TEXT_COST: o->cfg.text_cost = 1; return 1;
   }
   return 0;
 }
@@ -308,9 +313,11 @@ static void resolve(sim_options_t *o) {
             "their own lengths)\n", text_only);
     exit(2);
   }
-  if (o->pack_tokens && !c->vision) {
-    fprintf(stderr, SIM_PROG ": --pack-tokens expects --layout internvl, "
-            "qwen2vl or qwen3vl (text packs take the profile's)\n");
+  const char *vlm_only = o->pack_tokens ? "pack-tokens"
+                         : c->text_cost ? "text-cost" : NULL;
+  if (vlm_only && !c->vision) {
+    fprintf(stderr, SIM_PROG ": --%s expects --layout internvl, qwen2vl or "
+            "qwen3vl (text packs have no images)\n", vlm_only);
     exit(2);
   }
   if (o->pack_tokens) c->vlm.pack_tokens = o->pack_tokens;

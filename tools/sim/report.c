@@ -67,9 +67,10 @@ static void summary_row(FILE *f, const sim_result_t *res, int n,
 void sim_print_summary(FILE *f, const sim_result_t *res, int n,
                        const sim_config_t *c, const sim_net_t *net) {
   if (c->vision)
-    fprintf(f, "summary: layout %s, %lld-token packs, model %s",
+    fprintf(f, "summary: layout %s, %lld-token packs, model %s, %s cost",
             vlmload_layout_name(c->vlm.layout),
-            (long long)c->vlm.pack_tokens, c->model.name);
+            (long long)c->vlm.pack_tokens, c->model.name,
+            c->text_cost ? "text" : "vision");
   else
     fprintf(f, "summary: profile %s", c->lengths ? c->lengths : c->profile);
   fprintf(f,

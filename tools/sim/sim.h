@@ -75,7 +75,14 @@ typedef struct sim_config {
   emu_model_t model;   /* the emulated GPU's preset (--model) */
   int vision;          /* 1: VLM packs (--layout), 0: text packs (profile) */
   vlmload_config_t vlm; /* vision: the loader's configuration (slot unset) */
+  int text_cost;       /* --text-cost: the shim sees no images (d = e = 0) */
 } sim_config_t;
+
+/* Whether the shim's samples carry their images' patches and its warm-up
+ * fit has the vision terms: VLM packs, unless --text-cost. */
+static inline int sim_vision_cost(const sim_config_t *c) {
+  return c->vision && !c->text_cost;
+}
 
 /* "none" runs without the shim (as the demo's baseline); the others run the
  * shim with that solver. */

@@ -157,6 +157,10 @@ static void warmup_points(ctx_t *x, int64_t s, dpshim_fit_point_t *pts) {
         p->sum_len2 += len * len;
         p->sum_len += len;
         p->count += 1;
+        if (sim_vision_cost(c)) {
+          p->sum_patches_sq += (double)x->w.patches_sq[i];
+          p->sum_patches += (double)x->w.patches[i];
+        }
         p->time += x->w.seconds[i] * sim_noise(c, x->w.origin[i] * c->tp + t,
                                                s, m);
       }
@@ -178,7 +182,8 @@ static void fit_model(ctx_t *x) {
   for (int64_t k = 0; k < iters; k++)
     warmup_points(x, k + 2, pts + k * world);
   dpshim_fit_input_t in = {.iters = iters, .ranks = world, .points = pts,
-                           .method = DPSHIM_FIT_RANKS};
+                           .method = DPSHIM_FIT_RANKS,
+                           .text_only = !sim_vision_cost(c)};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
     x->model = dpshim__policy_model_from_fit(fit.model);
@@ -249,6 +254,10 @@ static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
     x->samples[i] = (dpshim_sample_t){.len = x->w.len[first + i],
                                       .bytes = x->w.bytes[first + i],
                                       .origin = x->w.origin[first + i]};
+    if (sim_vision_cost(x->c)) {
+      x->samples[i].patches = x->w.patches[first + i];
+      x->samples[i].patches_sq = x->w.patches_sq[first + i];
+    }
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
   size_t most = 0;

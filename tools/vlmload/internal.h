@@ -10,7 +10,6 @@
 #define VLM_MAX_IMAGES 16
 #define VLM_MAX_VIDEOS 2
 #define VLM_MIN_TEXT 64 /* text tokens of any sample: bounds dummy tiles */
-#define VLM_ID_INDEX_BITS 40 /* sample ids: (slot << 40) | index */
 #define VLM_CARRY_MAX 32     /* samples waiting for a later pack */
 
 /* One image or video: (t, h, w) in patches; an InternVL image is t tiles. */

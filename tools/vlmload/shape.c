@@ -98,4 +98,10 @@ void vlm__shape(const vlmload_config_t *c, uint64_t key, vlm_shape_t *s) {
     else s->nimages--;
     measure(c, s);
   }
+  /* And within a pack's image rows (a text-only InternVL sample's dummy
+   * tile is 1, within any image_rows >= 1). */
+  while (c->image_rows > 0 && s->rows > c->image_rows && s->nimages) {
+    s->nimages--;
+    measure(c, s);
+  }
 }

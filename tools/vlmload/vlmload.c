@@ -1,13 +1,17 @@
 /* vlmload: the reference VLM loader; see vlmload.h.
  *
- * Sample ids are (slot << 40) | index, index counting the slot's draws, so
- * two slots never share a sample. Packs are first-fit, one per call:
- * samples that do not fit wait for the next pack (pack.c, by shape).
+ * Sample ids are (slot << VLMLOAD_SLOT_SHIFT) | index, index counting the
+ * slot's draws, so two slots never share a sample. Packs are first-fit,
+ * one per call: samples that do not fit wait for the next pack (pack.c, by
+ * shape).
  *
  * Buffers hold `headroom` packs of any content: a real tile needs
  * num_image_token tokens, a dummy tile a text-only sample (>= 64 tokens),
  * a patch row a quarter of a pad token; so every batch that fits the token
- * buffer fits the others. Pages are touched only as they are filled.
+ * buffer fits the others. Unless image_rows is set: then packs hold that
+ * many image rows at most and the image buffer image_headroom times that,
+ * so that a balancer must keep within it. Pages are touched only as they
+ * are filled.
  */
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +20,7 @@
 
 #include "internal.h"
 
-#define MAX_SLOTS (INT32_C(1) << (64 - VLM_ID_INDEX_BITS))
+#define MAX_SLOTS (INT32_C(1) << (64 - VLMLOAD_SLOT_SHIFT))
 
 typedef struct sizes { /* what the buffers hold, in rows */
   int64_t tokens, rows, video_rows;
@@ -86,6 +90,11 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
                           "1, max_tiles in [1, 64]");
   if (c->max_side < 8 || c->max_side % 2 || c->max_side > 1024)
     return fail(err, len, "max_side must be even, in [8, 1024]");
+  if (c->image_rows < 0 || c->image_rows > (INT64_C(1) << 30))
+    return fail(err, len, "image_rows must be in [0, 2^30]");
+  if (!(c->image_headroom == 0 ||
+        (c->image_headroom >= 1.0 && c->image_headroom <= 64.0)))
+    return fail(err, len, "image_headroom must be 0 or in [1, 64]");
   return 0;
 }
 
@@ -109,6 +118,10 @@ static sizes_t capacities(const vlmload_config_t *c) {
     s.grids = (int32_t)(s.tokens / 3 + 1); /* a start, a pad, an end */
     s.video_rows = s.tokens * per_pad;
     s.video_grids = s.grids;
+  }
+  if (c->image_rows > 0) { /* packs hold no more; the buffer this much */
+    double h = c->image_headroom > 0 ? c->image_headroom : c->headroom;
+    s.rows = (int64_t)ceil(h * (double)c->image_rows);
   }
   return s;
 }
@@ -331,7 +344,7 @@ int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
   for (int32_t i = 0; i < b->nsamples; i++) {
     vlm_shape_t s;
     uint64_t id = b->keys[i];
-    int known = (id >> VLM_ID_INDEX_BITS) < (uint64_t)l->cfg.slots;
+    int known = (id >> VLMLOAD_SLOT_SHIFT) < (uint64_t)l->cfg.slots;
     if (known) vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &s);
     if (!known || !sample_intact(&l->cfg, mb, i, &s, rows, grids, video_rows,
                                  video_grids, &scratch->batch)) {

@@ -44,6 +44,9 @@ extern "C" {
 
 #define VLMLOAD_QWEN_ROW 1176 /* floats per patch row: 3 x 2 x 14 x 14 */
 #define VLMLOAD_QWEN_MERGE 2  /* 2 x 2 patches per pad token */
+/* A sample id is (slot << VLMLOAD_SLOT_SHIFT) | index: its slot is
+ * id >> VLMLOAD_SLOT_SHIFT, whichever rank holds it. */
+#define VLMLOAD_SLOT_SHIFT 40
 
 /* Token ids of the families' special tokens. */
 #define VLMLOAD_INTERNVL_IMG_START 92544
@@ -108,6 +111,13 @@ typedef struct vlmload_config {
   int32_t max_tiles;         /* InternVL: tiles per image (12) */
   int32_t max_side;          /* Qwen: patches per image side, even (64) */
   double headroom;           /* buffer capacity in packs, >= 1 */
+  int64_t image_rows;        /* image rows one pack holds at most (Qwen
+                                image patch rows, InternVL tiles, dummies
+                                included); a sample with more drops images
+                                until it fits. 0: what pack_tokens allow */
+  double image_headroom;     /* with image_rows: the image-row buffer's
+                                capacity in image_rows, >= 1 (1: a rank can
+                                hold no more than one pack may); 0: headroom */
   uint64_t seed;
   int32_t slot, slots;       /* data-parallel index and size */
   int64_t fault_pack;        /* tests: this pack (1-based) breaks its layout

@@ -10,13 +10,34 @@
  * read the same data. At the end rank 0 prints one JSON line:
  *
  *   {"steps":..,"tokens":..,"tgs":..,"step_ms_mean":..,
- *    "consumed_digest":"..","images_digest":"..","check_errors":N}
+ *    "consumed_digest":"..","images_digest":"..","check_errors":N,
+ *    "one_image":N,"one_image_moved":N,"image_rows_max":N,
+ *    "image_rows_capacity":N}
  *
  * consumed_digest covers every (step, sample, tokens, labels) consumed,
  * images_digest every tile / patch row / grid row / flag, each with its
  * sample: sums of hashes, so the same whichever rank consumed what.
  * check_errors (with --check) counts samples that are not what their key
  * implies, samples consumed twice in a step, and consumed != produced.
+ * What the hand-offs held, for the tests' edge cases: one_image, the
+ * hand-offs (per DP slot) that returned exactly one image (Qwen: one
+ * image_grid_thw row; InternVL: one <img>), one_image_moved those of them
+ * holding a sample of another slot (a balancer moved it there);
+ * image_rows_max the most image rows (patch rows, tiles) any hand-off
+ * returned, image_rows_capacity the least image buffer.
+ *
+ * --stats-out FILE: rank 0 writes one JSON line per step, as reftrain's,
+ * with every rank's times (ms) in rank order:
+ *
+ *   {"step":s,"step_ms":..,"compute_ms":[..],"emu_ms":[..],
+ *    "handoff_ms":[..],"wait_ms":[..],"tokens":[..]}
+ *
+ * step_ms is rank 0's; compute_ms runs from the hand-off's return to the end
+ * of the emulated compute (the loader's and the trainer's CPU work
+ * included), emu_ms is the emulated GPU time alone (what compute_ms would be
+ * on an idle machine), wait_ms the gradient sync (the real all-reduce and
+ * the modelled one); tokens are those a rank counts (0 on TP peers other
+ * than the first).
  *
  *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
  */
@@ -42,12 +63,19 @@ typedef struct opts {
   int64_t steps, micro, tp, check;
   int64_t fault_rank; /* the rank whose loader breaks --fault-pack */
   double time_scale;
+  const char *stats_out; /* --stats-out: per-step, per-rank times */
 } opts_t;
+
+/* Per-step figures of this rank, for --stats-out. */
+enum { ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_TOKENS, ST_N };
 
 typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
   int64_t n, cap, errors, tokens;
   uint64_t digest, images;
+  int64_t one_image, one_image_moved, rows_max, rows_capacity;
+  double *stats;   /* [steps][ST_N], with --stats-out */
+  double *step_ms; /* [steps], with --stats-out */
 } ledger_t;
 
 static void die(const char *what) {
@@ -57,15 +85,28 @@ static void die(const char *what) {
 
 /* ---- options ------------------------------------------------------------- */
 
+#define USAGE                                                                \
+  "usage: mpirun -np N " PROG " --layout internvl|qwen2vl|qwen3vl "           \
+  "[--model NAME] [--steps N] [--seed N] [--micro-batches N] [--tp N] "      \
+  "[--check] [--time-scale X] [--pack-tokens N] [--tile-size S] "            \
+  "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
+  "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
+  "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
+  "[--stats-out FILE]\n"
+
+/* What the loader options less obvious than their names do. */
+#define HELP                                                                 \
+  "  --image-fraction X  share of samples with images (0.05: text-heavy,\n" \
+  "                      with --max-images 1 ranks often hold one image)\n" \
+  "  --max-images N      images per image sample, 1..N\n"                    \
+  "  --max-tiles N       InternVL: tiles per image, 1..N\n"                  \
+  "  --image-rows N      a pack holds at most N image rows (Qwen patch\n"   \
+  "                      rows, InternVL tiles, dummies included)\n"          \
+  "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
+  "                      rows, X >= 1 (1: no room beyond one pack's)\n"
+
 static int usage(const char *bad) {
-  fprintf(stderr, PROG ": %s\nusage: mpirun -np N " PROG " --layout "
-          "internvl|qwen2vl|qwen3vl [--model NAME] [--steps N] [--seed N] "
-          "[--micro-batches N]"
-          " [--tp N] [--check] [--time-scale X] [--pack-tokens N] "
-          "[--tile-size S] [--num-image-token N] [--max-side N] "
-          "[--image-fraction X] [--video-fraction X] [--max-images N] "
-          "[--fault-pack N [--fault-rank R]]\n",
-          bad);
+  fprintf(stderr, PROG ": %s\n" USAGE, bad);
   return -1;
 }
 
@@ -101,6 +142,9 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
       {"--tile-size", 1, 1024, &c->tile_size, NULL, NULL},
       {"--num-image-token", 1, 1 << 16, &c->num_image_token, NULL, NULL},
       {"--max-side", 8, 1024, &c->max_side, NULL, NULL},
+      {"--max-tiles", 1, 64, &c->max_tiles, NULL, NULL},
+      {"--image-rows", 1, 1 << 30, NULL, &c->image_rows, NULL},
+      {"--image-headroom", 1, 64, NULL, NULL, &c->image_headroom},
       {"--max-images", 1, 16, &c->max_images, NULL, NULL},
       {"--image-fraction", 0, 1, NULL, NULL, &c->image_fraction},
       {"--video-fraction", 0, 1, NULL, NULL, &c->video_fraction},
@@ -111,6 +155,10 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
     return v ? vlmload_layout_from_name(v, &c->layout) : -1;
   if (!strcmp(name, "--model"))
     return v ? emu_model_find(v, &o->model, NULL, 0) : -1;
+  if (!strcmp(name, "--stats-out")) {
+    o->stats_out = v;
+    return v && *v ? 0 : -1;
+  }
   for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
     if (!strcmp(name, table[k].name)) return set(&table[k], v);
   return -1;
@@ -122,7 +170,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   vlmload_layout_t layout = VLMLOAD_INTERNVL;
   int have_layout = 0;
   for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
+    if (!strcmp(argv[i], "--help")) {
+      printf(USAGE HELP);
+      exit(0);
+    } else if (!strcmp(argv[i], "--layout") && i + 1 < argc) {
       if (vlmload_layout_from_name(argv[i + 1], &layout) < 0)
         return usage("--layout: internvl, qwen2vl or qwen3vl");
       have_layout = 1;
@@ -142,15 +193,31 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
     i++;
   }
+  if (o->cfg.image_headroom > 0 && o->cfg.image_rows == 0)
+    return usage("--image-headroom: needs --image-rows");
   return 0;
 }
 
 /* ---- what a pack holds, per sample --------------------------------------- */
 
-static uint64_t hash(uint64_t h, const void *p, size_t n) { /* FNV-1a */
+/* FNV-1a's step on 64-bit words, in four independent lanes: the pixel rows
+ * of a 32K-token pack are ~0.5 GB, which a byte-wise FNV-1a (one dependent
+ * multiply per byte) takes half a second to hash, longer than the emulated
+ * GPU step it stands beside. */
+static uint64_t hash(uint64_t h, const void *p, size_t n) {
   const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
+  uint64_t lane[4] = {h, h ^ 0x9e3779b97f4a7c15ull, ~h, h + n};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; k++) {
+      uint64_t w;
+      memcpy(&w, c + i + 8 * (size_t)k, sizeof w);
+      lane[k] = (lane[k] ^ w) * 1099511628211ull;
+    }
+  for (; i < n; i++) lane[0] = (lane[0] ^ c[i]) * 1099511628211ull;
+  uint64_t r = 0;
+  for (int k = 0; k < 4; k++) r = dpshim__tool_mix64(r ^ lane[k]);
+  return r;
 }
 
 static int64_t count(const int64_t *tok, int32_t from, int32_t to,
@@ -221,6 +288,48 @@ static uint64_t tokens_hash(const vlm_batch_t *b, int32_t i) {
   return hash(h, lab + t0, n * sizeof *lab);
 }
 
+/* ---- what a hand-off returned, as a whole --------------------------------- */
+
+/* Images as the model counts them: grid rows, or InternVL's <img> tokens. */
+static int64_t images_of(const vlm_batch_t *b) {
+  if (b->layout != VLMLOAD_INTERNVL) return b->qwen.images.count;
+  return count(b->internvl.tokens, 0, b->cu_lengths[b->nsamples],
+               VLMLOAD_INTERNVL_IMG_START);
+}
+
+static int64_t image_rows_of(const vlm_batch_t *b) {
+  if (b->layout == VLMLOAD_INTERNVL) return b->internvl.ntiles;
+  int64_t rows = 0;
+  for (int32_t k = 0; k < b->qwen.images.count; k++) {
+    const int32_t *g = b->qwen.images.grid_thw + 3 * (size_t)k;
+    rows += (int64_t)g[0] * g[1] * g[2];
+  }
+  return rows;
+}
+
+static int64_t image_capacity_of(const vlm_batch_t *b) {
+  return b->layout == VLMLOAD_INTERNVL ? b->internvl.capacity_tiles
+                                       : b->qwen.images.capacity_rows;
+}
+
+/* Whether a sample of another DP slot is here: only a balancer puts one. */
+static int holds_moved(const vlm_batch_t *b, int32_t slot) {
+  for (int32_t i = 0; i < b->nsamples; i++)
+    if (b->keys[i] >> VLMLOAD_SLOT_SHIFT != (uint64_t)slot) return 1;
+  return 0;
+}
+
+static void tally(ledger_t *led, const vlm_batch_t *b, int32_t slot) {
+  int64_t rows = image_rows_of(b), cap = image_capacity_of(b);
+  if (images_of(b) == 1) {
+    led->one_image++;
+    led->one_image_moved += holds_moved(b, slot);
+  }
+  if (rows > led->rows_max) led->rows_max = rows;
+  if (led->rows_capacity == 0 || cap < led->rows_capacity)
+    led->rows_capacity = cap;
+}
+
 /* ---- a step -------------------------------------------------------------- */
 
 static void remember(ledger_t *led, int64_t step, uint64_t key) {
@@ -242,6 +351,7 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
                       int rank, int first_of_tp) {
   cursor_t c = {.model = &o->model};
   if (o->check) led->errors += vlmload_check(l, b);
+  if (first_of_tp) tally(led, b, o->cfg.slot);
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
     uint64_t where = dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
@@ -260,13 +370,20 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
 
 static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
                  int rank, int size, float *grad) {
+  double st[ST_N] = {0}, t0 = dpshim__tool_now_s();
+  int64_t tokens = led->tokens;
   for (int64_t m = 0; m < o->micro; m++) {
+    double h = dpshim__tool_now_s();
     vlm_batch_t *b = vlmload_next(l);
     double t = dpshim__tool_now_s();
     if (!b) die("vlmload_next returned no batch");
     double compute = consume(led, l, b, o, s, m, rank, rank % o->tp == 0);
     dpshim__tool_sleep_until(t + compute);
+    st[ST_HANDOFF] += 1e3 * (t - h);
+    st[ST_COMPUTE] += 1e3 * (dpshim__tool_now_s() - t);
+    st[ST_EMU] += 1e3 * compute;
   }
+  double t1 = dpshim__tool_now_s();
   MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
                 MPI_COMM_WORLD);
   /* The model's own gradient all-reduce, beyond this small real one: the
@@ -275,6 +392,44 @@ static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
   dpshim__tool_sleep_until(dpshim__tool_now_s() +
                            o->time_scale *
                                emu_grad_seconds(&o->model, dp, (int32_t)o->tp));
+  if (!led->stats) return;
+  double t2 = dpshim__tool_now_s();
+  st[ST_WAIT] = 1e3 * (t2 - t1);
+  st[ST_TOKENS] = (double)(led->tokens - tokens);
+  memcpy(led->stats + (size_t)s * ST_N, st, sizeof st);
+  led->step_ms[s] = 1e3 * (t2 - t0);
+}
+
+/* --stats-out: every rank's figures onto rank 0, one line per step. MPI_Gather,
+ * not an all-reduce (which the shim would take for a step's sync). Returns
+ * nonzero on rank 0 when the file cannot be written. */
+static int write_stats(const ledger_t *led, const opts_t *o, int rank,
+                       int size) {
+  int n = (int)(o->steps * ST_N);
+  double *all = NULL;
+  if (rank == 0 && !(all = malloc((size_t)size * (size_t)n * sizeof *all)))
+    die("out of memory for --stats-out");
+  MPI_Gather(led->stats, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank != 0) return 0;
+  static const char *const key[ST_N] = {"compute_ms", "emu_ms", "handoff_ms",
+                                        "wait_ms", "tokens"};
+  FILE *f = fopen(o->stats_out, "w");
+  for (int64_t s = 0; f && s < o->steps; s++) {
+    fprintf(f, "{\"step\":%" PRId64 ",\"step_ms\":%.3f", s, led->step_ms[s]);
+    for (int k = 0; k < ST_N; k++) {
+      fprintf(f, ",\"%s\":[", key[k]);
+      for (int r = 0; r < size; r++)
+        fprintf(f, k == ST_TOKENS ? "%s%.0f" : "%s%.3f", r ? "," : "",
+                all[(size_t)r * (size_t)n + (size_t)s * ST_N + (size_t)k]);
+      fputc(']', f);
+    }
+    fputs("}\n", f);
+  }
+  int rc = !f || fclose(f) != 0;
+  if (rc) fprintf(stderr, PROG ": --stats-out: cannot write '%s'\n",
+                  o->stats_out);
+  free(all);
+  return rc;
 }
 
 /* ---- the end: checks across ranks, one JSON line ------------------------- */
@@ -287,9 +442,13 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
       o->check ? stepids_duplicates(led->ids, led->n, MPI_COMM_WORLD) : 0;
   if (dups < 0) die("out of memory for the duplicate check");
   int64_t produced = first_of_tp ? vlmload_produced(l) : 0;
-  int64_t mine[4] = {led->errors, led->n, produced, led->tokens}, sum[4];
+  int64_t mine[6] = {led->errors, led->n, produced, led->tokens,
+                     led->one_image, led->one_image_moved}, sum[6];
+  /* The most rows, and the least capacity as the most of its negation. */
+  int64_t peak[2] = {led->rows_max, -led->rows_capacity}, most[2];
   uint64_t d[2] = {led->digest, led->images}, dsum[2];
-  MPI_Reduce(mine, sum, 4, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 6, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(peak, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(d, dsum, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   int64_t errors = sum[0] + dups + (o->check && sum[1] != sum[2]);
@@ -300,8 +459,11 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
   printf("{\"steps\":%" PRId64 ",\"tokens\":%" PRId64 ",\"tgs\":%.1f,"
          "\"step_ms_mean\":%.3f,\"consumed_digest\":\"%016" PRIx64 "\","
          "\"images_digest\":\"%016" PRIx64 "\",\"check_errors\":%" PRId64
+         ",\"one_image\":%" PRId64 ",\"one_image_moved\":%" PRId64
+         ",\"image_rows_max\":%" PRId64 ",\"image_rows_capacity\":%" PRId64
          "}\n", o->steps, sum[3], (double)sum[3] / seconds / (double)size,
-         1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors);
+         1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors, sum[4],
+         sum[5], most[0], -most[1]);
   fflush(stdout);
 }
 
@@ -322,11 +484,19 @@ int main(int argc, char **argv) {
   static float grad[GRAD_FLOATS];
   ledger_t led = {0};
   int first_of_tp = rank % o.tp == 0;
+  if (o.stats_out) {
+    led.stats = calloc((size_t)o.steps * ST_N, sizeof *led.stats);
+    led.step_ms = calloc((size_t)o.steps, sizeof *led.step_ms);
+    if (!led.stats || !led.step_ms) die("out of memory for --stats-out");
+  }
   double t0 = dpshim__tool_now_s();
   for (int64_t s = 0; s < o.steps; s++) step(l, &led, &o, s, rank, size, grad);
   report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
+  int rc = o.stats_out ? write_stats(&led, &o, rank, size) : 0;
   free(led.ids);
+  free(led.stats);
+  free(led.step_ms);
   vlmload_close(l);
   MPI_Finalize();
-  return 0;
+  return rc;
 }
