@@ -2,8 +2,10 @@
  * (held against the loader itself, pack by pack), every sample's image
  * tokens are in its length and its images' encoder time in its compute,
  * which is charged to the rank that holds it and varies across ranks; the
- * text workload is reftrain's packs and times, with nothing of vision; and
- * the options that select them fail with one line naming the option.
+ * shim's warm-up fit learns the vision terms from them (none with
+ * --text-cost); the text workload is reftrain's packs and times, with
+ * nothing of vision; and the options that select them fail with one line
+ * naming the option.
  */
 #include <criterion/criterion.h>
 #include <getopt.h>
@@ -175,8 +177,25 @@ Test(sim_vlm, simulates_a_vlm_sweep_point) {
     cr_assert_eq(none->tokens, shim->tokens);
     cr_assert_eq(shim->handoffs, 1);
   }
+  cr_assert_gt(runs[1].model.d + runs[1].model.e, 0,
+               "the warm-up fit learnt no vision terms");
   sim_run_free(&runs[0]);
   sim_run_free(&runs[1]);
+}
+
+/* --text-cost: the shim's samples and fit without their images. */
+Test(sim_vlm, text_cost_fits_no_vision_terms) {
+  sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
+                          "--text-cost", "--steps", "1", "--warmup-last",
+                          "4", "--solve-reps", "1");
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1};
+  sim_run_t run;
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o.cfg, 16, &algo, 1, &run, err, sizeof err), 0,
+               "%s", err);
+  cr_assert_eq(run.model.d + run.model.e, 0);
+  cr_assert_gt(run.model.a + run.model.b, 0);
+  sim_run_free(&run);
 }
 
 /* ---- the text workload: reftrain's, nothing of vision --------------------- */
@@ -227,6 +246,9 @@ Test(sim_vlm, profile_with_a_layout, .exit_code = 2) {
   PARSE("--layout", "internvl", "--profile", "sft");
 }
 Test(sim_vlm, tp_model_or_a_number, .exit_code = 2) { PARSE("--tp", "auto"); }
+Test(sim_vlm, text_cost_needs_a_layout, .exit_code = 2) {
+  PARSE("--text-cost");
+}
 
 Test(sim_vlm, layout_options) {
   sim_options_t o = PARSE("--pack-tokens", "8192", "--layout", "qwen3vl");
