@@ -282,7 +282,7 @@ static int apply_model(int code, const char *opt, const char *arg,
   return 0;
 }
 
-/* --layout and --pack-tokens: the VLM workload. */
+/* --layout, --pack-tokens and --text-cost: the VLM workload. */
 static int apply_vlm(int code, const char *opt, const char *arg,
                      sim_options_t *o) {
   vlmload_layout_t layout;

@@ -42,7 +42,8 @@
 #define SIM_BYTES_PER_SAMPLE 8
 /* The per-sample meta the shim gathers: the length (4 B). It travels with
  * the shim's header in a slot sized by the largest rank's metas; both sizes
- * come from shim/balance.h. */
+ * come from shim/balance.h. (A VLM layout's metas are wider, its fields'
+ * rows and the images' patches: not modelled.) */
 #define SIM_META_BYTES 4
 #define SIM_MAX_SOLVE_REPS 99
 
