@@ -14,6 +14,9 @@ from its key, exactly once per step, consumed == produced):
     none raising the imbalance), DPSHIM_VERIFY on;
   - text-heavy: 5 % of samples with images, so that ranks hold packs
     without any image: the same checks;
+  - fitted: no DPSHIM_COEFS, so the warm-up fits the cost; the layout's
+    images reach the fit (its summary line gives the error without the
+    vision terms beside its own);
   - malformed: rank 1's loader breaks its 6th pack's layout (a tile flag,
     a grid row): one stderr line names rank 1 and the field, the hand-off
     fails on every rank with batches untouched (digests as without the
@@ -43,10 +46,10 @@ FIELDS = {"internvl": "image_flags", "qwen2vl": "image_grid_thw",
           "qwen3vl": "image_grid_thw"}
 
 
-def vlmtrain(args, extra, shim=False, log=None, what="vlmtrain"):
+def vlmtrain(args, extra, shim=False, log=None, what="vlmtrain", env=None):
     """One run; (result, stderr). A hang or a failed exit is a failed
     check naming `what`; the result is then {}."""
-    env = dict(SHIM_ENV, DPSHIM_TP_SIZE=str(args.tp)) if shim else {}
+    env = dict(env or SHIM_ENV, DPSHIM_TP_SIZE=str(args.tp)) if shim else {}
     if log:
         env["DPSHIM_LOG"] = log
     cmd = MPIRUN + ["-np", str(dp_size(args) * args.tp), args.vlmtrain, "--layout",
@@ -88,6 +91,18 @@ def scenario_balanced(args, name, extra):
         check_plans_applied(read_jsonl(log), 2, what)
 
 
+def scenario_fitted(args):
+    what = "%s, fitted cost" % args.layout
+    env = {k: v for k, v in SHIM_ENV.items() if k != "DPSHIM_COEFS"}
+    on, err = vlmtrain(args, [], shim=True, what=what, env=env)
+    if not on:
+        return
+    fit = [l for l in err.splitlines() if "fit (ranks)" in l]
+    check(len(fit) == 1 and "without the vision terms" in fit[0],
+          "%s: expected the summary's fit line with the error without the "
+          "vision terms beside it, got %r" % (what, fit))
+
+
 def scenario_malformed(args):
     what = "%s, malformed layout on rank 1" % args.layout
     extra = ["--fault-pack", "6", "--fault-rank", str(args.tp)]
@@ -118,6 +133,7 @@ def main():
     args = p.parse_args()
     scenario_balanced(args, "mixed", ["--micro-batches", "2"])
     scenario_balanced(args, "text-heavy", ["--image-fraction", "0.05"])
+    scenario_fitted(args)
     scenario_malformed(args)
     print("vlm %s: %d failed checks" % (args.layout, len(failures)))
     return 1 if failures else 0
