@@ -15,7 +15,8 @@ enum {
   OPT_WARMUP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_TP, OPT_MICRO, OPT_LATENCY,
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
-  OPT_CALIBRATE, OPT_MODEL, OPT_HELP
+  OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
+  OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -23,6 +24,9 @@ static const struct option longopts[] = {
     {"algos", required_argument, NULL, OPT_ALGOS},
     {"profile", required_argument, NULL, OPT_PROFILE},
     {"model", required_argument, NULL, OPT_MODEL},
+    {"layout", required_argument, NULL, OPT_LAYOUT},
+    {"pack-tokens", required_argument, NULL, OPT_PACK_TOKENS},
+    {"text-cost", no_argument, NULL, OPT_TEXT_COST},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -59,6 +63,14 @@ static void usage(void) {
 "  --algos LIST          none (no shim), seed, default, kk [none,seed,default]\n"
 "  --profile NAME        sft, long, fewlong [long]\n"
 "  --model NAME          the emulated GPU's preset, as reftrain's [tiny]\n"
+"  --layout NAME         text (reftrain's packs), or vlmtrain's VLM packs:\n"
+"                        internvl, qwen2vl, qwen3vl (images drawn as\n"
+"                        libvlmload draws them, their tokens in each\n"
+"                        sample's length, the vision encoder's time on the\n"
+"                        rank that holds the sample) [text]\n"
+"  --pack-tokens N       VLM pack tokens, as vlmtrain's [32768]\n"
+"  --text-cost           VLM packs: the shim's cost and fit without the\n"
+"                        images' terms (tokens alone), for comparison\n"
 "  --lengths FILE        lengths, one per line (keeps the profile's pack)\n"
 "  --seed S              run seed [1]\n"
 "  --steps N             measured steps, after the warm-up [20]\n"
@@ -66,8 +78,8 @@ static void usage(void) {
 "                        from step W+1, which is where measuring starts [11]\n"
 "  --time-scale X        multiplies the emulated time [1: an H100]\n"
 "  --grad-bytes N        gradient all-reduce bytes [1048576]\n"
-"  --tp N                tensor-parallel size: compute / N, tokens per GPU\n"
-"                        / N [1]\n"
+"  --tp N|model          tensor-parallel size: compute / N, tokens per GPU\n"
+"                        / N; model: the preset's [1]\n"
 "  --micro-batches M     hand-offs per step [1]\n"
 "shim settings:\n"
 "  --cap-ratio X|none    DPSHIM_MAX_LEN_RATIO [1.2]\n"
@@ -185,7 +197,10 @@ static int apply_workload(int code, const char *opt, const char *arg,
   switch (code) {
   case OPT_RANKS: parse_ranks(opt, arg, o); return 1;
   case OPT_ALGOS: parse_algos(opt, arg, o); return 1;
-  case OPT_PROFILE: parse_profile(opt, arg, o); return 1;
+  case OPT_PROFILE:
+    parse_profile(opt, arg, o);
+    o->profile_given = 1;
+    return 1;
   case OPT_MODEL:
     if (emu_model_find(arg, &c->model, NULL, 0) < 0)
       bad(opt, emu_model_names(), arg);
@@ -193,6 +208,7 @@ static int apply_workload(int code, const char *opt, const char *arg,
   case OPT_LENGTHS:
     check_lengths(opt, arg);
     c->lengths = arg;
+    o->lengths_given = 1;
     return 1;
   case OPT_SEED: parse_seed(opt, arg, &c->seed); return 1;
   case OPT_STEPS:
@@ -208,8 +224,10 @@ static int apply_workload(int code, const char *opt, const char *arg,
     c->grad_bytes = need_int(opt, arg, 0, INT64_C(1) << 40,
                              "a byte count in [0, 2^40]");
     return 1;
-  case OPT_TP:
-    c->tp = (int32_t)need_int(opt, arg, 1, 1024, "an integer in [1, 1024]");
+  case OPT_TP: /* 0: the preset's, once --model is known */
+    c->tp = strcmp(arg, "model") == 0 ? 0
+        : (int32_t)need_int(opt, arg, 1, 1024,
+                            "an integer in [1, 1024] or 'model'");
     return 1;
   case OPT_MICRO:
     c->micro = (int32_t)need_int(opt, arg, 1, 64, "an integer in [1, 64]");
@@ -264,6 +282,47 @@ static int apply_model(int code, const char *opt, const char *arg,
   return 0;
 }
 
+/* --layout, --pack-tokens and --text-cost: the VLM workload. */
+static int apply_vlm(int code, const char *opt, const char *arg,
+                     sim_options_t *o) {
+  vlmload_layout_t layout;
+  switch (code) {
+  case OPT_LAYOUT:
+    o->cfg.vision = strcmp(arg, "text") != 0;
+    if (o->cfg.vision && vlmload_layout_from_name(arg, &layout) < 0)
+      bad(opt, "text, internvl, qwen2vl or qwen3vl", arg);
+    if (o->cfg.vision) o->cfg.vlm = vlmload_config_default(layout);
+    return 1;
+  case OPT_PACK_TOKENS:
+    o->pack_tokens = need_int(opt, arg, 256, INT64_C(1) << 24,
+                              "an integer in [256, 2^24]");
+    return 1;
+  case OPT_TEXT_COST: o->cfg.text_cost = 1; return 1;
+  }
+  return 0;
+}
+
+/* What depends on more than one option; exits 2 naming the option. */
+static void resolve(sim_options_t *o) {
+  sim_config_t *c = &o->cfg;
+  if (c->tp == 0) c->tp = c->model.tp;
+  const char *text_only = o->calibrate ? "calibrate" : o->lengths_given
+      ? "lengths" : o->profile_given ? "profile" : NULL;
+  if (c->vision && text_only) {
+    fprintf(stderr, SIM_PROG ": --%s expects --layout text (VLM packs draw "
+            "their own lengths)\n", text_only);
+    exit(2);
+  }
+  const char *vlm_only = o->pack_tokens ? "pack-tokens"
+                         : c->text_cost ? "text-cost" : NULL;
+  if (vlm_only && !c->vision) {
+    fprintf(stderr, SIM_PROG ": --%s expects --layout internvl, qwen2vl or "
+            "qwen3vl (text packs have no images)\n", vlm_only);
+    exit(2);
+  }
+  if (o->pack_tokens) c->vlm.pack_tokens = o->pack_tokens;
+}
+
 static void defaults(sim_options_t *o) {
   *o = (sim_options_t){0};
   o->cfg = (sim_config_t){.profile = "long", .seed = 1, .time_scale = 1.0,
@@ -294,7 +353,9 @@ void sim_parse(int argc, char **argv, sim_options_t *o) {
     const char *opt = longopts[0].name;
     for (const struct option *p = longopts; p->name; p++)
       if (p->val == code) opt = p->name;
-    if (!apply_workload(code, opt, optarg, o)) apply_model(code, opt, optarg, o);
+    if (!apply_workload(code, opt, optarg, o) &&
+        !apply_vlm(code, opt, optarg, o))
+      apply_model(code, opt, optarg, o);
   }
   if (optind < argc) {
     fprintf(stderr, SIM_PROG ": unexpected argument '%s' (see --help)\n",
@@ -306,4 +367,5 @@ void sim_parse(int argc, char **argv, sim_options_t *o) {
     fprintf(stderr, SIM_PROG ": --png expects a sweep, not --calibrate\n");
     exit(2);
   }
+  resolve(o);
 }

@@ -66,12 +66,19 @@ static void summary_row(FILE *f, const sim_result_t *res, int n,
 
 void sim_print_summary(FILE *f, const sim_result_t *res, int n,
                        const sim_config_t *c, const sim_net_t *net) {
+  if (c->vision)
+    fprintf(f, "summary: layout %s, %lld-token packs, model %s, %s cost",
+            vlmload_layout_name(c->vlm.layout),
+            (long long)c->vlm.pack_tokens, c->model.name,
+            c->text_cost ? "text" : "vision");
+  else
+    fprintf(f, "summary: profile %s", c->lengths ? c->lengths : c->profile);
   fprintf(f,
-          "summary: profile %s, time scale %g, tp %d, %lld measured steps "
+          ", time scale %g, tp %d, %lld measured steps "
           "after warm-up %lld; network %.3g us, %.4g Gb/s, %s all-reduce "
           "of %lld B\n  TGS (tokens/GPU/s) by DP size; gain over none, "
           "shim share of the step:\n",
-          c->lengths ? c->lengths : c->profile, c->time_scale, (int)c->tp,
+          c->time_scale, (int)c->tp,
           (long long)c->steps, (long long)c->warmup_last,
           1e6 * net->latency_s, 8e-9 * net->bandwidth,
           net->tree ? "tree" : "ring", (long long)c->grad_bytes);

@@ -4,6 +4,9 @@
  *   options.c    the command line;
  *   workload.c   the packs reftrain's ranks would draw (libpackload, lengths
  *                only) and their emulated-GPU compute times (reftrain's model);
+ *   vlmwork.c    with --layout, the packs vlmtrain's ranks would draw
+ *                (vlmload's shapes and packing, no content): each sample's
+ *                tokens, images, bytes, and LLM + vision encoder times;
  *   simulate.c   per step and algorithm: the shim's warm-up fit, the real
  *                solver, the plan applied, and what the shim communicates;
  *   decide.c     one hand-off's decision, by the shim's own rules
@@ -27,6 +30,7 @@
 
 #include "../emu/emu.h"
 #include "dpshim/solver.h"
+#include "../vlmload/vlmload.h"
 
 #define SIM_PROG "dpshim-sim"
 #define SIM_MAX_LIST 64
@@ -38,7 +42,8 @@
 #define SIM_BYTES_PER_SAMPLE 8
 /* The per-sample meta the shim gathers: the length (4 B). It travels with
  * the shim's header in a slot sized by the largest rank's metas; both sizes
- * come from shim/balance.h. */
+ * come from shim/balance.h. (A VLM layout's metas are wider, its fields'
+ * rows and the images' patches: not modelled.) */
 #define SIM_META_BYTES 4
 #define SIM_MAX_SOLVE_REPS 99
 
@@ -69,7 +74,16 @@ typedef struct sim_config {
   double headroom;     /* loader capacity / pack, as reftrain's --headroom */
   int solve_reps;      /* timed solves per hand-off; the median counts */
   emu_model_t model;   /* the emulated GPU's preset (--model) */
+  int vision;          /* 1: VLM packs (--layout), 0: text packs (profile) */
+  vlmload_config_t vlm; /* vision: the loader's configuration (slot unset) */
+  int text_cost;       /* --text-cost: the shim sees no images (d = e = 0) */
 } sim_config_t;
+
+/* Whether the shim's samples carry their images' patches and its warm-up
+ * fit has the vision terms: VLM packs, unless --text-cost. */
+static inline int sim_vision_cost(const sim_config_t *c) {
+  return c->vision && !c->text_cost;
+}
 
 /* "none" runs without the shim (as the demo's baseline); the others run the
  * shim with that solver. */
@@ -126,7 +140,8 @@ typedef struct sim_options {
   sim_algo_t algos[SIM_MAX_LIST];
   int nalgos;
   const char *png, *json, *calibrate;
-  int cores_given;
+  int cores_given, profile_given, lengths_given;
+  int64_t pack_tokens; /* --pack-tokens; 0: the loader's */
 } sim_options_t;
 
 /* Exits 0 after --help, 2 after one line naming a bad option. */
@@ -141,11 +156,35 @@ typedef struct sim_workload {
   int32_t slots;
   int64_t handoffs;
   int64_t *first;     /* [handoffs + 1] first sample of each hand-off */
-  int64_t *len;       /* [all samples] */
+  int64_t *len;       /* [all samples] tokens, image tokens included */
   int32_t *origin;
-  double *seconds;    /* emulated seconds of each sample, unscaled */
+  double *seconds;    /* emulated seconds of each sample, unscaled: the
+                         LLM's, plus vit[] */
+  int64_t *bytes;     /* what moves with the sample: every field's */
+  /* The vision encoder's view of each sample's images (dpshim_sample_t's
+   * patches and patches_sq), and its seconds, unscaled; 0 for text. */
+  int64_t *patches, *patches_sq;
+  double *vit;
+  int64_t images;     /* images and videos in all hand-offs */
   int64_t pack;       /* tokens per pack */
 } sim_workload_t;
+
+/* What a VLM sample carries beyond its length (vlmwork.c). */
+typedef struct sim_vision {
+  int64_t bytes, patches, patches_sq, images;
+  double vit;
+} sim_vision_t;
+
+/* The samples drawn, slot-major, before they are arranged by hand-off:
+ * lengths, and for VLM packs (vision != NULL) the rest. */
+typedef struct sim_drawn_list {
+  int64_t *len;
+  sim_vision_t *vision;
+  int64_t n, cap;
+} sim_drawn_list_t;
+
+/* v: NULL for a text sample. -1 when out of memory. */
+int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v);
 
 /* -1 with a one-line reason in err. */
 int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
@@ -154,6 +193,14 @@ void sim_workload_free(sim_workload_t *w);
 /* reftrain's noise factor of world rank `rank` at (step, micro). */
 double sim_noise(const sim_config_t *c, int32_t rank, int64_t step,
                  int32_t micro);
+
+/* ---- vlmwork.c ----------------------------------------------------------- */
+
+/* DP slot `slot`'s samples in `handoffs` packs, as vlmtrain's loader (with
+ * c->vlm) packs them; count[h] gets pack h's samples. -1 when out of
+ * memory. */
+int sim_vlm_draw_slot(const sim_config_t *c, int32_t slot, int32_t slots,
+                      int64_t handoffs, sim_drawn_list_t *all, int64_t *count);
 
 /* ---- simulate.c ---------------------------------------------------------- */
 

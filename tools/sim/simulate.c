@@ -38,10 +38,6 @@ typedef struct ctx {
   size_t slot;      /* the shim's meta slot: it only grows, per run */
 } ctx_t;
 
-static int64_t sample_bytes(int64_t len) {
-  return SIM_BYTES_PER_TOKEN * len + SIM_BYTES_PER_SAMPLE;
-}
-
 /* ---- setup ----------------------------------------------------------------- */
 
 /* Every rank's loader buffers: --headroom x pack tokens (tokens, labels and
@@ -161,6 +157,10 @@ static void warmup_points(ctx_t *x, int64_t s, dpshim_fit_point_t *pts) {
         p->sum_len2 += len * len;
         p->sum_len += len;
         p->count += 1;
+        if (sim_vision_cost(c)) {
+          p->sum_patches_sq += (double)x->w.patches_sq[i];
+          p->sum_patches += (double)x->w.patches[i];
+        }
         p->time += x->w.seconds[i] * sim_noise(c, x->w.origin[i] * c->tp + t,
                                                s, m);
       }
@@ -177,11 +177,13 @@ static void fit_model(ctx_t *x) {
   int64_t iters = c->warmup_last - 2;
   int32_t world = x->P * c->tp;
   dpshim_fit_point_t *pts = calloc((size_t)iters * (size_t)world, sizeof *pts);
-  x->model = (dpshim_cost_model_t){0, 1, 0, 0, 0};
+  x->model = (dpshim_cost_model_t){.b = 1};
   if (!pts) return;
   for (int64_t k = 0; k < iters; k++)
     warmup_points(x, k + 2, pts + k * world);
-  dpshim_fit_input_t in = {iters, world, pts, NULL, DPSHIM_FIT_RANKS, 0};
+  dpshim_fit_input_t in = {.iters = iters, .ranks = world, .points = pts,
+                           .method = DPSHIM_FIT_RANKS,
+                           .text_only = !sim_vision_cost(c)};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
     x->model = dpshim__policy_model_from_fit(fit.model);
@@ -249,9 +251,13 @@ static void apply_plan(ctx_t *x, int64_t first, int64_t n, int32_t m) {
 static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
   memset(x->metas, 0, (size_t)x->P * sizeof *x->metas);
   for (int64_t i = 0; i < n; i++) {
-    int64_t len = x->w.len[first + i];
-    x->samples[i] = (dpshim_sample_t){len, sample_bytes(len),
-                                      x->w.origin[first + i], 0, 0, 0};
+    x->samples[i] = (dpshim_sample_t){.len = x->w.len[first + i],
+                                      .bytes = x->w.bytes[first + i],
+                                      .origin = x->w.origin[first + i]};
+    if (sim_vision_cost(x->c)) {
+      x->samples[i].patches = x->w.patches[first + i];
+      x->samples[i].patches_sq = x->w.patches_sq[first + i];
+    }
     x->metas[x->w.origin[first + i]] += SIM_META_BYTES;
   }
   size_t most = 0;

@@ -5,7 +5,9 @@
  * the demo also ran, the simulator sees the very same samples. The loader
  * runs lengths-only (no token payloads): at 4096 slots the payloads would be
  * half a billion tokens per step. Slots are drawn one at a time, all hand-offs
- * each, so only one loader's buffers exist at once. */
+ * each, so only one loader's buffers exist at once. With --layout the packs
+ * are vlmtrain's instead (vlmwork.c): samples with images, whose encoder
+ * time adds to their compute. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,21 +16,29 @@
 #include "packload.h"
 #include "sim.h"
 
-/* A growable array of lengths. */
-typedef struct lens {
-  int64_t *v;
-  int64_t n, cap;
-} lens_t;
+static int grow(void **p, size_t want) {
+  void *q = realloc(*p, want);
+  if (q) *p = q;
+  return q ? 0 : -1;
+}
 
-static int lens_push(lens_t *l, const int32_t *cu, int32_t n) {
-  if (l->n + n > l->cap) {
-    int64_t want = 2 * (l->n + n) + 1024;
-    int64_t *p = realloc(l->v, (size_t)want * sizeof *p);
-    if (!p) return -1;
-    l->v = p;
+int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v) {
+  if (l->n == l->cap) {
+    int64_t want = 2 * l->n + 1024;
+    if (grow((void **)&l->len, (size_t)want * sizeof *l->len) < 0 ||
+        (v && grow((void **)&l->vision, (size_t)want * sizeof *l->vision) < 0))
+      return -1;
     l->cap = want;
   }
-  for (int32_t i = 0; i < n; i++) l->v[l->n++] = cu[i + 1] - cu[i];
+  if (v) l->vision[l->n] = *v;
+  l->len[l->n++] = len;
+  return 0;
+}
+
+/* A text pack's samples: their lengths. */
+static int push_text(sim_drawn_list_t *l, const int32_t *cu, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    if (sim_drawn_push(l, cu[i + 1] - cu[i], NULL) < 0) return -1;
   return 0;
 }
 
@@ -45,36 +55,79 @@ static packload_t *open_slot(const sim_config_t *c, int32_t slot,
   return packload_open(&cfg, err, errlen);
 }
 
-/* Slot-major: every slot's lengths over all hand-offs; count[d * H + h]. */
-static int draw_slots(const sim_config_t *c, int32_t slots, int64_t handoffs,
-                      lens_t *all, int64_t *count, char *err, size_t errlen) {
-  for (int32_t d = 0; d < slots; d++) {
-    packload_t *pl = open_slot(c, d, slots, err, errlen);
-    if (!pl) return -1;
-    for (int64_t h = 0; h < handoffs; h++) {
-      packload_batch_t *b = packload_next(pl);
-      count[(int64_t)d * handoffs + h] = b->nsamples;
-      if (lens_push(all, b->cu_seqlens, b->nsamples) < 0) {
-        packload_close(pl);
-        snprintf(err, errlen, "out of memory for the lengths");
-        return -1;
-      }
+/* One slot's text packs over all hand-offs, counts into count[h]. */
+static int draw_text_slot(const sim_config_t *c, int32_t d, int32_t slots,
+                          int64_t handoffs, sim_drawn_list_t *all,
+                          int64_t *count, char *err, size_t errlen) {
+  packload_t *pl = open_slot(c, d, slots, err, errlen);
+  if (!pl) return -1;
+  for (int64_t h = 0; h < handoffs; h++) {
+    packload_batch_t *b = packload_next(pl);
+    count[h] = b->nsamples;
+    if (push_text(all, b->cu_seqlens, b->nsamples) < 0) {
+      packload_close(pl);
+      snprintf(err, errlen, "out of memory for the lengths");
+      return -1;
     }
-    packload_close(pl);
+  }
+  packload_close(pl);
+  return 0;
+}
+
+/* Slot-major: every slot's samples over all hand-offs; count[d * H + h]. */
+static int draw_slots(const sim_config_t *c, int32_t slots, int64_t handoffs,
+                      sim_drawn_list_t *all, int64_t *count, char *err,
+                      size_t errlen) {
+  for (int32_t d = 0; d < slots; d++) {
+    int64_t *cd = count + (int64_t)d * handoffs;
+    if (!c->vision) {
+      if (draw_text_slot(c, d, slots, handoffs, all, cd, err, errlen) < 0)
+        return -1;
+    } else if (sim_vlm_draw_slot(c, d, slots, handoffs, all, cd) < 0) {
+      snprintf(err, errlen, "out of memory for the samples");
+      return -1;
+    }
   }
   return 0;
 }
 
+/* The vision arrays stay zero pages for text packs. */
+static int alloc_samples(sim_workload_t *w, int64_t n) {
+  size_t k = (size_t)n + 1;
+  w->first = calloc((size_t)w->handoffs + 1, sizeof *w->first);
+  w->len = malloc(k * sizeof *w->len);
+  w->origin = malloc(k * sizeof *w->origin);
+  w->seconds = malloc(k * sizeof *w->seconds);
+  w->bytes = malloc(k * sizeof *w->bytes);
+  w->patches = calloc(k, sizeof *w->patches);
+  w->patches_sq = calloc(k, sizeof *w->patches_sq);
+  w->vit = calloc(k, sizeof *w->vit);
+  return w->first && w->len && w->origin && w->seconds && w->bytes &&
+         w->patches && w->patches_sq && w->vit ? 0 : -1;
+}
+
+/* Drawn sample j as sample k of the workload; a text sample moves its
+ * tokens, labels, loss weights and id (reftrain's fields). */
+static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_list_t *l,
+                       int64_t j, int32_t origin) {
+  w->len[k] = l->len[j];
+  w->origin[k] = origin;
+  w->bytes[k] = SIM_BYTES_PER_TOKEN * l->len[j] + SIM_BYTES_PER_SAMPLE;
+  if (!l->vision) return;
+  const sim_vision_t *v = &l->vision[j];
+  w->bytes[k] = v->bytes;
+  w->patches[k] = v->patches;
+  w->patches_sq[k] = v->patches_sq;
+  w->vit[k] = v->vit;
+  w->images += v->images;
+}
+
 /* Hand-off-major, grouped by slot: the order the shim gathers samples in. */
-static int arrange(const lens_t *all, const int64_t *count, int32_t slots,
-                   sim_workload_t *w) {
-  int64_t H = w->handoffs, n = all->n;
+static int arrange(const sim_drawn_list_t *all, const int64_t *count,
+                   int32_t slots, sim_workload_t *w) {
+  int64_t H = w->handoffs;
   int64_t *slot_at = calloc((size_t)slots + 1, sizeof *slot_at);
-  w->first = calloc((size_t)H + 1, sizeof *w->first);
-  w->len = malloc((size_t)n * sizeof *w->len + 1);
-  w->origin = malloc((size_t)n * sizeof *w->origin + 1);
-  w->seconds = malloc((size_t)n * sizeof *w->seconds + 1);
-  if (!slot_at || !w->first || !w->len || !w->origin || !w->seconds) {
+  if (!slot_at || alloc_samples(w, all->n) < 0) {
     free(slot_at);
     return -1;
   }
@@ -87,10 +140,8 @@ static int arrange(const lens_t *all, const int64_t *count, int32_t slots,
     w->first[h] = k;
     for (int32_t d = 0; d < slots; d++) {
       int64_t m = count[(int64_t)d * H + h];
-      memcpy(w->len + k, all->v + slot_at[d], (size_t)m * sizeof *w->len);
-      for (int64_t i = 0; i < m; i++) w->origin[k + i] = d;
+      for (int64_t i = 0; i < m; i++) put_sample(w, k++, all, slot_at[d] + i, d);
       slot_at[d] += m;
-      k += m;
     }
   }
   w->first[H] = k;
@@ -98,13 +149,15 @@ static int arrange(const lens_t *all, const int64_t *count, int32_t slots,
   return 0;
 }
 
-/* reftrain's emulated seconds of each sample alone: a pack's time is the sum
- * of its samples' (tiles, tokens and the per-sample cost all add up). */
+/* The trainers' emulated seconds of each sample alone: a pack's time is the
+ * sum of its samples' (tiles, tokens and the per-sample cost all add up),
+ * plus the vision encoder's for its images (vlmtrain's). */
 static void sample_seconds(const sim_config_t *c, sim_workload_t *w) {
   const emu_model_t *m = &c->model;
   for (int64_t i = 0; i < w->first[w->handoffs]; i++) {
     int32_t cu[2] = {0, (int32_t)w->len[i]};
     w->seconds[i] = emu_pack_seconds(m, cu, 1);
+    if (c->vision) w->seconds[i] += w->vit[i]; /* text: untouched pages */
   }
 }
 
@@ -113,16 +166,22 @@ int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
   memset(w, 0, sizeof *w);
   w->slots = slots;
   w->handoffs = handoffs;
-  const lengthgen_profile_t *p = lengthgen_profile_find(c->profile, err, errlen);
-  if (!p) return -1;
-  w->pack = p->pack;
-  lens_t all = {0};
+  if (c->vision) {
+    w->pack = c->vlm.pack_tokens;
+  } else {
+    const lengthgen_profile_t *p =
+        lengthgen_profile_find(c->profile, err, errlen);
+    if (!p) return -1;
+    w->pack = p->pack;
+  }
+  sim_drawn_list_t all = {0};
   int64_t *count = calloc((size_t)slots * (size_t)handoffs, sizeof *count);
   int rc = count ? draw_slots(c, slots, handoffs, &all, count, err, errlen) : -1;
   if (!count) snprintf(err, errlen, "out of memory for the sample counts");
   if (rc == 0 && (rc = arrange(&all, count, slots, w)) < 0)
     snprintf(err, errlen, "out of memory for %lld samples", (long long)all.n);
-  free(all.v);
+  free(all.len);
+  free(all.vision);
   free(count);
   if (rc < 0) {
     sim_workload_free(w);
@@ -137,6 +196,10 @@ void sim_workload_free(sim_workload_t *w) {
   free(w->len);
   free(w->origin);
   free(w->seconds);
+  free(w->bytes);
+  free(w->patches);
+  free(w->patches_sq);
+  free(w->vit);
   memset(w, 0, sizeof *w);
 }
 

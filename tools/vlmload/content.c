@@ -13,6 +13,19 @@ size_t vlm__row_floats(const vlmload_config_t *c) {
              : VLMLOAD_QWEN_ROW;
 }
 
+/* Bytes of one sample in the batch's buffers: its token-aligned fields,
+ * its rows (tiles, or image and video patch rows), their flags or grid
+ * rows, its offset and key. */
+int64_t vlm__sample_bytes(const vlmload_config_t *c, const vlm_shape_t *s) {
+  int64_t row = (int64_t)(vlm__row_floats(c) * sizeof(float));
+  int64_t fixed = (int64_t)(sizeof(int32_t) + sizeof(uint64_t));
+  if (c->layout == VLMLOAD_INTERNVL) /* tokens, labels, positions, weights */
+    return s->len * (3 * 8 + 4) + s->rows * (row + 8) + fixed;
+  int64_t grids = 3 * (int64_t)sizeof(int32_t) * (s->nimages + s->nvideos);
+  return s->len * (8 + 8 + 1) + (s->rows + s->video_rows) * row + grids +
+         fixed;
+}
+
 /* ---- tokens ------------------------------------------------------------ */
 
 typedef struct cursor {

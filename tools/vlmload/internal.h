@@ -10,6 +10,7 @@
 #define VLM_MAX_IMAGES 16
 #define VLM_MAX_VIDEOS 2
 #define VLM_MIN_TEXT 64 /* text tokens of any sample: bounds dummy tiles */
+#define VLM_CARRY_MAX 32     /* samples waiting for a later pack */
 
 /* One image or video: (t, h, w) in patches; an InternVL image is t tiles. */
 typedef struct vlm_media {
@@ -30,6 +31,28 @@ uint64_t vlm__key(uint64_t seed, uint64_t id);
 /* What (seed, id) implies; len <= cfg->pack_tokens. */
 void vlm__shape(const vlmload_config_t *cfg, uint64_t key, vlm_shape_t *s);
 
+/* ---- pack.c: which samples make a slot's next pack ---- */
+typedef struct vlm_carried {
+  uint64_t id;
+  vlm_shape_t shape;
+} vlm_carried_t;
+
+typedef struct vlm_packer {
+  const vlmload_config_t *cfg; /* the slot's; outlives the packer */
+  uint64_t next_index;
+  vlm_carried_t carry[VLM_CARRY_MAX];
+  int ncarry;
+} vlm_packer_t;
+
+/* Called for each sample of a pack, in pack order. */
+typedef void (*vlm_place_fn)(void *arg, uint64_t id, const vlm_shape_t *s);
+
+void vlm__packer_init(vlm_packer_t *p, const vlmload_config_t *cfg);
+/* The id of the slot's index-th draw: two slots never share a sample. */
+uint64_t vlm__id(int32_t slot, uint64_t index);
+/* Places the next pack's samples: no more than cfg->pack_tokens tokens. */
+void vlm__pack_next(vlm_packer_t *p, vlm_place_fn place, void *arg);
+
 /* ---- content.c: one sample's content, written at the given pointers ---- */
 typedef struct vlm_sample_out {
   int64_t *tokens, *labels;
@@ -45,6 +68,8 @@ typedef struct vlm_sample_out {
 
 /* Floats per row (a tile or a patch row) of the layout. */
 size_t vlm__row_floats(const vlmload_config_t *cfg);
+/* Bytes the sample takes in the layout's buffers, every field's. */
+int64_t vlm__sample_bytes(const vlmload_config_t *cfg, const vlm_shape_t *s);
 void vlm__write(const vlmload_config_t *cfg, uint64_t key,
                 const vlm_shape_t *s, const vlm_sample_out_t *out);
 

@@ -2,7 +2,8 @@
  *
  * Sample ids are (slot << VLMLOAD_SLOT_SHIFT) | index, index counting the
  * slot's draws, so two slots never share a sample. Packs are first-fit,
- * one per call: samples that do not fit wait for the next pack.
+ * one per call: samples that do not fit wait for the next pack (pack.c, by
+ * shape).
  *
  * Buffers hold `headroom` packs of any content: a real tile needs
  * num_image_token tokens, a dummy tile a text-only sample (>= 64 tokens),
@@ -19,14 +20,7 @@
 
 #include "internal.h"
 
-#define ID_INDEX_BITS VLMLOAD_SLOT_SHIFT
-#define MAX_SLOTS (INT32_C(1) << (64 - ID_INDEX_BITS))
-#define CARRY_MAX 32
-
-typedef struct carried {
-  uint64_t id;
-  vlm_shape_t shape;
-} carried_t;
+#define MAX_SLOTS (INT32_C(1) << (64 - VLMLOAD_SLOT_SHIFT))
 
 typedef struct sizes { /* what the buffers hold, in rows */
   int64_t tokens, rows, video_rows;
@@ -35,9 +29,7 @@ typedef struct sizes { /* what the buffers hold, in rows */
 
 struct vlmload {
   vlmload_config_t cfg;
-  uint64_t next_index;
-  carried_t carry[CARRY_MAX];
-  int ncarry;
+  vlm_packer_t packer; /* which samples (pack.c), by their shapes */
   int64_t produced, packs;
   sizes_t cap;
   vlm_batch_t batch; /* points into the buffers below */
@@ -182,6 +174,7 @@ vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
     return NULL;
   }
   l->cfg = *cfg;
+  vlm__packer_init(&l->packer, &l->cfg);
   l->cap = capacities(cfg);
   vlm_batch_t *b = &l->batch;
   b->layout = cfg->layout;
@@ -285,40 +278,6 @@ static void reset_batch(vlmload_t *l) {
   b->qwen.max_lengths = 0;
 }
 
-/* What a pack still has room for: tokens, and image rows (tiles or image
- * patch rows) under cfg.image_rows. */
-typedef struct room {
-  int64_t tokens, rows;
-} room_t;
-
-static room_t empty_pack(const vlmload_config_t *c) {
-  return (room_t){c->pack_tokens, c->image_rows > 0 ? c->image_rows
-                                                    : INT64_MAX};
-}
-
-/* Places the sample when it fits the room left, taking what it uses. */
-static int place_if_fits(vlmload_t *l, const carried_t *c, room_t *room) {
-  if (c->shape.len > room->tokens || c->shape.rows > room->rows) return 0;
-  place(l, c->id, &c->shape);
-  room->tokens -= c->shape.len;
-  room->rows -= c->shape.rows;
-  return 1;
-}
-
-/* Whether any new sample could still fit: an InternVL sample holds a tile
- * at least (its dummy), a Qwen text-only sample no image row. */
-static int room_left(const vlmload_config_t *c, room_t room) {
-  return room.tokens >= VLM_MIN_TEXT &&
-         room.rows >= (c->layout == VLMLOAD_INTERNVL ? 1 : 0);
-}
-
-static void place_carried(vlmload_t *l, room_t *room) {
-  int kept = 0;
-  for (int i = 0; i < l->ncarry; i++)
-    if (!place_if_fits(l, &l->carry[i], room)) l->carry[kept++] = l->carry[i];
-  l->ncarry = kept;
-}
-
 /* The fault a test asked for: a tile flag flipped, or an image's grid row
  * narrowed (h >= 4 always; narrower, so that a consumer reading by the
  * grids stays within the pack's rows), so that the batch no longer
@@ -330,16 +289,14 @@ static void break_layout(vlm_batch_t *b) {
     b->qwen.images.grid_thw[1] -= 2;
 }
 
+/* pack.c's callback: the sample goes into the batch. */
+static void place_sample(void *l, uint64_t id, const vlm_shape_t *s) {
+  place(l, id, s);
+}
+
 vlm_batch_t *vlmload_next(vlmload_t *l) {
   reset_batch(l);
-  room_t room = empty_pack(&l->cfg);
-  place_carried(l, &room);
-  while (room_left(&l->cfg, room) && l->ncarry < CARRY_MAX) {
-    uint64_t id = ((uint64_t)l->cfg.slot << ID_INDEX_BITS) | l->next_index++;
-    carried_t c = {id, {0}};
-    vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &c.shape);
-    if (!place_if_fits(l, &c, &room)) l->carry[l->ncarry++] = c;
-  }
+  vlm__pack_next(&l->packer, place_sample, l);
   if (++l->packs == l->cfg.fault_pack) break_layout(&l->batch);
   return &l->batch;
 }
@@ -387,7 +344,7 @@ int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
   for (int32_t i = 0; i < b->nsamples; i++) {
     vlm_shape_t s;
     uint64_t id = b->keys[i];
-    int known = (id >> ID_INDEX_BITS) < (uint64_t)l->cfg.slots;
+    int known = (id >> VLMLOAD_SLOT_SHIFT) < (uint64_t)l->cfg.slots;
     if (known) vlm__shape(&l->cfg, vlm__key(l->cfg.seed, id), &s);
     if (!known || !sample_intact(&l->cfg, mb, i, &s, rows, grids, video_rows,
                                  video_grids, &scratch->batch)) {

@@ -1,0 +1,261 @@
+/* dpshim-sim's VLM workloads (--layout): the packs are libvlmload.so's
+ * (held against the loader itself, pack by pack), every sample's image
+ * tokens are in its length and its images' encoder time in its compute,
+ * which is charged to the rank that holds it and varies across ranks; the
+ * shim's warm-up fit learns the vision terms from them (none with
+ * --text-cost); the text workload is reftrain's packs and times, with
+ * nothing of vision; and the options that select them fail with one line
+ * naming the option.
+ */
+#include <criterion/criterion.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../tools/sim/sim.h"
+#include "packload.h"
+
+#define SLOTS 4
+#define HANDOFFS 3
+
+/* The options as dpshim-sim's command line would set them. */
+static sim_options_t parse(int argc, char **argv) {
+  sim_options_t o;
+  optind = 0; /* getopt from scratch: each test parses a new line */
+  sim_parse(argc, argv, &o);
+  return o;
+}
+
+#define PARSE(...)                                                    \
+  parse(sizeof((char *[]){"dpshim-sim", __VA_ARGS__}) / sizeof(char *), \
+        (char *[]){"dpshim-sim", __VA_ARGS__})
+
+static sim_workload_t draw(const sim_config_t *c, int32_t slots,
+                           int64_t handoffs) {
+  sim_workload_t w;
+  char err[256] = "";
+  cr_assert_eq(sim_workload_draw(c, slots, handoffs, &w, err, sizeof err), 0,
+               "%s", err);
+  return w;
+}
+
+static double llm_seconds(const sim_config_t *c, int64_t len) {
+  int32_t cu[2] = {0, (int32_t)len};
+  return emu_pack_seconds(&c->model, cu, 1);
+}
+
+static int close_to(double a, double b) {
+  return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b));
+}
+
+/* ---- the loader's packs --------------------------------------------------- */
+
+/* The encoder's seconds of one of the loader's packs, as vlmtrain counts
+ * them: its tiles (the dummies included), or its images' and videos'
+ * grids. */
+static double pack_vit(const sim_config_t *c, const vlm_batch_t *b) {
+  if (b->layout == VLMLOAD_INTERNVL)
+    return emu_vit_seconds(&c->model, b->internvl.ntiles, 0, 0);
+  double s = 0;
+  const vlm_qwen_media_t *m[2] = {&b->qwen.images, &b->qwen.videos};
+  for (int k = 0; k < 2; k++)
+    for (int32_t g = 0; g < m[k]->count; g++) {
+      const int32_t *thw = m[k]->grid_thw + 3 * g;
+      s += emu_vit_seconds(&c->model, thw[0], thw[1], thw[2]);
+    }
+  return s;
+}
+
+/* Slot d's samples of hand-off h in the simulated workload against the
+ * loader's pack: lengths in order, and the encoder's time. */
+static void same_pack(const sim_config_t *c, const sim_workload_t *w,
+                      int32_t d, int64_t h, const vlm_batch_t *b) {
+  int32_t k = 0;
+  double vit = 0;
+  for (int64_t i = w->first[h]; i < w->first[h + 1]; i++) {
+    if (w->origin[i] != d) continue;
+    cr_assert_lt(k, b->nsamples, "slot %d pack %lld: extra sample", d,
+                 (long long)h);
+    cr_assert_eq(w->len[i], b->cu_lengths[k + 1] - b->cu_lengths[k],
+                 "slot %d pack %lld sample %d: length", d, (long long)h, k);
+    vit += w->vit[i];
+    k++;
+  }
+  cr_assert_eq(k, b->nsamples, "slot %d pack %lld: samples", d, (long long)h);
+  cr_assert(close_to(vit, pack_vit(c, b)), "slot %d pack %lld: ViT %g != %g",
+            d, (long long)h, vit, pack_vit(c, b));
+}
+
+/* Small packs and images: the loader writes every pixel. */
+static void matches_loader(const char *layout, const char *model) {
+  sim_options_t o = PARSE("--layout", (char *)layout, "--pack-tokens", "4096",
+                          "--model", (char *)model, "--seed", "5");
+  o.cfg.vlm.tile_size = 16; /* pixels per tile: not the tile's patches */
+  o.cfg.vlm.max_side = 16;
+  sim_workload_t w = draw(&o.cfg, SLOTS, HANDOFFS);
+  cr_assert_gt(w.images, 0, "%s: no images drawn", layout);
+  double vit = 0;
+  for (int64_t i = 0; i < w.first[HANDOFFS]; i++) vit += w.vit[i];
+  cr_assert_gt(vit, 0, "%s: no encoder time", layout);
+  for (int32_t d = 0; d < SLOTS; d++) {
+    vlmload_config_t cfg = o.cfg.vlm;
+    cfg.seed = o.cfg.seed;
+    cfg.slot = d;
+    cfg.slots = SLOTS;
+    char err[256] = "";
+    vlmload_t *l = vlmload_open(&cfg, err, sizeof err);
+    cr_assert_not_null(l, "%s", err);
+    for (int64_t h = 0; h < HANDOFFS; h++)
+      same_pack(&o.cfg, &w, d, h, vlmload_next(l));
+    vlmload_close(l);
+  }
+  sim_workload_free(&w);
+}
+
+Test(sim_vlm, internvl_packs_are_the_loaders) {
+  matches_loader("internvl", "internvl2-8b");
+}
+Test(sim_vlm, qwen2vl_packs_are_the_loaders) {
+  matches_loader("qwen2vl", "qwen2-vl-7b");
+}
+Test(sim_vlm, qwen3vl_packs_are_the_loaders) {
+  matches_loader("qwen3vl", "qwen3-vl-8b");
+}
+
+/* ---- compute: the LLM's and the encoder's, where the sample is ------------ */
+
+static void vit_per_rank(const char *layout, const char *model) {
+  sim_options_t o = PARSE("--layout", (char *)layout, "--model", (char *)model,
+                          "--tp", "model");
+  cr_assert_eq(o.cfg.tp, o.cfg.model.tp, "--tp model: the preset's TP");
+  sim_workload_t w = draw(&o.cfg, 8, 2);
+  double rank_vit[8] = {0};
+  int64_t with_images = 0;
+  for (int64_t i = 0; i < w.first[w.handoffs]; i++) {
+    cr_assert_leq(w.len[i], w.pack);
+    cr_assert(close_to(w.seconds[i], llm_seconds(&o.cfg, w.len[i]) + w.vit[i]),
+              "%s: sample %lld: LLM + ViT", layout, (long long)i);
+    cr_assert_geq(w.patches_sq[i], w.patches[i]);
+    cr_assert_gt(w.bytes[i], SIM_BYTES_PER_TOKEN * w.len[i]);
+    with_images += w.patches[i] > 0;
+    rank_vit[w.origin[i]] += w.vit[i];
+  }
+  cr_assert_gt(with_images, 0, "%s: no sample with images", layout);
+  double lo = rank_vit[0], hi = rank_vit[0];
+  for (int r = 0; r < 8; r++) {
+    cr_assert_gt(rank_vit[r], 0, "%s: rank %d runs no encoder", layout, r);
+    lo = fmin(lo, rank_vit[r]);
+    hi = fmax(hi, rank_vit[r]);
+  }
+  cr_assert_gt(hi, 1.05 * lo, "%s: ViT time %g..%g per rank: no variation",
+               layout, lo, hi);
+  sim_workload_free(&w);
+}
+
+Test(sim_vlm, internvl_vit_per_rank) {
+  vit_per_rank("internvl", "internvl2-8b");
+}
+Test(sim_vlm, qwen2vl_vit_per_rank) { vit_per_rank("qwen2vl", "qwen2.5-vl-7b"); }
+Test(sim_vlm, qwen3vl_vit_per_rank) { vit_per_rank("qwen3vl", "qwen3-vl-8b"); }
+
+/* A sweep point of the VLM workload: the encoder's time unbalances the
+ * ranks, and a shim's run sees the same tokens as none's. */
+Test(sim_vlm, simulates_a_vlm_sweep_point) {
+  sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b",
+                          "--tp", "model", "--steps", "2", "--warmup-last",
+                          "4", "--solve-reps", "1");
+  sim_algo_t algos[2] = {{DPSHIM_ALGO_NONE, 0}, {DPSHIM_ALGO_DEFAULT, 1}};
+  sim_run_t runs[2];
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o.cfg, 16, algos, 2, runs, err, sizeof err), 0,
+               "%s", err);
+  for (int64_t k = 0; k < 2; k++) {
+    const sim_step_t *none = &runs[0].step[k], *shim = &runs[1].step[k];
+    cr_assert_gt(none->imb_before, 0.01, "step %lld: balanced", (long long)k);
+    cr_assert_gt(none->compute_max_s, 0);
+    cr_assert_eq(none->tokens, shim->tokens);
+    cr_assert_eq(shim->handoffs, 1);
+  }
+  cr_assert_gt(runs[1].model.d + runs[1].model.e, 0,
+               "the warm-up fit learnt no vision terms");
+  sim_run_free(&runs[0]);
+  sim_run_free(&runs[1]);
+}
+
+/* --text-cost: the shim's samples and fit without their images. */
+Test(sim_vlm, text_cost_fits_no_vision_terms) {
+  sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
+                          "--text-cost", "--steps", "1", "--warmup-last",
+                          "4", "--solve-reps", "1");
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1};
+  sim_run_t run;
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o.cfg, 16, &algo, 1, &run, err, sizeof err), 0,
+               "%s", err);
+  cr_assert_eq(run.model.d + run.model.e, 0);
+  cr_assert_gt(run.model.a + run.model.b, 0);
+  sim_run_free(&run);
+}
+
+/* ---- the text workload: reftrain's, nothing of vision --------------------- */
+
+Test(sim_vlm, text_workload_is_reftrains) {
+  sim_options_t o = PARSE("--profile", "sft", "--model", "qwen2-vl-7b");
+  cr_assert_eq(o.cfg.vision, 0);
+  sim_workload_t w = draw(&o.cfg, 2, HANDOFFS);
+  cr_assert_eq(w.images, 0);
+  for (int32_t d = 0; d < 2; d++) {
+    packload_config_t cfg = packload_config_default();
+    cfg.profile = "sft";
+    cfg.headroom = o.cfg.headroom;
+    cfg.seed = o.cfg.seed;
+    cfg.slot = d;
+    cfg.slots = 2;
+    cfg.lengths_only = 1;
+    char err[256] = "";
+    packload_t *pl = packload_open(&cfg, err, sizeof err);
+    cr_assert_not_null(pl, "%s", err);
+    for (int64_t h = 0; h < HANDOFFS; h++) {
+      packload_batch_t *b = packload_next(pl);
+      int32_t k = 0;
+      for (int64_t i = w.first[h]; i < w.first[h + 1]; i++) {
+        if (w.origin[i] != d) continue;
+        cr_assert_eq(w.len[i], b->cu_seqlens[k + 1] - b->cu_seqlens[k]);
+        cr_assert_eq(w.seconds[i], llm_seconds(&o.cfg, w.len[i]));
+        cr_assert_eq(w.bytes[i], SIM_BYTES_PER_TOKEN * w.len[i] +
+                                     SIM_BYTES_PER_SAMPLE);
+        cr_assert_eq(w.patches[i] + w.patches_sq[i], 0);
+        cr_assert_eq(w.vit[i], 0);
+        k++;
+      }
+      cr_assert_eq(k, b->nsamples);
+    }
+    packload_close(pl);
+  }
+  sim_workload_free(&w);
+}
+
+/* ---- options -------------------------------------------------------------- */
+
+Test(sim_vlm, bad_layout, .exit_code = 2) { PARSE("--layout", "llava"); }
+Test(sim_vlm, pack_tokens_needs_a_layout, .exit_code = 2) {
+  PARSE("--pack-tokens", "8192");
+}
+Test(sim_vlm, profile_with_a_layout, .exit_code = 2) {
+  PARSE("--layout", "internvl", "--profile", "sft");
+}
+Test(sim_vlm, tp_model_or_a_number, .exit_code = 2) { PARSE("--tp", "auto"); }
+Test(sim_vlm, text_cost_needs_a_layout, .exit_code = 2) {
+  PARSE("--text-cost");
+}
+
+Test(sim_vlm, layout_options) {
+  sim_options_t o = PARSE("--pack-tokens", "8192", "--layout", "qwen3vl");
+  cr_assert_eq(o.cfg.vision, 1);
+  cr_assert_eq(o.cfg.vlm.layout, VLMLOAD_QWEN3VL);
+  cr_assert_eq(o.cfg.vlm.pack_tokens, 8192, "--pack-tokens before --layout");
+  o = PARSE("--layout", "internvl", "--layout", "text");
+  cr_assert_eq(o.cfg.vision, 0);
+  cr_assert_eq(o.cfg.tp, 1);
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# dpshim-sim on the VLM workloads under each realistic preset, each with its
+# family's layout and the preset's TP: internvl2-8b (internvl), qwen2-vl-7b
+# and qwen2.5-vl-7b (qwen2vl), qwen3-vl-8b (qwen3vl). Prints each run's
+# summary, then the TGS gain of seed and default over none per DP size, one
+# column per preset. Builds nothing:
+#
+#   ninja -C build tools/sim/dpshim-sim
+#   tools/sim_vlm.sh [--build DIR] [--out DIR] [-- dpshim-sim args]
+#
+# dpshim-sim args apply to every run (e.g. --ranks 4,64 --pack-tokens 8192);
+# --out keeps each preset's JSON (PRESET.json) there.
+set -euo pipefail
+
+build=build out="" extra=()
+while (($#)); do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h | --help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "sim_vlm.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
+  esac
+done
+sim=$build/tools/sim/dpshim-sim
+[[ -x $sim ]] || { echo "sim_vlm.sh: no $sim; build it first" >&2; exit 2; }
+if [[ -z $out ]]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+mkdir -p "$out"
+
+presets=(internvl2-8b:internvl qwen2-vl-7b:qwen2vl qwen2.5-vl-7b:qwen2vl
+         qwen3-vl-8b:qwen3vl)
+for p in "${presets[@]}"; do
+  model=${p%%:*} layout=${p##*:}
+  start=$SECONDS
+  "$sim" --layout "$layout" --model "$model" --tp model \
+    --json "$out/$model.json" "${extra[@]}" >/dev/null
+  echo "  ($model: $((SECONDS - start)) s)" >&2
+done
+
+python3 - "$out" "${presets[@]%%:*}" <<'EOF'
+import json, sys
+out, models = sys.argv[1], sys.argv[2:]
+runs = {m: json.load(open(f"{out}/{m}.json")) for m in models}
+tgs = {m: {(r["ranks"], r["algo"]): r["tgs"] for r in rs}
+       for m, rs in runs.items()}
+ranks = sorted({r["ranks"] for rs in runs.values() for r in rs})
+def gain(m, n, algo):
+    t, none = tgs[m].get((n, algo)), tgs[m].get((n, "none"))
+    return f"{100 * (t / none - 1):+.1f}%" if t and none else "-"
+print("TGS gain over none (seed / default) by DP size:")
+print("| DP | " + " | ".join(models) + " |")
+print("|---:|" + "---:|" * len(models))
+for n in ranks:
+    cells = [f"{gain(m, n, 'seed')} / {gain(m, n, 'default')}" for m in models]
+    print(f"| {n} | " + " | ".join(cells) + " |")
+EOF
