@@ -43,7 +43,8 @@ static void balance_qwen(vlm_batch_t *p) {
       .row_bytes = VLMLOAD_QWEN_ROW * sizeof(float),
       .merge = VLMLOAD_QWEN_MERGE,
       .images = media(&q->images, VLMLOAD_QWEN_IMAGE_PAD),
-      .videos = media(&q->videos, VLMLOAD_QWEN_VIDEO_PAD), .keys = p->keys};
+      .videos = media(&q->videos, VLMLOAD_QWEN_VIDEO_PAD), .keys = p->keys,
+      .video_frames_apart = p->layout == VLMLOAD_QWEN3VL};
   dpshim_balance_qwen(&b);
   p->nsamples = b.nsamples;
   q->images.count = b.images.count;

@@ -7,7 +7,8 @@
  * them, are placed right (the original indexed grid rows by sample).
  *
  * The vision encoder sees each image (or video) of grid (t, h, w) as t*h*w
- * patches. */
+ * patches, attended whole, or frame by frame (h*w each) for a video of a
+ * model whose encoder attends to frames apart (Qwen3-VL). */
 #include <stdio.h>
 
 #include "layout.h"
@@ -108,15 +109,16 @@ static void media_fields(const medium_t *md, size_t row_bytes,
 }
 
 /* Adds each sample's images of medium md, whose grid rows the sample owns
- * by grid_off, to vision[]. */
+ * by grid_off, to vision[]; `frames`: each frame is attended apart. */
 static void media_vision(const dpshim_qwen_batch_t *b, const medium_t *md,
-                         const int32_t *grid_off, dpshim_vision_t *vision) {
+                         const int32_t *grid_off, int frames,
+                         dpshim_vision_t *vision) {
   for (int32_t i = 0; vision && i < b->nsamples; i++) {
     for (int32_t j = grid_off[i]; j < grid_off[i + 1]; j++) {
       const int32_t *g = md->m->grid_thw + 3 * (size_t)j;
-      int64_t patches = (int64_t)g[0] * g[1] * g[2];
+      int64_t frame = (int64_t)g[1] * g[2], patches = g[0] * frame;
       vision[i].patches += patches;
-      vision[i].patches_sq += patches * patches;
+      vision[i].patches_sq += frames ? g[0] * frame * frame : patches * patches;
     }
   }
 }
@@ -147,7 +149,8 @@ int dpshim__qwen_describe(const dpshim_qwen_batch_t *b,
     if (rc < 0) return rc;
     media_fields(&md[k], b->row_bytes, s->offsets[ROWS(k)],
                  s->offsets[GRIDS(k)], f, &n);
-    media_vision(b, &md[k], s->offsets[GRIDS(k)], s->vision);
+    media_vision(b, &md[k], s->offsets[GRIDS(k)],
+                 k == 1 && b->video_frames_apart, s->vision);
   }
   if (b->keys)
     f[n++] = (dpshim_field_t){"keys", b->keys, sizeof *b->keys, NULL,

@@ -12,6 +12,10 @@
  *     t*h*w / merge^2 pad tokens in its sample; images belong to samples in
  *     order, by their pad tokens.
  *
+ * Each sample's images also enter its cost (dpshim_batch_t.vision): a tile
+ * as 4 * num_image_token patches, an image or video as t*h*w (its frames
+ * apart with video_frames_apart).
+ *
  * Every slice of a sample moves with it: its tokens, tiles and flags, or its
  * patch rows and grid rows. Counts (ntiles, nimages, ...) and max_lengths
  * are rewritten for the balanced batch; position_ids restart per sample, so
@@ -74,6 +78,9 @@ typedef struct dpshim_qwen_batch {
   int32_t merge;        /* spatial merge: pad tokens = t*h*w / merge^2 */
   dpshim_qwen_media_t images, videos; /* videos.count 0: none */
   uint64_t *keys; /* [nsamples] the loader's per-sample keys, or NULL */
+  /* 1: the vision encoder attends to each frame of a video apart
+   * (Qwen3-VL), 0: to a video whole (Qwen2-VL). For the cost only. */
+  int32_t video_frames_apart;
 } dpshim_qwen_batch_t;
 
 DPSHIM_EXTERN int dpshim_balance_internvl(dpshim_internvl_batch_t *b);

@@ -127,7 +127,7 @@ static dpshim_qwen_batch_t qwen(void) {
   init_scratch();
   return (dpshim_qwen_batch_t){
       3, 16, qcu, MAXT, qtok, lab, NULL, &max_len, sizeof qrows[0], 2,
-      {qrows, 32, qgrid, 3, 3, CTX}, {vrows, 8, vgrid, 1, 1, VPAD}, NULL};
+      {qrows, 32, qgrid, 3, 3, CTX}, {vrows, 8, vgrid, 1, 1, VPAD}, NULL, 0};
 }
 
 Test(shim_layout, qwen_images_and_videos_by_pad_tokens) {
@@ -144,6 +144,11 @@ Test(shim_layout, qwen_images_and_videos_by_pad_tokens) {
   expect_vision(&batch, 0, 16 + 4, 16 * 16 + 4 * 4);
   expect_vision(&batch, 1, 0, 0);
   expect_vision(&batch, 2, 8 + 8, 8 * 8 + 8 * 8); /* an image and a video */
+  b = qwen();
+  b.video_frames_apart = 1; /* Qwen3-VL: the video's 2 frames of 2x2 */
+  cr_assert_eq(dpshim__qwen_describe(&b, &scratch, &batch, msg, sizeof msg),
+               0, "%s", msg);
+  expect_vision(&batch, 2, 8 + 8, 8 * 8 + 2 * 4 * 4);
   dpshim__qwen_finish(&b, &scratch, &batch);
   cr_assert_eq(*b.max_lengths, 7);
 }
