@@ -72,10 +72,10 @@ typedef struct dpshim__core {
   int fitted;
   dpshim_cost_model_t model;
   dpshim_fit_result_t fit;
-  /* The same points fitted without the vision terms, when they had images
-   * (fit_text.message "" otherwise unset: see has_vision). */
+  /* The same points fitted without the vision terms, for the report: set
+   * when fit_vision (the warm-up batches gave their images). */
   dpshim_fit_result_t fit_text;
-  int fit_vision; /* the warm-up batches gave their images */
+  int fit_vision;
   dpshim__step_t step;
   /* step.open and step.syncing, readable without the lock: a sync outside
    * a step (a benchmark's allreduce loop) costs no clock read. */

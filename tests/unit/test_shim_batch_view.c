@@ -99,6 +99,31 @@ Test(shim_batch_view, metas_rows_and_bytes) {
   }
 }
 
+/* The images travel in the metas whole: 64-bit numbers as two halves. */
+Test(shim_batch_view, metas_carry_the_images) {
+  dpshim_vision_t vision[N] = {{1, 1}, {0, 0}, {3000000000, 5000000000000},
+                               {INT64_MAX, INT64_MAX - 1}};
+  fx.b.vision = vision;
+  expect_ok();
+  cr_assert_eq(layout.width, 2 + DPSHIM__VISION_META);
+  for (int i = 0; i < N; i++) {
+    int32_t meta[DPSHIM__MAX_META];
+    dpshim__meta_of(&fx.b, &layout, i, meta);
+    dpshim_vision_t v = dpshim__meta_vision(&layout, meta);
+    cr_assert(v.patches == vision[i].patches &&
+                  v.patches_sq == vision[i].patches_sq,
+              "sample %d: %lld, %lld", i, (long long)v.patches,
+              (long long)v.patches_sq);
+    cr_assert_eq(meta[1], NPATCH[i], "the rows stay where they were");
+  }
+}
+
+Test(shim_batch_view, negative_images_are_refused) {
+  dpshim_vision_t vision[N] = {{1, 1}, {0, 0}, {-2, 4}, {0, 0}};
+  fx.b.vision = vision;
+  expect_bad("vision[2]", ">= 0");
+}
+
 Test(shim_batch_view, two_own_offsets_fields_get_their_slots) {
   static int32_t aoff[CAP_S + 1];
   static unsigned char audio[16];
