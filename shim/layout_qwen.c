@@ -9,6 +9,7 @@
  * The vision encoder sees each image (or video) of grid (t, h, w) as t*h*w
  * patches, attended whole, or frame by frame (h*w each) for a video of a
  * model whose encoder attends to frames apart (Qwen3-VL). */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "layout.h"
@@ -32,11 +33,15 @@ static int bad(char *msg, size_t len, const char *what) {
 static int64_t grid_rows(const medium_t *md, int32_t j, int32_t merge,
                          int64_t *pads, char *msg, size_t len) {
   const int32_t *g = md->m->grid_thw + 3 * (size_t)j;
-  int64_t rows = (int64_t)g[0] * g[1] * g[2], per = (int64_t)merge * merge;
-  if (g[0] < 1 || g[1] < 1 || g[2] < 1 || rows % per) {
+  int ok = g[0] >= 1 && g[1] >= 1 && g[2] >= 1 &&
+           (int64_t)g[0] * g[1] <= INT32_MAX; /* t*h*w then fits int64 */
+  int64_t rows = ok ? (int64_t)g[0] * g[1] * g[2] : 0;
+  int64_t per = (int64_t)merge * merge;
+  if (!ok || rows > INT32_MAX || rows % per) {
     snprintf(msg, len, WHAT ": %s row %d is (%d, %d, %d), expected t, h, w "
-             ">= 1 with t*h*w a multiple of merge^2 (%lld)", md->grid_name,
-             (int)j, (int)g[0], (int)g[1], (int)g[2], (long long)per);
+             ">= 1 with t*h*w a multiple of merge^2 (%lld), at most "
+             "2147483647", md->grid_name, (int)j, (int)g[0], (int)g[1],
+             (int)g[2], (long long)per);
     return -1;
   }
   *pads = rows / per;

@@ -164,6 +164,19 @@ Test(shim_layout, qwen_grid_that_disagrees_with_pads_is_named) {
             msg);
 }
 
+/* A grid whose t*h*w overflows is refused, not wrapped into a small one. */
+Test(shim_layout, qwen_huge_grid_is_refused) {
+  dpshim_qwen_batch_t b = qwen();
+  int32_t saved[3] = {qgrid[0], qgrid[1], qgrid[2]};
+  qgrid[0] = qgrid[1] = qgrid[2] = 1 << 30; /* 2^90 patches */
+  dpshim_batch_t batch;
+  int rc = dpshim__qwen_describe(&b, &scratch, &batch, msg, sizeof msg);
+  memcpy(qgrid, saved, sizeof saved);
+  cr_assert_eq(rc, DPSHIM_EINVAL);
+  cr_assert(strstr(msg, "image_grid_thw row 0") && strstr(msg, "2147483647"),
+            "%s", msg);
+}
+
 Test(shim_layout, qwen_grid_rows_left_over_are_named) {
   dpshim_qwen_batch_t b = qwen();
   b.videos.count = 0; /* the video's pads find no grid row */
