@@ -199,10 +199,12 @@ static double modelled_seconds(const vit_t *v, const vit_input_t *in) {
   return s;
 }
 
-static void sleep_modelled(vit_t *v, double modelled) {
+/* Until `since` + the scaled time: the call's own CPU work (hashing the
+ * patches) is absorbed, as the trainers absorb theirs. */
+static void sleep_modelled(vit_t *v, double modelled, double since) {
   double s = modelled * v->cfg.time_scale;
   if (s <= 0) return;
-  dpshim__tool_sleep_until(dpshim__tool_now_s() + s);
+  dpshim__tool_sleep_until(since + s);
   v->charged += s;
 }
 
@@ -223,6 +225,7 @@ static void embed_image(const vit_t *v, const saved_image_t *s, float *out) {
 
 int vit_forward(vit_t *v, const vit_input_t *in, float *embeddings,
                 vit_saved_t **saved) {
+  double since = dpshim__tool_now_s();
   *saved = NULL;
   v->err[0] = 0;
   int64_t tokens = vit_embed_rows(v, in);
@@ -241,7 +244,7 @@ int vit_forward(vit_t *v, const vit_input_t *in, float *embeddings,
   }
   double modelled = modelled_seconds(v, in);
   sv->backward_s = modelled * (1.0 - FORWARD_SHARE);
-  sleep_modelled(v, modelled * FORWARD_SHARE);
+  sleep_modelled(v, modelled * FORWARD_SHARE, since);
   *saved = sv;
   return 0;
 }
@@ -286,6 +289,7 @@ static void image_patch_grads(const vit_t *v, const saved_image_t *s,
 
 int vit_backward(vit_t *v, vit_saved_t *saved, const float *emb_grad,
                  int64_t *param_grad, float *patch_grad) {
+  double since = dpshim__tool_now_s();
   v->err[0] = 0;
   if (!saved) return fail(v, "vit_backward: no saved forward");
   int rc = 0;
@@ -309,7 +313,7 @@ int vit_backward(vit_t *v, vit_saved_t *saved, const float *emb_grad,
   /* All or nothing: param_grad untouched on a bad gradient. */
   for (int32_t p = 0; rc == 0 && p < v->cfg.params; p++)
     param_grad[p] = (int64_t)((uint64_t)param_grad[p] + param[p]);
-  if (rc == 0) sleep_modelled(v, saved->backward_s);
+  if (rc == 0) sleep_modelled(v, saved->backward_s, since);
 done:
   free(param);
   vit_saved_free(saved);
