@@ -4,15 +4,19 @@
  * Each step: --micro-batches packs through vlmload_next() (a call into
  * another shared object, which libdpshim.so interposes), an emulated
  * compute per pack (the --model preset's LLM and vision encoder on the
- * emulated GPU of tools/emu, 1/tp of it per rank), then a gradient
- * MPI_Allreduce and the preset's modelled gradient sync. Ranks are
+ * emulated GPU of tools/emu, 1/tp of it per rank: the encoder's forward
+ * and backward are libvit.so's vit_forward() and vit_backward(), which
+ * sleep its share), then a gradient MPI_Allreduce (the LLM's stand-in and
+ * the encoder's int64 parameter gradients) and the preset's modelled
+ * gradient sync. Ranks are
  * Megatron-ordered: the --tp ranks of a tensor-parallel group (consecutive)
  * read the same data. At the end rank 0 prints one JSON line:
  *
  *   {"steps":..,"tokens":..,"tgs":..,"step_ms_mean":..,
  *    "consumed_digest":"..","images_digest":"..","check_errors":N,
  *    "one_image":N,"one_image_moved":N,"image_rows_max":N,
- *    "image_rows_capacity":N}
+ *    "image_rows_capacity":N,"embeddings_digest":"..",
+ *    "vit_grad_digest":"..",["patch_grad_digest":".."]}
  *
  * consumed_digest covers every (step, sample, tokens, labels) consumed,
  * images_digest every tile / patch row / grid row / flag, each with its
@@ -25,6 +29,11 @@
  * holding a sample of another slot (a balancer moved it there);
  * image_rows_max the most image rows (patch rows, tiles) any hand-off
  * returned, image_rows_capacity the least image buffer.
+ * embeddings_digest covers every embedding row the encoder wrote, with its
+ * sample (as images_digest); vit_grad_digest chains each step's all-reduced
+ * encoder parameter gradients; patch_grad_digest (--patch-grads) sums a
+ * hash of each image's patch gradients. All three are the same whichever
+ * rank consumed or encoded what.
  *
  * --stats-out FILE: rank 0 writes one JSON line per step, as reftrain's,
  * with every rank's times (ms) in rank order:
