@@ -9,9 +9,11 @@ For the layout (internvl, qwen2vl, qwen3vl), 4 DP ranks, each run
 with --check (every sample, tile, patch row, grid row and flag re-derived
 from its key, exactly once per step, consumed == produced):
   - mixed: multi-image samples, text-only samples beside them (and videos
-    for Qwen), 2 micro-batches per step: check_errors 0, the same
-    consumed and images digests as without the shim, plans applied (and
-    none raising the imbalance), DPSHIM_VERIFY on;
+    for Qwen), 2 micro-batches per step, patch gradients asked of the
+    encoder (libvit.so): check_errors 0, the same consumed, images,
+    embeddings, ViT-gradient and patch-gradient digests as without the
+    shim, plans applied (and none raising the imbalance), DPSHIM_VERIFY on;
+    the encoder's digests present and the same in a second run without it;
   - text-heavy: 5 % of samples with images, so that ranks hold packs
     without any image: the same checks;
   - fitted: no DPSHIM_COEFS, so the warm-up fits the cost; the layout's
@@ -70,10 +72,31 @@ def dp_size(args):
     return 4 if args.tp == 1 else 2
 
 
-def same_digests(what, on, plain):
-    for key in ("consumed_digest", "images_digest"):
-        check(on.get(key) == plain.get(key), "%s: %s %s != without the shim "
-              "%s" % (what, key, on.get(key), plain.get(key)))
+# The encoder's (libvit.so) outputs, keyed by sample or summed exactly:
+# the same wherever the samples were consumed.
+ENCODER_DIGESTS = ("embeddings_digest", "vit_grad_digest")
+
+
+def same_digests(what, on, plain, keys=("consumed_digest", "images_digest")
+                 + ENCODER_DIGESTS, than="without the shim"):
+    for key in keys:
+        check(on.get(key) == plain.get(key), "%s: %s %s != %s %s"
+              % (what, key, on.get(key), than, plain.get(key)))
+
+
+def encoder_keys(extra):
+    return ENCODER_DIGESTS + (("patch_grad_digest",)
+                              if "--patch-grads" in extra else ())
+
+
+def check_encoder_digests(what, first, second, extra):
+    """The encoder's digests in the result, and the same in a second
+    identical run."""
+    for key in encoder_keys(extra):
+        check(re.fullmatch(r"[0-9a-f]{16}", str(first.get(key))),
+              "%s: %s missing or malformed: %r" % (what, key, first.get(key)))
+    same_digests(what, second, first, encoder_keys(extra),
+                 than="in the first run")
 
 
 def scenario_balanced(args, name, extra):
@@ -84,10 +107,14 @@ def scenario_balanced(args, name, extra):
         on, _ = vlmtrain(args, extra, shim=True, log=log, what=what)
         if not plain or not on:
             return
+        if "--patch-grads" in extra:
+            again, _ = vlmtrain(args, extra, what=what + ", again")
+            check_encoder_digests(what, plain, again, extra)
         for variant, res in (("without the shim", plain), ("with it", on)):
             check(res["check_errors"] == 0, "%s, %s: check_errors %d"
                   % (what, variant, res["check_errors"]))
-        same_digests(what, on, plain)
+        same_digests(what, on, plain, tuple(encoder_keys(extra))
+                     + ("consumed_digest", "images_digest"))
         check_plans_applied(read_jsonl(log), 2, what)
 
 
@@ -131,7 +158,8 @@ def main():
     p.add_argument("--vlmtrain", required=True)
     p.add_argument("--tp", type=int, default=1)
     args = p.parse_args()
-    scenario_balanced(args, "mixed", ["--micro-batches", "2"])
+    scenario_balanced(args, "mixed", ["--micro-batches", "2",
+                                      "--patch-grads"])
     scenario_balanced(args, "text-heavy", ["--image-fraction", "0.05"])
     scenario_fitted(args)
     scenario_malformed(args)

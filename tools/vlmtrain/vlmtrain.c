@@ -4,15 +4,19 @@
  * Each step: --micro-batches packs through vlmload_next() (a call into
  * another shared object, which libdpshim.so interposes), an emulated
  * compute per pack (the --model preset's LLM and vision encoder on the
- * emulated GPU of tools/emu, 1/tp of it per rank), then a gradient
- * MPI_Allreduce and the preset's modelled gradient sync. Ranks are
+ * emulated GPU of tools/emu, 1/tp of it per rank: the encoder's forward
+ * and backward are libvit.so's vit_forward() and vit_backward(), which
+ * sleep its share), then a gradient MPI_Allreduce (the LLM's stand-in and
+ * the encoder's int64 parameter gradients) and the preset's modelled
+ * gradient sync. Ranks are
  * Megatron-ordered: the --tp ranks of a tensor-parallel group (consecutive)
  * read the same data. At the end rank 0 prints one JSON line:
  *
  *   {"steps":..,"tokens":..,"tgs":..,"step_ms_mean":..,
  *    "consumed_digest":"..","images_digest":"..","check_errors":N,
  *    "one_image":N,"one_image_moved":N,"image_rows_max":N,
- *    "image_rows_capacity":N}
+ *    "image_rows_capacity":N,"embeddings_digest":"..",
+ *    "vit_grad_digest":"..",["patch_grad_digest":".."]}
  *
  * consumed_digest covers every (step, sample, tokens, labels) consumed,
  * images_digest every tile / patch row / grid row / flag, each with its
@@ -25,6 +29,11 @@
  * holding a sample of another slot (a balancer moved it there);
  * image_rows_max the most image rows (patch rows, tiles) any hand-off
  * returned, image_rows_capacity the least image buffer.
+ * embeddings_digest covers every embedding row the encoder wrote, with its
+ * sample (as images_digest); vit_grad_digest chains each step's all-reduced
+ * encoder parameter gradients; patch_grad_digest (--patch-grads) sums a
+ * hash of each image's patch gradients. All three are the same whichever
+ * rank consumed or encoded what.
  *
  * --stats-out FILE: rank 0 writes one JSON line per step, as reftrain's,
  * with every rank's times (ms) in rank order:
@@ -52,10 +61,12 @@
 #include "../mix.h"
 #include "../stepids.h"
 #include "../timeutil.h"
+#include "vit.h"
 #include "vlmload.h"
 
 #define PROG "vlmtrain"
-#define GRAD_FLOATS 4096
+/* The LLM's stand-in gradient in the sync: 16 KiB of zeros, as before. */
+#define GRAD_WORDS 2048
 
 typedef struct opts {
   vlmload_config_t cfg;
@@ -64,6 +75,8 @@ typedef struct opts {
   int64_t fault_rank; /* the rank whose loader breaks --fault-pack */
   double time_scale;
   const char *stats_out; /* --stats-out: per-step, per-rank times */
+  int32_t embed_dim;     /* --embed-dim: the encoder's embedding row */
+  int patch_grads;       /* --patch-grads: ask the encoder for them */
 } opts_t;
 
 /* Per-step figures of this rank, for --stats-out. */
@@ -73,6 +86,9 @@ typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
   int64_t n, cap, errors, tokens;
   uint64_t digest, images;
+  uint64_t embeddings;  /* every embedding row, keyed by its sample */
+  uint64_t vit_grads;   /* each step's all-reduced encoder gradients */
+  uint64_t patch_grads; /* with --patch-grads: every image's */
   int64_t one_image, one_image_moved, rows_max, rows_capacity;
   double *stats;   /* [steps][ST_N], with --stats-out */
   double *step_ms; /* [steps], with --stats-out */
@@ -92,7 +108,7 @@ static void die(const char *what) {
   "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
-  "[--stats-out FILE]\n"
+  "[--stats-out FILE] [--embed-dim N] [--patch-grads]\n"
 
 /* What the loader options less obvious than their names do. */
 #define HELP                                                                 \
@@ -103,7 +119,9 @@ static void die(const char *what) {
   "  --image-rows N      a pack holds at most N image rows (Qwen patch\n"   \
   "                      rows, InternVL tiles, dummies included)\n"          \
   "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
-  "                      rows, X >= 1 (1: no room beyond one pack's)\n"
+  "                      rows, X >= 1 (1: no room beyond one pack's)\n"  \
+  "  --embed-dim N       floats per embedding row of libvit's encoder\n"  \
+  "  --patch-grads       the encoder's backward writes patch gradients\n"
 
 static int usage(const char *bad) {
   fprintf(stderr, PROG ": %s\n" USAGE, bad);
@@ -150,6 +168,7 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
       {"--video-fraction", 0, 1, NULL, NULL, &c->video_fraction},
       {"--fault-pack", 0, 9e15, NULL, &c->fault_pack, NULL},
       {"--fault-rank", -1, 1 << 20, NULL, &o->fault_rank, NULL},
+      {"--embed-dim", 1, 4096, &o->embed_dim, NULL, NULL},
   };
   if (!strcmp(name, "--layout"))
     return v ? vlmload_layout_from_name(v, &c->layout) : -1;
@@ -166,7 +185,7 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
 
 static int parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.steps = 10, .micro = 1, .tp = 1, .time_scale = 1.0,
-                .fault_rank = 1};
+                .fault_rank = 1, .embed_dim = 8};
   vlmload_layout_t layout = VLMLOAD_INTERNVL;
   int have_layout = 0;
   for (int i = 1; i < argc; i++)
@@ -184,6 +203,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--check")) {
       o->check = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--patch-grads")) {
+      o->patch_grads = 1;
       continue;
     }
     if (parse_one(o, argv[i], i + 1 < argc ? argv[i + 1] : NULL) < 0) {
@@ -233,8 +256,9 @@ static int64_t count(const int64_t *tok, int32_t from, int32_t to,
 typedef struct cursor {
   int64_t tile, rows[2];
   int32_t grid[2];
-  const emu_model_t *model;
-  double vit_s; /* the encoder's modelled seconds for what was walked */
+  const float *emb[2]; /* the encoder's rows: Qwen images, videos; tiles */
+  int64_t embed_dim;
+  uint64_t emb_hash;   /* the walked media's embedding rows */
 } cursor_t;
 
 static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
@@ -246,7 +270,10 @@ static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
     h = hash(h, g, 3 * sizeof *g);
     h = hash(h, m->rows + (size_t)c->rows[k] * VLMLOAD_QWEN_ROW,
              (size_t)rows * VLMLOAD_QWEN_ROW * sizeof(float));
-    c->vit_s += emu_vit_seconds(c->model, g[0], g[1], g[2]);
+    int64_t merged = VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE;
+    c->emb_hash = hash(c->emb_hash,
+                       c->emb[k] + c->rows[k] / merged * c->embed_dim,
+                       (size_t)(rows / merged * c->embed_dim) * sizeof(float));
     pads -= rows / (VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE);
     c->rows[k] += rows;
     c->grid[k]++;
@@ -271,8 +298,10 @@ static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c) {
                     (size_t)tiles * sizeof *v->image_flags);
   h = hash(h, v->imgs + (size_t)c->tile * per,
            (size_t)tiles * per * sizeof(float));
-  /* The dummy tile is encoded too (and its embedding dropped). */
-  c->vit_s += emu_vit_seconds(c->model, (int32_t)tiles, 0, 0);
+  /* The dummy tile is encoded too (its embedding dropped by the model). */
+  int64_t per_tile = v->num_image_token * c->embed_dim;
+  c->emb_hash = hash(c->emb_hash, c->emb[0] + c->tile * per_tile,
+                     (size_t)(tiles * per_tile) * sizeof(float));
   c->tile += tiles;
   return h;
 }
@@ -330,6 +359,157 @@ static void tally(ledger_t *led, const vlm_batch_t *b, int32_t slot) {
     led->rows_capacity = cap;
 }
 
+/* ---- the vision encoder: libvit.so --------------------------------------- */
+
+/* One encoder call of a pack: its Qwen images, its videos, or its InternVL
+ * tiles (dummies included), with the buffers it writes. */
+typedef struct encoder_call {
+  vit_input_t in;
+  vit_saved_t *saved;
+  float *emb, *grad, *patch_grad;
+  int64_t emb_cap, grad_cap, patch_cap; /* floats */
+  int64_t tokens;                       /* embedding rows */
+} encoder_call_t;
+
+typedef struct encoder {
+  vit_t *vit;
+  int32_t ncalls; /* InternVL 1 (tiles), Qwen 2 (images, videos) */
+  int32_t row_floats, nparams;
+  encoder_call_t call[2];
+  int64_t *params;  /* this step's parameter gradients, in the sync */
+  int64_t *discard; /* [nparams]: TP peers' copies, kept out of the sum */
+} encoder_t;
+
+static void encoder_open(encoder_t *enc, const opts_t *o) {
+  int internvl = o->cfg.layout == VLMLOAD_INTERNVL;
+  vit_config_t cfg = vit_config_default(internvl ? VIT_INTERNVL : VIT_QWEN);
+  cfg.model = o->model.name;
+  cfg.embed_dim = o->embed_dim;
+  if (internvl) {
+    cfg.row_floats = 3 * o->cfg.tile_size * o->cfg.tile_size;
+    cfg.tile_tokens = o->cfg.num_image_token;
+  } else {
+    cfg.row_floats = VLMLOAD_QWEN_ROW;
+    cfg.merge = VLMLOAD_QWEN_MERGE;
+  }
+  char err[256];
+  *enc = (encoder_t){.vit = vit_open(&cfg, err, sizeof err),
+                     .ncalls = internvl ? 1 : 2,
+                     .row_floats = cfg.row_floats, .nparams = cfg.params};
+  if (!enc->vit) die(err);
+  enc->discard = calloc((size_t)cfg.params, sizeof *enc->discard);
+  if (!enc->discard) die("out of memory for the encoder");
+}
+
+static void encoder_close(encoder_t *enc) {
+  for (int32_t k = 0; k < 2; k++) {
+    free(enc->call[k].emb);
+    free(enc->call[k].grad);
+    free(enc->call[k].patch_grad);
+  }
+  free(enc->discard);
+  vit_close(enc->vit);
+}
+
+static float *grow(float *p, int64_t *cap, int64_t floats) {
+  if (floats <= *cap) return p;
+  free(p);
+  *cap = floats;
+  p = malloc((size_t)floats * sizeof *p);
+  if (!p) die("out of memory for the encoder's buffers");
+  return p;
+}
+
+static vit_input_t encoder_input(const vlm_batch_t *b, int32_t k) {
+  if (b->layout == VLMLOAD_INTERNVL)
+    return (vit_input_t){.count = b->internvl.ntiles,
+                         .rows = b->internvl.imgs,
+                         .nrows = b->internvl.ntiles};
+  const vlm_qwen_media_t *m = k ? &b->qwen.videos : &b->qwen.images;
+  int64_t rows = 0;
+  for (int32_t i = 0; i < m->count; i++) {
+    const int32_t *g = m->grid_thw + 3 * (size_t)i;
+    rows += (int64_t)g[0] * g[1] * g[2];
+  }
+  return (vit_input_t){.count = m->count, .grid_thw = m->grid_thw,
+                       .rows = m->rows, .nrows = rows};
+}
+
+/* Every call, even with no images: an interposer's ranks all take part. */
+static void encoder_forward(encoder_t *enc, const vlm_batch_t *b,
+                            int64_t embed_dim, double time_scale) {
+  if (vit_set_time_scale(enc->vit, time_scale) < 0) die(vit_error(enc->vit));
+  for (int32_t k = 0; k < enc->ncalls; k++) {
+    encoder_call_t *c = &enc->call[k];
+    c->in = encoder_input(b, k);
+    c->tokens = vit_embed_rows(enc->vit, &c->in);
+    if (c->tokens < 0) die(vit_error(enc->vit));
+    c->emb = grow(c->emb, &c->emb_cap, c->tokens * embed_dim + 1);
+    if (vit_forward(enc->vit, &c->in, c->emb, &c->saved) < 0)
+      die(vit_error(enc->vit));
+  }
+}
+
+/* A stand-in for the LLM's gradient at an embedding value: from (step,
+ * the value) alone, so the same wherever the image was encoded; on the
+ * 2^-20 grid, within (-0.5, 0.5). */
+static float embedding_grad(int64_t step, float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  uint64_t x = dpshim__tool_mix64(bits ^ dpshim__tool_mix64((uint64_t)step));
+  return (float)((int64_t)(x >> 44) - ((int64_t)1 << 19)) * 0x1p-20f;
+}
+
+static void embedding_grads(encoder_call_t *c, const vlm_batch_t *b,
+                            int64_t embed_dim, int64_t step) {
+  int64_t n = c->tokens * embed_dim;
+  c->grad = grow(c->grad, &c->grad_cap, n + 1);
+  for (int64_t i = 0; i < n; i++) c->grad[i] = embedding_grad(step, c->emb[i]);
+  if (b->layout != VLMLOAD_INTERNVL) return;
+  /* A dummy tile's embedding is dropped, so it gets no gradient. */
+  int64_t per_tile = b->internvl.num_image_token * embed_dim;
+  for (int32_t t = 0; t < b->internvl.ntiles; t++)
+    if (!b->internvl.image_flags[t])
+      memset(c->grad + t * per_tile, 0, (size_t)per_tile * sizeof(float));
+}
+
+/* Sum of per-image hashes of the patch gradients: order-independent. */
+static uint64_t patch_grad_digest(const encoder_call_t *c, int32_t row_floats,
+                                  int qwen) {
+  uint64_t d = 0;
+  int64_t row = 0;
+  for (int32_t i = 0; i < c->in.count; i++) {
+    const int32_t *g = qwen ? c->in.grid_thw + 3 * (size_t)i : NULL;
+    int64_t rows = g ? (int64_t)g[0] * g[1] * g[2] : 1;
+    d += dpshim__tool_mix64(hash(1469598103934665603ull,
+                                 c->patch_grad + row * row_floats,
+                                 (size_t)(rows * row_floats) * sizeof(float)));
+    row += rows;
+  }
+  return d;
+}
+
+static void encoder_backward(encoder_t *enc, ledger_t *led,
+                             const vlm_batch_t *b, const opts_t *o,
+                             int64_t step, int first_of_tp) {
+  for (int32_t k = 0; k < enc->ncalls; k++) {
+    encoder_call_t *c = &enc->call[k];
+    embedding_grads(c, b, o->embed_dim, step);
+    float *patch = NULL;
+    if (o->patch_grads)
+      patch = c->patch_grad = grow(c->patch_grad, &c->patch_cap,
+                                   c->in.nrows * enc->row_floats + 1);
+    /* TP peers encode the same images; one copy enters the sum. */
+    int64_t *params = first_of_tp ? enc->params : enc->discard;
+    int rc = vit_backward(enc->vit, c->saved, c->grad, params, patch);
+    c->saved = NULL; /* freed by vit_backward, whatever rc */
+    if (rc < 0) die(vit_error(enc->vit));
+    if (patch && first_of_tp)
+      led->patch_grads += patch_grad_digest(c, enc->row_floats,
+                                            b->layout != VLMLOAD_INTERNVL);
+  }
+}
+
 /* ---- a step -------------------------------------------------------------- */
 
 static void remember(ledger_t *led, int64_t step, uint64_t key) {
@@ -343,49 +523,74 @@ static void remember(ledger_t *led, int64_t step, uint64_t key) {
   led->n++;
 }
 
-/* Consumes a pack; returns its emulated compute in seconds: the LLM's and
- * the vision encoder's, this rank's 1/tp of them, with the emulator's noise
- * per (rank, step, micro-batch). */
+/* Consumes a pack whose media the encoder has embedded (emb, per encoder
+ * call); returns the LLM's modelled seconds, unscaled and unsharded. */
 static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
-                      const opts_t *o, int64_t step, int64_t micro,
-                      int rank, int first_of_tp) {
-  cursor_t c = {.model = &o->model};
+                      const float *const emb[2], const opts_t *o,
+                      int64_t step, int first_of_tp) {
+  cursor_t c = {.emb = {emb[0], emb[1]}, .embed_dim = o->embed_dim};
   if (o->check) led->errors += vlmload_check(l, b);
   if (first_of_tp) tally(led, b, o->cfg.slot);
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
     uint64_t where = dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
+    c.emb_hash = 1469598103934665603ull;
     uint64_t media = media_hash(b, i, &c);
     if (!first_of_tp) continue; /* TP peers hold the same samples */
     led->digest += dpshim__tool_mix64(tokens_hash(b, i) ^ where);
     led->images += dpshim__tool_mix64(media ^ where);
+    led->embeddings += dpshim__tool_mix64(c.emb_hash ^ where);
     led->tokens += (int64_t)len;
     if (o->check) remember(led, step, b->keys[i]);
   }
-  double s = emu_pack_seconds(&o->model, b->cu_lengths, b->nsamples) +
-             c.vit_s;
-  double noise = emu_noise(&o->model, o->cfg.seed, rank, step, (int32_t)micro);
-  return s * noise * o->time_scale / (double)o->tp;
+  return emu_pack_seconds(&o->model, b->cu_lengths, b->nsamples);
 }
 
-static void step(vlmload_t *l, ledger_t *led, const opts_t *o, int64_t s,
-                 int rank, int size, float *grad) {
+/* One micro-batch after its hand-off at t: the encoder's forward (libvit
+ * sleeps it), the LLM (slept here, absorbing the trainer's CPU work), the
+ * encoder's backward. The emulator's noise per (rank, step, micro-batch)
+ * and 1/tp scale both. Returns the emulated seconds. */
+static double micro_batch(ledger_t *led, encoder_t *enc, const vlmload_t *l,
+                          const vlm_batch_t *b, const opts_t *o, int64_t s,
+                          int64_t m, int rank, double t) {
+  int first_of_tp = rank % o->tp == 0;
+  double scale = emu_noise(&o->model, o->cfg.seed, rank, s, (int32_t)m) *
+                 o->time_scale / (double)o->tp;
+  double vit0 = vit_seconds_charged(enc->vit);
+  encoder_forward(enc, b, o->embed_dim, scale);
+  double forward = vit_seconds_charged(enc->vit) - vit0;
+  const float *emb[2] = {enc->call[0].emb, enc->call[1].emb};
+  double llm = scale * consume(led, l, b, emb, o, s, first_of_tp);
+  dpshim__tool_sleep_until(t + forward + llm);
+  encoder_backward(enc, led, b, o, s, first_of_tp);
+  return llm + vit_seconds_charged(enc->vit) - vit0;
+}
+
+/* The step's sync is one all-reduce, the LLM's stand-in gradient and the
+ * encoder's parameter gradients together: the shim takes the first
+ * all-reduce after the hand-offs for the step's end. */
+static void step(vlmload_t *l, ledger_t *led, encoder_t *enc,
+                 const opts_t *o, int64_t s, int rank, int size,
+                 int64_t *sync) {
   double st[ST_N] = {0}, t0 = dpshim__tool_now_s();
   int64_t tokens = led->tokens;
+  memset(enc->params, 0, (size_t)enc->nparams * sizeof *enc->params);
   for (int64_t m = 0; m < o->micro; m++) {
     double h = dpshim__tool_now_s();
     vlm_batch_t *b = vlmload_next(l);
     double t = dpshim__tool_now_s();
     if (!b) die("vlmload_next returned no batch");
-    double compute = consume(led, l, b, o, s, m, rank, rank % o->tp == 0);
-    dpshim__tool_sleep_until(t + compute);
+    double compute = micro_batch(led, enc, l, b, o, s, m, rank, t);
     st[ST_HANDOFF] += 1e3 * (t - h);
     st[ST_COMPUTE] += 1e3 * (dpshim__tool_now_s() - t);
     st[ST_EMU] += 1e3 * compute;
   }
   double t1 = dpshim__tool_now_s();
-  MPI_Allreduce(MPI_IN_PLACE, grad, GRAD_FLOATS, MPI_FLOAT, MPI_SUM,
-                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, sync, GRAD_WORDS + enc->nparams, MPI_INT64_T,
+                MPI_SUM, MPI_COMM_WORLD);
+  led->vit_grads = dpshim__tool_mix64(
+      led->vit_grads ^ hash(led->vit_grads, enc->params,
+                            (size_t)enc->nparams * sizeof *enc->params));
   /* The model's own gradient all-reduce, beyond this small real one: the
    * same time on every rank, after it (so outside the shim's steps). */
   int32_t dp = (int32_t)(size / o->tp);
@@ -446,10 +651,11 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
                      led->one_image, led->one_image_moved}, sum[6];
   /* The most rows, and the least capacity as the most of its negation. */
   int64_t peak[2] = {led->rows_max, -led->rows_capacity}, most[2];
-  uint64_t d[2] = {led->digest, led->images}, dsum[2];
+  uint64_t d[4] = {led->digest, led->images, led->embeddings,
+                   led->patch_grads}, dsum[4];
   MPI_Reduce(mine, sum, 6, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(peak, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(d, dsum, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(d, dsum, 4, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   int64_t errors = sum[0] + dups + (o->check && sum[1] != sum[2]);
   if (errors)
@@ -461,9 +667,13 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
          "\"images_digest\":\"%016" PRIx64 "\",\"check_errors\":%" PRId64
          ",\"one_image\":%" PRId64 ",\"one_image_moved\":%" PRId64
          ",\"image_rows_max\":%" PRId64 ",\"image_rows_capacity\":%" PRId64
-         "}\n", o->steps, sum[3], (double)sum[3] / seconds / (double)size,
+         ",\"embeddings_digest\":\"%016" PRIx64 "\",\"vit_grad_digest\":\"%016"
+         PRIx64 "\"", o->steps, sum[3], (double)sum[3] / seconds / (double)size,
          1e3 * seconds / (double)o->steps, dsum[0], dsum[1], errors, sum[4],
-         sum[5], most[0], -most[1]);
+         sum[5], most[0], -most[1], dsum[2], led->vit_grads);
+  if (o->patch_grads)
+    printf(",\"patch_grad_digest\":\"%016" PRIx64 "\"", dsum[3]);
+  printf("}\n");
   fflush(stdout);
 }
 
@@ -481,7 +691,11 @@ int main(int argc, char **argv) {
   char err[256] = "";
   vlmload_t *l = vlmload_open(&o.cfg, err, sizeof err);
   if (!l) die(err);
-  static float grad[GRAD_FLOATS];
+  encoder_t enc;
+  encoder_open(&enc, &o);
+  int64_t *sync = calloc(GRAD_WORDS + (size_t)enc.nparams, sizeof *sync);
+  if (!sync) die("out of memory for the gradient sync");
+  enc.params = sync + GRAD_WORDS;
   ledger_t led = {0};
   int first_of_tp = rank % o.tp == 0;
   if (o.stats_out) {
@@ -490,12 +704,15 @@ int main(int argc, char **argv) {
     if (!led.stats || !led.step_ms) die("out of memory for --stats-out");
   }
   double t0 = dpshim__tool_now_s();
-  for (int64_t s = 0; s < o.steps; s++) step(l, &led, &o, s, rank, size, grad);
+  for (int64_t s = 0; s < o.steps; s++)
+    step(l, &led, &enc, &o, s, rank, size, sync);
   report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
   int rc = o.stats_out ? write_stats(&led, &o, rank, size) : 0;
   free(led.ids);
   free(led.stats);
   free(led.step_ms);
+  free(sync);
+  encoder_close(&enc);
   vlmload_close(l);
   MPI_Finalize();
   return rc;
