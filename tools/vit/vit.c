@@ -153,24 +153,6 @@ int64_t vit_embed_rows(vit_t *v, const vit_input_t *in) {
   return rows / ((int64_t)v->cfg.merge * v->cfg.merge);
 }
 
-/* FNV-1a's step on 64-bit words in four independent lanes (as vlmtrain's):
- * a pack's patch rows are hundreds of MB. */
-static uint64_t hash(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  uint64_t lane[4] = {h, h ^ 0x9e3779b97f4a7c15ull, ~h, h + n};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; k++) {
-      uint64_t w;
-      memcpy(&w, c + i + 8 * (size_t)k, sizeof w);
-      lane[k] = (lane[k] ^ w) * 1099511628211ull;
-    }
-  for (; i < n; i++) lane[0] = (lane[0] ^ c[i]) * 1099511628211ull;
-  uint64_t r = 0;
-  for (int k = 0; k < 4; k++) r = dpshim__tool_mix64(r ^ lane[k]);
-  return r;
-}
-
 /* Image k's hash, rows and embedding rows; *row is its first patch row. */
 static saved_image_t describe(const vit_t *v, const vit_input_t *in,
                               int32_t k, int64_t row) {
@@ -181,10 +163,10 @@ static saved_image_t describe(const vit_t *v, const vit_input_t *in,
     const int32_t *g = in->grid_thw + 3 * (size_t)k;
     s.rows = (int64_t)g[0] * g[1] * g[2];
     s.tokens = s.rows / ((int64_t)v->cfg.merge * v->cfg.merge);
-    s.hash = hash(s.hash, g, 3 * sizeof *g);
+    s.hash = dpshim__tool_hash(s.hash, g, 3 * sizeof *g);
   }
-  s.hash = hash(s.hash, in->rows + (size_t)row * f,
-                (size_t)s.rows * f * sizeof(float));
+  s.hash = dpshim__tool_hash(s.hash, in->rows + (size_t)row * f,
+                             (size_t)s.rows * f * sizeof(float));
   return s;
 }
 

@@ -223,26 +223,6 @@ static int parse_args(int argc, char **argv, opts_t *o) {
 
 /* ---- what a pack holds, per sample --------------------------------------- */
 
-/* FNV-1a's step on 64-bit words, in four independent lanes: the pixel rows
- * of a 32K-token pack are ~0.5 GB, which a byte-wise FNV-1a (one dependent
- * multiply per byte) takes half a second to hash, longer than the emulated
- * GPU step it stands beside. */
-static uint64_t hash(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  uint64_t lane[4] = {h, h ^ 0x9e3779b97f4a7c15ull, ~h, h + n};
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; k++) {
-      uint64_t w;
-      memcpy(&w, c + i + 8 * (size_t)k, sizeof w);
-      lane[k] = (lane[k] ^ w) * 1099511628211ull;
-    }
-  for (; i < n; i++) lane[0] = (lane[0] ^ c[i]) * 1099511628211ull;
-  uint64_t r = 0;
-  for (int k = 0; k < 4; k++) r = dpshim__tool_mix64(r ^ lane[k]);
-  return r;
-}
-
 static int64_t count(const int64_t *tok, int32_t from, int32_t to,
                      int64_t id) {
   int64_t n = 0;
@@ -267,13 +247,13 @@ static uint64_t qwen_media_hash(const vlm_qwen_media_t *m, int64_t pads,
   while (pads > 0 && c->grid[k] < m->count) {
     const int32_t *g = m->grid_thw + 3 * (size_t)c->grid[k];
     int64_t rows = (int64_t)g[0] * g[1] * g[2];
-    h = hash(h, g, 3 * sizeof *g);
-    h = hash(h, m->rows + (size_t)c->rows[k] * VLMLOAD_QWEN_ROW,
-             (size_t)rows * VLMLOAD_QWEN_ROW * sizeof(float));
+    h = dpshim__tool_hash(h, g, 3 * sizeof *g);
+    h = dpshim__tool_hash(h, m->rows + (size_t)c->rows[k] * VLMLOAD_QWEN_ROW,
+                          (size_t)rows * VLMLOAD_QWEN_ROW * sizeof(float));
     int64_t merged = VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE;
-    c->emb_hash = hash(c->emb_hash,
-                       c->emb[k] + c->rows[k] / merged * c->embed_dim,
-                       (size_t)(rows / merged * c->embed_dim) * sizeof(float));
+    c->emb_hash = dpshim__tool_hash(
+        c->emb_hash, c->emb[k] + c->rows[k] / merged * c->embed_dim,
+        (size_t)(rows / merged * c->embed_dim) * sizeof(float));
     pads -= rows / (VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE);
     c->rows[k] += rows;
     c->grid[k]++;
@@ -294,14 +274,16 @@ static uint64_t media_hash(const vlm_batch_t *b, int32_t i, cursor_t *c) {
   int64_t ctx = count(v->tokens, t0, t1, VLMLOAD_INTERNVL_CONTEXT);
   int64_t tiles = ctx ? ctx / v->num_image_token : 1;
   size_t per = 3 * (size_t)v->tile_size * (size_t)v->tile_size;
-  uint64_t h = hash(1469598103934665603ull, v->image_flags + c->tile,
-                    (size_t)tiles * sizeof *v->image_flags);
-  h = hash(h, v->imgs + (size_t)c->tile * per,
-           (size_t)tiles * per * sizeof(float));
+  uint64_t h = dpshim__tool_hash(1469598103934665603ull,
+                                 v->image_flags + c->tile,
+                                 (size_t)tiles * sizeof *v->image_flags);
+  h = dpshim__tool_hash(h, v->imgs + (size_t)c->tile * per,
+                        (size_t)tiles * per * sizeof(float));
   /* The dummy tile is encoded too (its embedding dropped by the model). */
   int64_t per_tile = v->num_image_token * c->embed_dim;
-  c->emb_hash = hash(c->emb_hash, c->emb[0] + c->tile * per_tile,
-                     (size_t)(tiles * per_tile) * sizeof(float));
+  c->emb_hash = dpshim__tool_hash(c->emb_hash,
+                                  c->emb[0] + c->tile * per_tile,
+                                  (size_t)(tiles * per_tile) * sizeof(float));
   c->tile += tiles;
   return h;
 }
@@ -313,8 +295,9 @@ static uint64_t tokens_hash(const vlm_batch_t *b, int32_t i) {
                                                      : b->qwen.tokens;
   const int64_t *lab = b->layout == VLMLOAD_INTERNVL ? b->internvl.labels
                                                      : b->qwen.labels;
-  uint64_t h = hash(1469598103934665603ull, tok + t0, n * sizeof *tok);
-  return hash(h, lab + t0, n * sizeof *lab);
+  uint64_t h =
+      dpshim__tool_hash(1469598103934665603ull, tok + t0, n * sizeof *tok);
+  return dpshim__tool_hash(h, lab + t0, n * sizeof *lab);
 }
 
 /* ---- what a hand-off returned, as a whole --------------------------------- */
@@ -481,7 +464,7 @@ static uint64_t patch_grad_digest(const encoder_call_t *c, int32_t row_floats,
   for (int32_t i = 0; i < c->in.count; i++) {
     const int32_t *g = qwen ? c->in.grid_thw + 3 * (size_t)i : NULL;
     int64_t rows = g ? (int64_t)g[0] * g[1] * g[2] : 1;
-    d += dpshim__tool_mix64(hash(1469598103934665603ull,
+    d += dpshim__tool_mix64(dpshim__tool_hash(1469598103934665603ull,
                                  c->patch_grad + row * row_floats,
                                  (size_t)(rows * row_floats) * sizeof(float)));
     row += rows;
@@ -533,7 +516,8 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
   if (first_of_tp) tally(led, b, o->cfg.slot);
   for (int32_t i = 0; i < b->nsamples; i++) {
     double len = b->cu_lengths[i + 1] - b->cu_lengths[i];
-    uint64_t where = dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
+    uint64_t where =
+        dpshim__tool_mix64(b->keys[i] ^ dpshim__tool_mix64((uint64_t)step));
     c.emb_hash = 1469598103934665603ull;
     uint64_t media = media_hash(b, i, &c);
     if (!first_of_tp) continue; /* TP peers hold the same samples */
@@ -589,7 +573,7 @@ static void step(vlmload_t *l, ledger_t *led, encoder_t *enc,
   MPI_Allreduce(MPI_IN_PLACE, sync, GRAD_WORDS + enc->nparams, MPI_INT64_T,
                 MPI_SUM, MPI_COMM_WORLD);
   led->vit_grads = dpshim__tool_mix64(
-      led->vit_grads ^ hash(led->vit_grads, enc->params,
+      led->vit_grads ^ dpshim__tool_hash(led->vit_grads, enc->params,
                             (size_t)enc->nparams * sizeof *enc->params));
   /* The model's own gradient all-reduce, beyond this small real one: the
    * same time on every rank, after it (so outside the shim's steps). */
