@@ -46,6 +46,8 @@ static int fail(vit_t *v, const char *fmt, ...) {
   return -1;
 }
 
+vit_config_t vit_config_of(const vit_t *v) { return v->cfg; }
+
 vit_config_t vit_config_default(vit_layout_t layout) {
   vit_config_t c = {.layout = layout, .embed_dim = 8, .params = 256,
                     .time_scale = 1.0};

@@ -76,6 +76,9 @@ VIT_EXTERN vit_config_t vit_config_default(vit_layout_t layout);
 /* NULL with a one-line reason in err on a bad configuration or no memory. */
 VIT_EXTERN vit_t *vit_open(const vit_config_t *cfg, char *err, size_t errlen);
 VIT_EXTERN void vit_close(vit_t *vit);
+/* The configuration vit was opened with (an interposer reads the layout
+ * and the row sizes from it). */
+VIT_EXTERN vit_config_t vit_config_of(const vit_t *vit);
 /* The time scale from now on (a trainer's per-step noise, its 1/tp);
  * -1 when negative or not finite. */
 VIT_EXTERN int vit_set_time_scale(vit_t *vit, double time_scale);
