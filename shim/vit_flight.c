@@ -15,8 +15,12 @@ void dpshim__vit_flight_free(dpshim__vit_flight_t *flight) {
   memset(flight, 0, sizeof *flight);
 }
 
-void dpshim__vit_flights_free(dpshim__vit_flights_t *f) {
-  for (int32_t k = 0; k < f->count; k++) dpshim__vit_flight_free(&f->slot[k]);
+void dpshim__vit_flights_free(dpshim__vit_flights_t *f,
+                              void (*drop)(void *data)) {
+  for (int32_t k = 0; k < f->count; k++) {
+    if (drop) drop(f->slot[k].data);
+    dpshim__vit_flight_free(&f->slot[k]);
+  }
   free(f->slot);
   dpshim__vit_flights_init(f);
 }
@@ -35,6 +39,10 @@ static void *copy(const void *src, size_t bytes) {
 
 static int copy_flight(dpshim__vit_flight_t *to, uint64_t key,
                        const dpshim__vit_group_t *g, const int32_t *dest) {
+  if (!g) {
+    *to = (dpshim__vit_flight_t){.key = key};
+    return 0;
+  }
   size_t n = (size_t)g->first[g->ranks];
   *to = (dpshim__vit_flight_t){
       .key = key,
@@ -49,7 +57,7 @@ static int copy_flight(dpshim__vit_flight_t *to, uint64_t key,
 
 int dpshim__vit_flights_push(dpshim__vit_flights_t *f, uint64_t key,
                              const dpshim__vit_group_t *g,
-                             const int32_t *dest) {
+                             const int32_t *dest, void *data) {
   if (find(f, key) >= 0) return DPSHIM_EINVAL;
   if (f->count == f->cap) {
     int32_t cap = f->cap ? 2 * f->cap : 4;
@@ -59,6 +67,7 @@ int dpshim__vit_flights_push(dpshim__vit_flights_t *f, uint64_t key,
     f->cap = cap;
   }
   int rc = copy_flight(&f->slot[f->count], key, g, dest);
+  f->slot[f->count].data = data;
   if (rc == 0) f->count++;
   return rc;
 }

@@ -16,9 +16,11 @@
 
 #include "vit_route.h"
 
-/* One forward's routes: the group's images and where each was encoded. */
+/* One forward's routes: the group's images and where each was encoded,
+ * and the caller's own record of the forward. */
 typedef struct dpshim__vit_flight {
   uint64_t key;
+  void *data;                   /* the caller's; not freed here */
   int32_t ranks;
   int64_t *first;               /* [ranks + 1] */
   dpshim__vit_image_t *images;  /* [first[ranks]] */
@@ -31,14 +33,17 @@ typedef struct dpshim__vit_flights {
 } dpshim__vit_flights_t;
 
 void dpshim__vit_flights_init(dpshim__vit_flights_t *f);
-/* Frees every flight still in the air. */
-void dpshim__vit_flights_free(dpshim__vit_flights_t *f);
+/* Frees every flight still in the air, handing each one's data to drop
+ * (may be NULL). */
+void dpshim__vit_flights_free(dpshim__vit_flights_t *f,
+                              void (*drop)(void *data));
 
-/* Keeps a copy of the forward's group and plan under `key`. Returns 0,
- * DPSHIM_EINVAL when `key` is already in flight, or DPSHIM_ENOMEM. */
+/* Keeps a copy of the forward's group and plan (g may be NULL: a forward
+ * that moved nothing) and `data` under `key`. Returns 0, DPSHIM_EINVAL
+ * when `key` is already in flight, or DPSHIM_ENOMEM. */
 int dpshim__vit_flights_push(dpshim__vit_flights_t *f, uint64_t key,
                              const dpshim__vit_group_t *g,
-                             const int32_t *dest);
+                             const int32_t *dest, void *data);
 
 /* Takes the flight of `key` out into *out (the caller frees it with
  * dpshim__vit_flight_free). Returns 0, or DPSHIM_EINVAL when no forward

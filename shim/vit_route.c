@@ -71,6 +71,7 @@ static int copy_dest(const dpshim__vit_planner_t *p,
 int dpshim__vit_plan(dpshim__vit_planner_t *p, const dpshim__vit_group_t *g,
                      const dpshim__vit_settings_t *s, int32_t *dest) {
   int64_t images = g->first[g->ranks];
+  p->skip_reason = "no-images";
   if (images == 0) return 0;
   int64_t n = images + empty_ranks(g);
   if (reserve(p, (size_t)n) < 0) return DPSHIM_ENOMEM;
@@ -84,9 +85,11 @@ int dpshim__vit_plan(dpshim__vit_planner_t *p, const dpshim__vit_group_t *g,
                             .algo = s->algo};
   int rc = dpshim_plan_solve(&in, &p->plan);
   if (rc < 0) return rc;
-  int apply = dpshim__policy_skip(&p->plan, p->samples, n, g->ranks, s->algo,
-                                  1) == NULL;
-  return copy_dest(p, g, apply, dest);
+  p->skip_reason = dpshim__policy_skip(&p->plan, p->samples, n, g->ranks,
+                                       s->algo, 1);
+  int moved = copy_dest(p, g, p->skip_reason == NULL, dest);
+  if (!moved && !p->skip_reason) p->skip_reason = "no-move"; /* placeholders */
+  return moved;
 }
 
 void dpshim__vit_counts(const dpshim__vit_group_t *g, const int32_t *dest,

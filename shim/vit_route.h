@@ -42,6 +42,7 @@ typedef struct dpshim__vit_settings {
 /* Scratch that grows to the largest call; reuse it across calls. */
 typedef struct dpshim__vit_planner {
   dpshim_plan_t plan;
+  const char *skip_reason; /* the last plan's, or NULL when it moved */
   dpshim_sample_t *samples;
   size_t samples_cap;
 } dpshim__vit_planner_t;
@@ -50,9 +51,9 @@ void dpshim__vit_planner_init(dpshim__vit_planner_t *p);
 void dpshim__vit_planner_free(dpshim__vit_planner_t *p);
 
 /* Plans the group's images into dest[first[ranks]] (the encoding rank of
- * each). Returns 0 (p->plan.decision says whether anything moves; when not,
- * dest is every image's own rank), DPSHIM_EINVAL (p->plan.message) or
- * DPSHIM_ENOMEM. */
+ * each). Returns 1 when images move, 0 when none does (dest is then every
+ * image's own rank, and p->skip_reason says why: "no-images" or the
+ * policy's), DPSHIM_EINVAL (p->plan.message) or DPSHIM_ENOMEM. */
 int dpshim__vit_plan(dpshim__vit_planner_t *p, const dpshim__vit_group_t *g,
                      const dpshim__vit_settings_t *s, int32_t *dest);
 

@@ -9,7 +9,7 @@
 static dpshim__vit_flights_t flights;
 
 static void setup(void) { dpshim__vit_flights_init(&flights); }
-static void teardown(void) { dpshim__vit_flights_free(&flights); }
+static void teardown(void) { dpshim__vit_flights_free(&flights, NULL); }
 TestSuite(shim_vit_flight, .init = setup, .fini = teardown);
 
 /* Micro-batch `key`'s forward: 2 ranks, key + 1 images on rank 0, whose
@@ -23,7 +23,7 @@ static void forward(uint64_t key) {
     dest[i] = (int32_t)((key + (uint64_t)i) % 2);
   }
   dpshim__vit_group_t g = {2, first, images};
-  cr_assert_eq(dpshim__vit_flights_push(&flights, key, &g, dest), 0);
+  cr_assert_eq(dpshim__vit_flights_push(&flights, key, &g, dest, NULL), 0);
 }
 
 /* Takes key's flight and checks that it is that forward's. */
@@ -72,7 +72,7 @@ Test(shim_vit_flight, key_reused_in_flight_is_refused) {
   forward(3);
   int64_t first[3] = {0, 0, 0};
   dpshim__vit_group_t g = {2, first, NULL};
-  cr_assert_eq(dpshim__vit_flights_push(&flights, 3, &g, NULL), DPSHIM_EINVAL);
+  cr_assert_eq(dpshim__vit_flights_push(&flights, 3, &g, NULL, NULL), DPSHIM_EINVAL);
   backward(3);
 }
 

@@ -1,0 +1,965 @@
+/* The ViT balance; see vit_balance.h. */
+#include "vit_balance.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+#include "vit_flight.h"
+
+#define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
+#define MAX_IN DPSHIM_ENCODER_MAX_INPUTS
+
+/* What each rank says before anything else, at every grouped call. */
+typedef struct header {
+  int32_t kind, status, id, count;
+  int32_t ready, want_grad;
+  uint64_t key;   /* the forward's (forwards are numbered alike everywhere) */
+  uint64_t shape; /* a hash of the call's buffers' row sizes */
+  int64_t room;   /* gathered images its arrays hold without allocating */
+} header_t;
+
+/* One image as the group gathers it: its bytes in each buffer. */
+typedef struct wire {
+  int64_t patches;
+  int64_t in[MAX_IN];
+  int64_t out, grad; /* output, and grad_input's gradient */
+} wire_t;
+
+/* The row sizes of a call's buffers. */
+typedef struct shape {
+  int32_t ninputs, grad_input;
+  size_t in_row[MAX_IN], out_row;
+} shape_t;
+
+/* What this rank keeps of a forward until its backward. */
+typedef struct pass {
+  void *saved;  /* the real encoder's, for what this rank encoded */
+  int moved;
+  /* When moved: the group's images and this rank's own. */
+  int32_t me;
+  shape_t shape;
+  int64_t nimages; /* over the group */
+  wire_t *wire;    /* [nimages] */
+  /* Own images encoded elsewhere, by (destination, image): their input
+   * rows (what a backward re-encodes once the balance is off). */
+  unsigned char *sent[MAX_IN];
+} pass_t;
+
+struct dpshim__vit {
+  dpshim__vit_config_t cfg;
+  dpshim__comm_t *comm;
+  int ready, off;
+  uint64_t next_key;
+  dpshim__vit_flights_t flights;
+  dpshim__vit_planner_t planner;
+  int32_t size;
+  header_t *headers;
+  char *messages;    /* [size * MESSAGE_BYTES] */
+  int32_t *status;   /* [size] */
+  int64_t *first;    /* [size + 1] */
+  size_t *counts;    /* [2 * size]: send, receive */
+  wire_t *wire;      /* gathered images */
+  dpshim__vit_image_t *images;
+  int32_t *dest;
+  size_t images_cap;
+};
+
+/* ---- set-up -------------------------------------------------------------- */
+
+dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
+                               dpshim__comm_t *comm) {
+  dpshim__vit_t *v = calloc(1, sizeof *v);
+  if (!v) return NULL;
+  v->cfg = *cfg;
+  v->comm = comm;
+  v->size = comm ? comm->size : 1;
+  dpshim__vit_flights_init(&v->flights);
+  dpshim__vit_planner_init(&v->planner);
+  size_t n = (size_t)v->size;
+  v->headers = calloc(n, sizeof *v->headers);
+  v->messages = calloc(n, MESSAGE_BYTES);
+  v->status = calloc(n, sizeof *v->status);
+  v->first = calloc(n + 1, sizeof *v->first);
+  v->counts = calloc(2 * n, sizeof *v->counts);
+  if (v->headers && v->messages && v->status && v->first && v->counts)
+    return v;
+  dpshim__vit_free(v);
+  return NULL;
+}
+
+static void pass_free(void *data) {
+  pass_t *p = data;
+  if (!p) return;
+  free(p->wire);
+  for (int32_t k = 0; k < MAX_IN; k++) free(p->sent[k]);
+  free(p);
+}
+
+void dpshim__vit_free(dpshim__vit_t *v) {
+  if (!v) return;
+  dpshim__vit_flights_free(&v->flights, pass_free);
+  dpshim__vit_planner_free(&v->planner);
+  free(v->headers);
+  free(v->messages);
+  free(v->status);
+  free(v->first);
+  free(v->counts);
+  free(v->wire);
+  free(v->images);
+  free(v->dest);
+  free(v);
+}
+
+void dpshim__vit_set_model(dpshim__vit_t *v, dpshim_cost_model_t model) {
+  v->cfg.plan.model = model;
+  v->ready = 1;
+}
+
+int dpshim__vit_balancing(const dpshim__vit_t *v) {
+  return v->comm && !v->off;
+}
+
+int32_t dpshim__vit_ranks(const dpshim__vit_t *v) { return v->size; }
+
+/* ---- agreement ----------------------------------------------------------- */
+
+static const char *kind_name(int32_t kind) {
+  switch (kind) {
+    case DPSHIM__VIT_FORWARD: return "forward";
+    case DPSHIM__VIT_BACKWARD: return "backward";
+    case DPSHIM__VIT_RELEASE: return "release";
+    case DPSHIM__VIT_HANDOFF: return "LLM hand-off";
+    default: return "MPI_Finalize";
+  }
+}
+
+/* A failed collective leaves the ranks where they are: the balance stops
+ * here, every call from now on runs where it is made. */
+static void comm_failed(dpshim__vit_t *v, int rc, dpshim__vit_report_t *rep) {
+  v->off = 1;
+  rep->out_of_step = 1;
+  snprintf(rep->message, sizeof rep->message,
+           "ViT: a collective of the balance failed (%s); ViT balancing is "
+           "off", dpshim_strerror(rc));
+}
+
+/* v->status holds every rank's: the first failing rank's message becomes
+ * everyone's. Returns 1 when some rank failed. */
+static int settle(dpshim__vit_t *v, const char *mine,
+                  dpshim__vit_report_t *rep) {
+  int32_t bad = -1;
+  for (int32_t r = 0; r < v->size && bad < 0; r++)
+    if (v->status[r] != 0) bad = r;
+  if (bad < 0) return 0;
+  char msg[MESSAGE_BYTES] = {0};
+  snprintf(msg, sizeof msg, "%s", v->status[v->comm->rank] ? mine : "");
+  int rc = v->comm->ops->allgather(v->comm, msg, sizeof msg, v->messages);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    return 1;
+  }
+  snprintf(rep->message, sizeof rep->message, "ViT: rank %d: %s",
+           (int)v->headers[bad].id, v->messages + (size_t)bad * MESSAGE_BYTES);
+  return 1;
+}
+
+/* Every rank learns whether any rank failed. Returns 1 when one did. */
+static int agree(dpshim__vit_t *v, int32_t status, const char *mine,
+                 dpshim__vit_report_t *rep) {
+  int rc = v->comm->ops->allgather(v->comm, &status, sizeof status,
+                                   v->status);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    return 1;
+  }
+  return settle(v, mine, rep);
+}
+
+static int encoder_call(int32_t kind) { return kind <= DPSHIM__VIT_RELEASE; }
+
+/* The first rank not at the same point as rank 0, or -1. */
+static int32_t out_of_step_rank(const dpshim__vit_t *v) {
+  const header_t *h0 = &v->headers[0];
+  for (int32_t r = 1; r < v->size; r++) {
+    const header_t *h = &v->headers[r];
+    if (h->kind != h0->kind || (encoder_call(h->kind) && h->key != h0->key))
+      return r;
+  }
+  return -1;
+}
+
+static void say_out_of_step(dpshim__vit_t *v, int32_t r,
+                            dpshim__vit_report_t *rep) {
+  const header_t *h0 = &v->headers[0], *h = &v->headers[r];
+  v->off = 1;
+  rep->out_of_step = 1;
+  snprintf(rep->message, sizeof rep->message,
+           "ViT calls out of step: rank %d is at a %s (forward %llu), rank %d "
+           "at a %s (forward %llu): expected every DP rank to call the "
+           "encoder for every micro-batch, in the same order; ViT balancing "
+           "is off", (int)h->id, kind_name(h->kind),
+           (unsigned long long)h->key, (int)h0->id, kind_name(h0->kind),
+           (unsigned long long)h0->key);
+}
+
+/* The header round. Returns 1 when the call can go on through the group:
+ * every rank at the same point, none failing. */
+static int gather_headers(dpshim__vit_t *v, header_t *h, const char *mine,
+                          dpshim__vit_report_t *rep) {
+  h->id = v->comm->id;
+  h->ready = v->ready;
+  h->room = (int64_t)v->images_cap;
+  rep->grouped = 1;
+  int rc = v->comm->ops->allgather(v->comm, h, sizeof *h, v->headers);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    return 0;
+  }
+  int32_t r = out_of_step_rank(v);
+  if (r >= 0) {
+    say_out_of_step(v, r, rep);
+    return 0;
+  }
+  for (int32_t q = 0; q < v->size; q++) v->status[q] = v->headers[q].status;
+  return !settle(v, mine, rep);
+}
+
+/* ---- a call's shape ------------------------------------------------------ */
+
+static int check_buffer(const dpshim_encoder_buffer_t *b, int32_t count,
+                        const char *what, char *msg) {
+  if (b->row_bytes < 1) {
+    snprintf(msg, MESSAGE_BYTES, "%s row_bytes 0: expected >= 1", what);
+    return DPSHIM_EINVAL;
+  }
+  if (count > 0 && !b->rows) {
+    snprintf(msg, MESSAGE_BYTES, "%s rows is NULL: expected [count]", what);
+    return DPSHIM_EINVAL;
+  }
+  int64_t total = 0;
+  for (int32_t i = 0; i < count; i++) {
+    if (b->rows[i] < 0 || b->rows[i] > ((int64_t)1 << 40)) {
+      snprintf(msg, MESSAGE_BYTES, "%s rows[%d] = %lld: expected 0 .. 2^40",
+               what, (int)i, (long long)b->rows[i]);
+      return DPSHIM_EINVAL;
+    }
+    total += b->rows[i];
+  }
+  if (total > 0 && !b->data) {
+    snprintf(msg, MESSAGE_BYTES, "%s data is NULL", what);
+    return DPSHIM_EINVAL;
+  }
+  return 0;
+}
+
+/* Whether this rank can describe its call; the reason in msg if not. */
+static int check_call(const dpshim_encoder_call_t *c, char *msg) {
+  if (!c) return snprintf(msg, MESSAGE_BYTES, "call is NULL"), DPSHIM_EINVAL;
+  if (c->invalid)
+    return snprintf(msg, MESSAGE_BYTES, "%s", c->invalid), DPSHIM_EINVAL;
+  if (c->count < 0 || c->ninputs < 1 || c->ninputs > MAX_IN ||
+      c->grad_input < -1 || c->grad_input >= c->ninputs) {
+    snprintf(msg, MESSAGE_BYTES,
+             "count %d, ninputs %d, grad_input %d: expected count >= 0, "
+             "ninputs 1..%d, grad_input -1..ninputs-1", (int)c->count,
+             (int)c->ninputs, (int)c->grad_input, MAX_IN);
+    return DPSHIM_EINVAL;
+  }
+  if (c->count > 0 && !c->patches)
+    return snprintf(msg, MESSAGE_BYTES, "patches is NULL"), DPSHIM_EINVAL;
+  for (int32_t i = 0; i < c->count; i++)
+    if (c->patches[i] < 0 || c->patches[i] > ((int64_t)1 << 31)) {
+      snprintf(msg, MESSAGE_BYTES, "patches[%d] = %lld: expected 0 .. 2^31",
+               (int)i, (long long)c->patches[i]);
+      return DPSHIM_EINVAL;
+    }
+  char what[64];
+  for (int32_t k = 0; k < c->ninputs; k++) {
+    snprintf(what, sizeof what, "input %d ('%.24s')", (int)k,
+             c->input[k].name ? c->input[k].name : "?");
+    if (check_buffer(&c->input[k], c->count, what, msg) < 0)
+      return DPSHIM_EINVAL;
+  }
+  return check_buffer(&c->output, c->count, "output", msg);
+}
+
+static shape_t shape_of(const dpshim_encoder_call_t *c) {
+  shape_t s = {.ninputs = c->ninputs, .grad_input = c->grad_input,
+               .out_row = c->output.row_bytes};
+  for (int32_t k = 0; k < c->ninputs; k++) s.in_row[k] = c->input[k].row_bytes;
+  return s;
+}
+
+static uint64_t shape_hash(const shape_t *s) {
+  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, &s->ninputs, sizeof s->ninputs);
+  h = dpshim__fnv(h, &s->grad_input, sizeof s->grad_input);
+  h = dpshim__fnv(h, s->in_row, sizeof s->in_row);
+  return dpshim__fnv(h, &s->out_row, sizeof s->out_row);
+}
+
+static wire_t wire_of(const dpshim_encoder_call_t *c, int32_t i) {
+  wire_t w = {.patches = c->patches[i],
+              .out = c->output.rows[i] * (int64_t)c->output.row_bytes};
+  for (int32_t k = 0; k < c->ninputs; k++)
+    w.in[k] = c->input[k].rows[i] * (int64_t)c->input[k].row_bytes;
+  if (c->grad_input >= 0) w.grad = w.in[c->grad_input];
+  return w;
+}
+
+/* ---- the group's images and plan ----------------------------------------- */
+
+static int grow(void *pp, size_t *cap, size_t n, size_t elem) {
+  void **p = pp;
+  if (n <= *cap && *p) return 0;
+  void *q = realloc(*p, (n ? n : 1) * elem);
+  if (!q) return DPSHIM_ENOMEM;
+  *p = q;
+  *cap = n;
+  return 0;
+}
+
+/* Room for n gathered images on every rank: an agreement round only when
+ * some rank has to grow. Returns 1 when every rank has it. */
+static int reserve_images(dpshim__vit_t *v, int64_t n,
+                          dpshim__vit_report_t *rep) {
+  int64_t room = INT64_MAX;
+  for (int32_t r = 0; r < v->size; r++)
+    if (v->headers[r].room < room) room = v->headers[r].room;
+  if (n <= room) return 1;
+  size_t want = (size_t)(n + n / 2), cap = v->images_cap, c2 = cap, c3 = cap;
+  int rc = grow(&v->wire, &cap, want, sizeof *v->wire) |
+           grow(&v->images, &c2, want, sizeof *v->images) |
+           grow(&v->dest, &c3, want, sizeof *v->dest);
+  if (rc == 0) v->images_cap = want;
+  return !agree(v, rc ? DPSHIM_ENOMEM : 0,
+                "out of memory for the gathered images", rep);
+}
+
+/* Every image's wire record, in rank order, into v->wire and v->images. */
+static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
+                         dpshim__vit_report_t *rep) {
+  int64_t n = 0;
+  for (int32_t r = 0; r < v->size; r++) {
+    v->first[r] = n;
+    n += v->headers[r].count;
+  }
+  v->first[v->size] = n;
+  if (!reserve_images(v, n, rep)) return 0;
+  for (int32_t r = 0; r < v->size; r++)
+    v->counts[r] = (size_t)v->headers[r].count * sizeof(wire_t);
+  /* The send buffer may not overlap the receive buffer. */
+  wire_t *send = malloc((size_t)c->count * sizeof *send + 1);
+  int rc = send ? 0 : DPSHIM_ENOMEM;
+  if (agree(v, rc, "out of memory for the gathered images", rep)) {
+    free(send);
+    return 0;
+  }
+  for (int32_t i = 0; i < c->count; i++) send[i] = wire_of(c, i);
+  rc = v->comm->ops->allgatherv(v->comm, send, v->wire, v->counts);
+  free(send);
+  if (rc < 0) return comm_failed(v, rc, rep), 0;
+  for (int64_t i = 0; i < n; i++) {
+    const wire_t *w = &v->wire[i];
+    int64_t in = 0;
+    for (int32_t k = 0; k < MAX_IN; k++) in += w->in[k];
+    v->images[i] = (dpshim__vit_image_t){w->patches, in, w->out};
+  }
+  rep->images = n;
+  for (int64_t i = 0; i < n; i++) rep->patches += v->wire[i].patches;
+  return 1;
+}
+
+/* Returns 1 when the plan moves images. */
+static int plan(dpshim__vit_t *v, dpshim__vit_report_t *rep) {
+  dpshim__vit_group_t g = {v->size, v->first, v->images};
+  int rc = dpshim__vit_plan(&v->planner, &g, &v->cfg.plan, v->dest);
+  const dpshim_plan_t *p = &v->planner.plan;
+  if ((rc < 0 || p->allocations > 0) &&
+      agree(v, rc < 0 ? rc : 0, rc == DPSHIM_EINVAL ? p->message
+                                : "out of memory for the plan", rep))
+    return 0;
+  if (g.first[g.ranks] > 0) {
+    rep->imbalance_before = p->imbalance_before;
+    rep->imbalance_after = rc > 0 ? p->imbalance_after : p->imbalance_before;
+    rep->load_before = p->load_before;
+    rep->load_after = p->load_after;
+  }
+  rep->skip_reason = rc > 0 ? NULL : v->planner.skip_reason;
+  return rc > 0;
+}
+
+/* ---- routes -------------------------------------------------------------- */
+
+/* A forward's images and where each is encoded, as rank `me` sees them. */
+typedef struct route {
+  int32_t size, me;
+  const int64_t *first; /* [size + 1] */
+  const int32_t *dest;
+  const wire_t *wire;
+} route_t;
+
+#define FIELD_OUT MAX_IN        /* the output's bytes */
+#define FIELD_GRAD (MAX_IN + 1) /* the grad input's bytes */
+
+static int64_t field_bytes(const wire_t *w, int32_t field) {
+  return field < MAX_IN ? w->in[field] : field == FIELD_OUT ? w->out : w->grad;
+}
+
+static int64_t own_count(const route_t *rt) {
+  return rt->first[rt->me + 1] - rt->first[rt->me];
+}
+
+/* Per peer, the bytes of `field` rank me sends (send[]) and receives
+ * (recv[]): toward the encoding ranks (inputs, output gradients) when
+ * to_encoder, else back to the owners. Returns the bytes received. */
+static size_t route_counts(const route_t *rt, int32_t field, int to_encoder,
+                           size_t *send, size_t *recv) {
+  size_t total = 0;
+  memset(send, 0, (size_t)rt->size * sizeof *send);
+  memset(recv, 0, (size_t)rt->size * sizeof *recv);
+  for (int32_t r = 0; r < rt->size; r++)
+    for (int64_t i = rt->first[r]; i < rt->first[r + 1]; i++) {
+      int32_t e = rt->dest[i];
+      if (e == r) continue;
+      size_t b = (size_t)field_bytes(&rt->wire[i], field);
+      int32_t from = to_encoder ? r : e, to = to_encoder ? e : r;
+      if (from == rt->me) send[to] += b;
+      if (to == rt->me) recv[from] += b, total += b;
+    }
+  return total;
+}
+
+/* Bytes of `field` over own images kept (*kept), sent away (*sent), and
+ * over every image rank me encodes (*encoded). */
+static void field_totals(const route_t *rt, int32_t field, int64_t *kept,
+                         int64_t *sent, int64_t *encoded) {
+  *kept = *sent = *encoded = 0;
+  for (int32_t r = 0; r < rt->size; r++)
+    for (int64_t i = rt->first[r]; i < rt->first[r + 1]; i++) {
+      int64_t b = field_bytes(&rt->wire[i], field);
+      if (rt->dest[i] == rt->me) *encoded += b;
+      if (r == rt->me) *(rt->dest[i] == r ? kept : sent) += b;
+    }
+}
+
+/* Own images (local indices): kept ones first, then by (destination,
+ * image): the order of the combined buffers' front and of what is sent. */
+static void own_order(const route_t *rt, int32_t *order) {
+  int64_t base = rt->first[rt->me], n = own_count(rt), k = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (rt->dest[base + i] == rt->me) order[k++] = (int32_t)i;
+  for (int32_t e = 0; e < rt->size; e++)
+    for (int64_t i = 0; e != rt->me && i < n; i++)
+      if (rt->dest[base + i] == e) order[k++] = (int32_t)i;
+}
+
+/* Moves own images' `field` bytes between the caller's buffer (user, each
+ * image at its place in the caller's order) and the packed buffers: kept
+ * images from/to `kept`, the others from/to `sent`, in own_order. A NULL
+ * packed buffer skips its images. */
+typedef struct own_copy {
+  const route_t *rt;
+  const int32_t *order;
+  int64_t *offset; /* [own images], scratch */
+  int32_t field;
+} own_copy_t;
+
+static void copy_own(const own_copy_t *c, unsigned char *user,
+                     unsigned char *kept, unsigned char *sent, int to_user) {
+  const route_t *rt = c->rt;
+  int64_t base = rt->first[rt->me], n = own_count(rt), at = 0;
+  for (int64_t i = 0; i < n; i++) {
+    c->offset[i] = at;
+    at += field_bytes(&rt->wire[base + i], c->field);
+  }
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = c->order[k];
+    size_t b = (size_t)field_bytes(&rt->wire[base + i], c->field);
+    unsigned char **packed = rt->dest[base + i] == rt->me ? &kept : &sent;
+    if (!*packed || !b) continue;
+    if (to_user) memcpy(user + c->offset[i], *packed, b);
+    else memcpy(*packed, user + c->offset[i], b);
+    *packed += b;
+  }
+}
+
+/* A call of the real encoder on images idx[0..n) of the group, whose input
+ * rows are in[k] and whose output goes to out. */
+typedef struct built {
+  dpshim_encoder_call_t call;
+  int64_t *arrays; /* patches, each input's rows, the output's rows */
+} built_t;
+
+static int build_call(const shape_t *s, const wire_t *wire,
+                      const int64_t *idx, int64_t n, unsigned char *const *in,
+                      unsigned char *out, built_t *b) {
+  int32_t cols = s->ninputs + 2;
+  memset(b, 0, sizeof *b);
+  b->arrays = malloc((size_t)(n * cols + 1) * sizeof *b->arrays);
+  if (!b->arrays) return DPSHIM_ENOMEM;
+  int64_t *patches = b->arrays, *outrows = b->arrays + (cols - 1) * n;
+  b->call = (dpshim_encoder_call_t){.count = (int32_t)n, .patches = patches,
+                                    .ninputs = s->ninputs,
+                                    .grad_input = s->grad_input};
+  for (int64_t j = 0; j < n; j++) {
+    const wire_t *w = &wire[idx[j]];
+    patches[j] = w->patches;
+    outrows[j] = w->out / (int64_t)s->out_row;
+    for (int32_t k = 0; k < s->ninputs; k++)
+      b->arrays[(k + 1) * n + j] = w->in[k] / (int64_t)s->in_row[k];
+  }
+  for (int32_t k = 0; k < s->ninputs; k++)
+    b->call.input[k] = (dpshim_encoder_buffer_t){
+        "input", in[k], s->in_row[k], b->arrays + (k + 1) * n};
+  b->call.output = (dpshim_encoder_buffer_t){"output", out, s->out_row,
+                                             outrows};
+  return 0;
+}
+
+/* Every image rank me encodes: its own kept ones, then the arrivals by
+ * rank and image (the order the all-to-alls lay them out in). */
+static int64_t encoded_images(const route_t *rt, int64_t *idx) {
+  int64_t n = 0;
+  for (int64_t i = rt->first[rt->me]; i < rt->first[rt->me + 1]; i++)
+    if (rt->dest[i] == rt->me) idx[n++] = i;
+  for (int32_t r = 0; r < rt->size; r++)
+    for (int64_t i = rt->first[r]; r != rt->me && i < rt->first[r + 1]; i++)
+      if (rt->dest[i] == rt->me) idx[n++] = i;
+  return n;
+}
+
+/* Own images sent away, in own_order. */
+static int64_t sent_images(const route_t *rt, const int32_t *order,
+                           int64_t *idx) {
+  int64_t base = rt->first[rt->me], n = 0;
+  for (int64_t k = 0; k < own_count(rt); k++)
+    if (rt->dest[base + order[k]] != rt->me) idx[n++] = base + order[k];
+  return n;
+}
+
+static void *alloc(size_t bytes, int *failed) {
+  void *p = malloc(bytes + 1);
+  *failed |= !p;
+  return p;
+}
+
+static double now(const dpshim__vit_t *v) {
+  return v->cfg.clock ? v->cfg.clock() : 0;
+}
+
+static int run_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                       const dpshim_encoder_call_t *call, void **saved,
+                       dpshim__vit_report_t *rep) {
+  double t = now(v);
+  *saved = NULL;
+  int rc = enc->forward(enc->ctx, call, saved);
+  rep->encode_s += now(v) - t;
+  return rc;
+}
+
+static int run_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                        void *saved, const void *out_grad, void *in_grad,
+                        dpshim__vit_report_t *rep) {
+  double t = now(v);
+  int rc = enc->backward(enc->ctx, saved, out_grad, in_grad);
+  rep->encode_s += now(v) - t;
+  return rc;
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+/* Scratch of one exchange, freed together. */
+typedef struct buffers {
+  unsigned char *in[MAX_IN], *out, *back, *grad, *grad_back;
+  int32_t *order;
+  int64_t *offset, *idx;
+  built_t built;
+} buffers_t;
+
+static void buffers_free(buffers_t *b) {
+  for (int32_t k = 0; k < MAX_IN; k++) free(b->in[k]);
+  free(b->out);
+  free(b->back);
+  free(b->grad);
+  free(b->grad_back);
+  free(b->order);
+  free(b->offset);
+  free(b->idx);
+  free(b->built.arrays);
+}
+
+static int64_t moved_bytes(const dpshim__vit_t *v) {
+  int64_t bytes = 0;
+  for (int32_t r = 0; r < v->size; r++)
+    for (int64_t i = v->first[r]; i < v->first[r + 1]; i++)
+      if (v->dest[i] != r) bytes += v->images[i].in_bytes + v->images[i].out_bytes;
+  return bytes;
+}
+
+/* This rank's buffers for a forward that moves images, or an agreed
+ * failure (0). */
+static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
+                           const dpshim_encoder_call_t *call, pass_t *p,
+                           buffers_t *b, dpshim__vit_report_t *rep) {
+  int failed = 0;
+  int64_t nall = v->first[v->size], own = own_count(rt), kept, sent, encoded;
+  p->me = rt->me;
+  p->shape = shape_of(call);
+  p->nimages = nall;
+  p->wire = alloc((size_t)nall * sizeof *p->wire, &failed);
+  b->order = alloc((size_t)own * sizeof *b->order, &failed);
+  b->offset = alloc((size_t)own * sizeof *b->offset, &failed);
+  b->idx = alloc((size_t)nall * sizeof *b->idx, &failed);
+  for (int32_t k = 0; k < call->ninputs; k++) {
+    field_totals(rt, k, &kept, &sent, &encoded);
+    b->in[k] = alloc((size_t)encoded, &failed);
+    p->sent[k] = alloc((size_t)sent, &failed);
+  }
+  field_totals(rt, FIELD_OUT, &kept, &sent, &encoded);
+  b->out = alloc((size_t)encoded, &failed);
+  b->back = alloc((size_t)sent, &failed);
+  if (!failed)
+    failed = build_call(&p->shape, rt->wire, b->idx,
+                        encoded_images(rt, b->idx), b->in, b->out,
+                        &b->built) < 0;
+  if (!agree(v, failed ? DPSHIM_ENOMEM : 0,
+             "out of memory for the images' exchange", rep)) {
+    memcpy(p->wire, rt->wire, (size_t)nall * sizeof *p->wire);
+    return 1;
+  }
+  return 0;
+}
+
+/* Inputs to the encoding ranks, one all-to-all per input buffer, each
+ * landing after this rank's kept images. */
+static int send_inputs(dpshim__vit_t *v, const route_t *rt,
+                       const dpshim_encoder_call_t *call, pass_t *p,
+                       buffers_t *b) {
+  own_copy_t oc = {rt, b->order, b->offset, 0};
+  size_t *send = v->counts, *recv = v->counts + v->size;
+  for (int32_t k = 0; k < call->ninputs; k++) {
+    int64_t kept, sent, encoded;
+    field_totals(rt, k, &kept, &sent, &encoded);
+    oc.field = k;
+    copy_own(&oc, call->input[k].data, b->in[k], p->sent[k], 0);
+    route_counts(rt, k, 1, send, recv);
+    int rc = v->comm->ops->alltoallv(v->comm, p->sent[k], send,
+                                     b->in[k] + kept, recv);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* Embeddings back to their owners, into the caller's output. */
+static int return_outputs(dpshim__vit_t *v, const route_t *rt,
+                          const dpshim_encoder_call_t *call, buffers_t *b) {
+  int64_t kept, sent, encoded;
+  field_totals(rt, FIELD_OUT, &kept, &sent, &encoded);
+  size_t *send = v->counts, *recv = v->counts + v->size;
+  route_counts(rt, FIELD_OUT, 0, send, recv);
+  int rc = v->comm->ops->alltoallv(v->comm, b->out + kept, send, b->back,
+                                   recv);
+  if (rc < 0) return rc;
+  own_copy_t oc = {rt, b->order, b->offset, FIELD_OUT};
+  copy_own(&oc, call->output.data, b->out, b->back, 1);
+  return 0;
+}
+
+/* The images move: inputs out, the real encoder on what this rank holds,
+ * embeddings back. Returns 1 when it ran (*real: its result), 0 when every
+ * rank is to run its own call as given. */
+static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         const dpshim_encoder_call_t *call, pass_t *p,
+                         dpshim__vit_report_t *rep, int *real) {
+  route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
+  buffers_t b;
+  memset(&b, 0, sizeof b);
+  int ran = 0;
+  if (!forward_buffers(v, &rt, call, p, &b, rep)) goto done;
+  own_order(&rt, b.order);
+  int rc = send_inputs(v, &rt, call, p, &b);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    goto done;
+  }
+  *real = run_forward(v, enc, &b.built.call, &p->saved, rep);
+  if (agree(v, *real != 0 ? DPSHIM_EINVAL : 0,
+            "the encoder failed on the images the plan gave this rank; "
+            "every rank encodes its own", rep)) {
+    if (*real == 0) enc->release(enc->ctx, p->saved);
+    p->saved = NULL;
+    goto done;
+  }
+  rc = return_outputs(v, &rt, call, &b);
+  if (rc < 0) { /* every rank's collectives fail from here: all go local */
+    comm_failed(v, rc, rep);
+    enc->release(enc->ctx, p->saved);
+    p->saved = NULL;
+    goto done;
+  }
+  p->moved = ran = 1;
+  rep->applied = 1;
+  rep->bytes_moved = moved_bytes(v);
+done:
+  buffers_free(&b);
+  return ran;
+}
+
+/* Rank r's buffers differ from rank 0's: an agreed error. Returns 1 when
+ * every rank's match. */
+static int same_shape(dpshim__vit_t *v, dpshim__vit_report_t *rep) {
+  const header_t *h0 = &v->headers[0], *mine = &v->headers[v->comm->rank];
+  int differ = 0;
+  for (int32_t r = 1; r < v->size; r++)
+    differ |= v->headers[r].shape != h0->shape;
+  if (!differ) return 1;
+  char msg[MESSAGE_BYTES];
+  snprintf(msg, sizeof msg,
+           "the encoder call's buffers (inputs, row sizes, gradient input) "
+           "differ from rank %d's: expected the same on every rank",
+           (int)h0->id);
+  agree(v, mine->shape != h0->shape ? DPSHIM_EINVAL : 0, msg, rep);
+  return 0;
+}
+
+/* The group part of a forward. Returns 1 when images moved and the real
+ * encoder ran here (*real), 0 when this rank runs its own call as given. */
+static int forward_grouped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                           const dpshim_encoder_call_t *call, uint64_t key,
+                           pass_t *p, int32_t status, const char *msg,
+                           dpshim__vit_report_t *rep, int *real) {
+  header_t h = {.kind = DPSHIM__VIT_FORWARD, .status = status, .key = key};
+  if (status == 0) {
+    shape_t s = shape_of(call);
+    h.count = call->count;
+    h.shape = shape_hash(&s);
+  }
+  if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep)) return 0;
+  for (int32_t r = 0; r < v->size; r++)
+    if (!v->headers[r].ready) {
+      rep->warm = 1;
+      rep->skip_reason = "warmup";
+      return 0;
+    }
+  if (!gather_images(v, call, rep) || !plan(v, rep)) return 0;
+  return forward_moved(v, enc, call, p, rep, real);
+}
+
+static void own_sums(const dpshim_encoder_call_t *call,
+                     dpshim__vit_report_t *rep) {
+  rep->own_images = call->count;
+  for (int32_t i = 0; i < call->count; i++) {
+    double l = (double)call->patches[i];
+    rep->own_patches += l;
+    rep->own_patches_sq += l * l;
+  }
+}
+
+int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                        const dpshim_encoder_call_t *call, uint64_t *key,
+                        dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = DPSHIM__VIT_FORWARD;
+  *key = 0;
+  char msg[MESSAGE_BYTES] = "";
+  int32_t status = check_call(call, msg);
+  pass_t *p = calloc(1, sizeof *p);
+  if (!p && status == 0) {
+    status = DPSHIM_ENOMEM;
+    snprintf(msg, sizeof msg, "out of memory");
+  }
+  uint64_t k = ++v->next_key;
+  int real = 0, ran = 0;
+  if (dpshim__vit_balancing(v))
+    ran = forward_grouped(v, enc, call, k, p, status, msg, rep, &real);
+  if (status == 0) own_sums(call, rep);
+  if (!ran) {
+    void *saved;
+    real = run_forward(v, enc, NULL, &saved, rep);
+    if (p) {
+      pass_free(p);
+      p = calloc(1, sizeof *p);
+    }
+    if (p) p->saved = saved;
+    else if (real == 0) enc->release(enc->ctx, saved);
+  }
+  if (real != 0 || !p) {
+    pass_free(p);
+    return real != 0 ? real : DPSHIM_ENOMEM;
+  }
+  dpshim__vit_group_t g = {v->size, v->first, v->images};
+  if (dpshim__vit_flights_push(&v->flights, k, p->moved ? &g : NULL,
+                               p->moved ? v->dest : NULL, p) < 0) {
+    enc->release(enc->ctx, p->saved);
+    pass_free(p);
+    return DPSHIM_ENOMEM;
+  }
+  *key = k;
+  return 0;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* Every rank in step: output gradients to the encoding ranks, the real
+ * backward there, input gradients back when some rank asked. */
+static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                          const route_t *rt, pass_t *p, const void *out_grad,
+                          void *in_grad, dpshim__vit_report_t *rep,
+                          int *done) {
+  int want = 0, failed = 0;
+  for (int32_t r = 0; r < v->size; r++) want |= v->headers[r].want_grad;
+  buffers_t b;
+  memset(&b, 0, sizeof b);
+  int64_t kout, sout, eout, kg = 0, sg = 0, eg = 0;
+  field_totals(rt, FIELD_OUT, &kout, &sout, &eout);
+  if (want) field_totals(rt, FIELD_GRAD, &kg, &sg, &eg);
+  b.out = alloc((size_t)eout, &failed);
+  b.back = alloc((size_t)sout, &failed);
+  b.grad = want ? alloc((size_t)eg, &failed) : NULL;
+  b.grad_back = want ? alloc((size_t)sg, &failed) : NULL;
+  b.order = alloc((size_t)own_count(rt) * sizeof *b.order, &failed);
+  b.offset = alloc((size_t)own_count(rt) * sizeof *b.offset, &failed);
+  int real = 0;
+  *done = 0;
+  if (agree(v, failed ? DPSHIM_ENOMEM : 0,
+            "out of memory for the gradients' exchange", rep))
+    goto out;
+  own_order(rt, b.order);
+  own_copy_t oc = {rt, b.order, b.offset, FIELD_OUT};
+  copy_own(&oc, (unsigned char *)(uintptr_t)out_grad, b.out, b.back, 0);
+  size_t *send = v->counts, *recv = v->counts + v->size;
+  route_counts(rt, FIELD_OUT, 1, send, recv);
+  int rc = v->comm->ops->alltoallv(v->comm, b.back, send, b.out + kout, recv);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    goto out;
+  }
+  *done = 1;
+  real = run_backward(v, enc, p->saved, b.out, want ? b.grad : NULL, rep);
+  p->saved = NULL;
+  if (!want) goto out;
+  route_counts(rt, FIELD_GRAD, 0, send, recv);
+  rc = v->comm->ops->alltoallv(v->comm, b.grad + kg, send, b.grad_back, recv);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    real = real ? real : DPSHIM_EMPI;
+  } else if (in_grad) {
+    oc.field = FIELD_GRAD;
+    copy_own(&oc, in_grad, b.grad, b.grad_back, 1);
+  }
+out:
+  buffers_free(&b);
+  return real;
+}
+
+/* The balance off (or the exchange impossible): this rank's own images'
+ * gradients without the group. Its saved forward runs back with zero
+ * gradients for the images it encoded for others (which adds nothing),
+ * and its images encoded elsewhere are encoded again here from what it
+ * sent, and run back. */
+static int backward_apart(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                          const route_t *rt, pass_t *p, const void *out_grad,
+                          void *in_grad, dpshim__vit_report_t *rep) {
+  int failed = 0, want = in_grad != NULL;
+  int64_t kout, sout, eout, kg = 0, sg = 0, eg = 0, own = own_count(rt);
+  field_totals(rt, FIELD_OUT, &kout, &sout, &eout);
+  if (want) field_totals(rt, FIELD_GRAD, &kg, &sg, &eg);
+  buffers_t b;
+  memset(&b, 0, sizeof b);
+  b.out = calloc((size_t)eout + 1, 1);
+  failed |= !b.out;
+  b.back = alloc((size_t)sout, &failed);   /* the sent images' gradients */
+  b.in[0] = alloc((size_t)sout, &failed);  /* and their embeddings */
+  b.grad = want ? alloc((size_t)eg, &failed) : NULL;
+  b.grad_back = want ? alloc((size_t)sg, &failed) : NULL;
+  b.order = alloc((size_t)own * sizeof *b.order, &failed);
+  b.offset = alloc((size_t)own * sizeof *b.offset, &failed);
+  b.idx = alloc((size_t)own * sizeof *b.idx, &failed);
+  int rc = DPSHIM_ENOMEM;
+  if (failed) {
+    enc->release(enc->ctx, p->saved);
+    goto out;
+  }
+  own_order(rt, b.order);
+  own_copy_t oc = {rt, b.order, b.offset, FIELD_OUT};
+  unsigned char *user_grad = (unsigned char *)(uintptr_t)out_grad;
+  copy_own(&oc, user_grad, b.out, NULL, 0);
+  rc = run_backward(v, enc, p->saved, b.out, b.grad, rep);
+  oc.field = FIELD_GRAD;
+  if (want) copy_own(&oc, in_grad, b.grad, NULL, 1);
+  int64_t n = sent_images(rt, b.order, b.idx);
+  if (n == 0 || build_call(&p->shape, p->wire, b.idx, n, p->sent, b.in[0],
+                           &b.built) < 0)
+    goto out;
+  void *saved;
+  int again = run_forward(v, enc, &b.built.call, &saved, rep);
+  if (again == 0) {
+    oc.field = FIELD_OUT;
+    copy_own(&oc, user_grad, NULL, b.back, 0);
+    again = run_backward(v, enc, saved, b.back, b.grad_back, rep);
+    oc.field = FIELD_GRAD;
+    if (want) copy_own(&oc, in_grad, NULL, b.grad_back, 1);
+  }
+  if (rc == 0) rc = again;
+out:
+  buffers_free(&b);
+  return rc;
+}
+
+int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         uint64_t key, const void *out_grad, void *in_grad,
+                         dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = DPSHIM__VIT_BACKWARD;
+  dpshim__vit_flight_t f;
+  if (dpshim__vit_flights_take(&v->flights, key, &f) < 0) {
+    snprintf(rep->message, sizeof rep->message,
+             "ViT: a backward of forward %llu, which this rank has not in "
+             "flight: expected a forward not yet backed nor released; "
+             "nothing was called", (unsigned long long)key);
+    return DPSHIM_EINVAL;
+  }
+  pass_t *p = f.data;
+  int together = 0, rc = 0, done = 0;
+  if (dpshim__vit_balancing(v)) {
+    header_t h = {.kind = DPSHIM__VIT_BACKWARD, .key = key,
+                  .want_grad = in_grad != NULL};
+    together = gather_headers(v, &h, "", rep);
+  }
+  route_t rt = {f.ranks, p->me, f.first, f.dest, p->wire};
+  if (!p->moved) rc = run_backward(v, enc, p->saved, out_grad, in_grad, rep);
+  else if (together)
+    rc = backward_moved(v, enc, &rt, p, out_grad, in_grad, rep, &done);
+  if (p->moved && !done)
+    rc = backward_apart(v, enc, &rt, p, out_grad, in_grad, rep);
+  pass_free(p);
+  dpshim__vit_flight_free(&f);
+  return rc;
+}
+
+void dpshim__vit_release(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         uint64_t key, dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = DPSHIM__VIT_RELEASE;
+  dpshim__vit_flight_t f;
+  if (dpshim__vit_flights_take(&v->flights, key, &f) < 0) return;
+  if (dpshim__vit_balancing(v)) {
+    header_t h = {.kind = DPSHIM__VIT_RELEASE, .key = key};
+    gather_headers(v, &h, "", rep);
+  }
+  pass_t *p = f.data;
+  enc->release(enc->ctx, p->saved);
+  pass_free(p);
+  dpshim__vit_flight_free(&f);
+}
+
+void dpshim__vit_checkpoint(dpshim__vit_t *v, dpshim__vit_kind_t kind,
+                            dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = kind;
+  if (!dpshim__vit_balancing(v)) return;
+  header_t h = {.kind = (int32_t)kind};
+  gather_headers(v, &h, "", rep);
+}

@@ -1,0 +1,93 @@
+/* The ViT balance: encoder calls balanced across a DP group, over the comm
+ * seam (see <dpshim/encoder.h> for the contract callers see).
+ *
+ *   forward:  header -> the images' sizes gathered -> plan (vit_route) ->
+ *             inputs all-to-all, one per input buffer -> the real encoder
+ *             on what this rank holds -> embeddings all-to-all back.
+ *   backward: header -> embedding gradients to the encoding ranks -> the
+ *             real backward there -> input gradients back to the ranks
+ *             that asked.
+ *
+ * Every collective starts with a fixed-size header, so ranks whose calls
+ * fall out of step (a forward beside a backward, another forward's key, an
+ * LLM hand-off or the close beside an encoder call) meet in it and all see
+ * it: an agreed error, and the balance off from there. Other errors (a
+ * call a rank could not describe, the real encoder failing on what it was
+ * sent, no memory) fail one call everywhere: every rank then runs its own
+ * call as given. A forward that moved images keeps what this rank sent
+ * away, so that a backward after the balance went off can re-encode them
+ * where they came from. Pure: no MPI, no globals; the unit tests run one
+ * per thread over the mock seam.
+ */
+#ifndef DPSHIM_SHIM_VIT_BALANCE_H
+#define DPSHIM_SHIM_VIT_BALANCE_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "dpshim/encoder.h"
+#include "vit_route.h"
+
+/* What a header says the rank is at. */
+typedef enum dpshim__vit_kind {
+  DPSHIM__VIT_FORWARD = 1,
+  DPSHIM__VIT_BACKWARD,
+  DPSHIM__VIT_RELEASE,
+  DPSHIM__VIT_HANDOFF, /* an LLM-level hand-off on the main thread */
+  DPSHIM__VIT_CLOSE    /* MPI_Finalize */
+} dpshim__vit_kind_t;
+
+typedef struct dpshim__vit_config {
+  dpshim__vit_settings_t plan;
+  double (*clock)(void); /* seconds, for the encoder's time */
+} dpshim__vit_config_t;
+
+typedef struct dpshim__vit_report {
+  dpshim__vit_kind_t kind;
+  int grouped;    /* the call went through the group (a header) */
+  int warm;       /* local because some rank has no cost model yet */
+  int applied;    /* images moved */
+  const char *skip_reason; /* a forward not applied: why */
+  int out_of_step;         /* the balance went off at this call */
+  char message[256];       /* the agreed error, or "" */
+  /* A forward's: over the group, and this rank's own images. */
+  int64_t images, patches, bytes_moved;
+  double imbalance_before, imbalance_after;
+  const double *load_before, *load_after; /* [size] until the next call */
+  int64_t own_images;
+  double own_patches, own_patches_sq;
+  double encode_s; /* this rank's seconds in the real encoder */
+} dpshim__vit_report_t;
+
+typedef struct dpshim__vit dpshim__vit_t;
+
+/* comm NULL: every call runs where it is made (the balance is off, or MPI
+ * is not up), still through this object's keys. */
+dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
+                               dpshim__comm_t *comm);
+/* Forwards still in flight lose their encoder state unreleased. */
+void dpshim__vit_free(dpshim__vit_t *v);
+/* The cost model is final on this rank: forwards plan once every rank of
+ * the group has one. */
+void dpshim__vit_set_model(dpshim__vit_t *v, dpshim_cost_model_t model);
+/* Whether images can move (a comm, and not out of step). */
+int dpshim__vit_balancing(const dpshim__vit_t *v);
+/* The group's size (1 without a comm). */
+int32_t dpshim__vit_ranks(const dpshim__vit_t *v);
+
+/* See dpshim_encoder_forward(), _backward(), _release(). Collective over
+ * the group while balancing. */
+int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                        const dpshim_encoder_call_t *call, uint64_t *key,
+                        dpshim__vit_report_t *rep);
+int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         uint64_t key, const void *out_grad, void *in_grad,
+                         dpshim__vit_report_t *rep);
+void dpshim__vit_release(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         uint64_t key, dpshim__vit_report_t *rep);
+/* A point every rank of the group reaches outside the encoder: a header of
+ * `kind` (HANDOFF, CLOSE), to find ranks out of step. */
+void dpshim__vit_checkpoint(dpshim__vit_t *v, dpshim__vit_kind_t kind,
+                            dpshim__vit_report_t *rep);
+
+#endif
