@@ -52,6 +52,7 @@ static int handoff(dpshim_batch_t *batch, const char *invalid) {
   }
   int main = pthread_equal(pthread_self(), st->init_thread);
   if (!st->active || !may_communicate(st, main)) return 0;
+  if (main) dpshim__vit_point(DPSHIM__VIT_HANDOFF);
   return dpshim__core_handoff(&st->core, batch, main, invalid);
 }
 

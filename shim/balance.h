@@ -19,8 +19,9 @@
 #include "dpshim/batch.h"
 #include "dpshim/solver.h"
 
-/* Numbers each rank may pass along with its header, gathered for free. */
-#define DPSHIM__NOTES 5
+/* Numbers each rank may pass along with its header, gathered for free
+ * (the step log's: a step and its times). */
+#define DPSHIM__NOTES 6
 
 typedef struct dpshim__balance_config {
   dpshim_algo_t algo;

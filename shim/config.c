@@ -263,27 +263,62 @@ static void format_coefs(const dpshim__config_t *c, text_t *t) {
   }
 }
 
+/* The ViT's cost per image: a*L^2 + b*L + c, L its patches. */
+static int parse_vit_coefs(const char *v, dpshim__config_t *c) {
+  double x[3] = {0};
+  dpshim_cost_model_t m = {0};
+  if (parse_numbers(v, x, 3) != 3) return -1;
+  m = (dpshim_cost_model_t){x[0], x[1], x[2], 0, 0};
+  if (x[0] + x[1] + x[2] <= 0 || !cost_is_finite(&m)) return -1;
+  c->vit_coefs = m;
+  c->have_vit_coefs = 1;
+  return 0;
+}
+
+static void format_vit_coefs(const dpshim__config_t *c, text_t *t) {
+  if (!c->have_vit_coefs) return;
+  put_double(t, c->vit_coefs.a);
+  put(t, ",");
+  put_double(t, c->vit_coefs.b);
+  put(t, ",");
+  put_double(t, c->vit_coefs.c);
+}
+
 /* ---- the other variables ------------------------------------------------- */
 
-static int parse_ratio(const char *v, dpshim__config_t *c) {
-  if (!strcasecmp(v, "none")) return c->max_len_ratio = 0, 0;
-  return parse_double(v, 0, 1, &c->max_len_ratio);
+/* A cap ratio: a number > 0, or 'none' (0). */
+static int parse_cap(const char *v, double *out) {
+  if (!strcasecmp(v, "none")) return *out = 0, 0;
+  return parse_double(v, 0, 1, out);
 }
 
-static void format_ratio(const dpshim__config_t *c, text_t *t) {
-  if (c->max_len_ratio == 0)
+static void format_cap(double x, text_t *t) {
+  if (x == 0)
     put(t, "none");
   else
-    put_double(t, c->max_len_ratio);
+    put_double(t, x);
 }
 
-static int parse_threshold(const char *v, dpshim__config_t *c) {
-  return parse_double(v, 0, 0, &c->threshold);
+/* Parser and formatter of a double field read by `PARSE` and shown by
+ * `FORMAT` (caps, thresholds). */
+#define DOUBLE_FIELD(FIELD, PARSE, FORMAT)                               \
+  static int parse_##FIELD(const char *v, dpshim__config_t *c) {          \
+    return PARSE(v, &c->FIELD);                                           \
+  }                                                                       \
+  static void format_##FIELD(const dpshim__config_t *c, text_t *t) {      \
+    FORMAT(c->FIELD, t);                                                  \
+  }
+
+static int parse_threshold_value(const char *v, double *out) {
+  return parse_double(v, 0, 0, out);
 }
 
-static void format_threshold(const dpshim__config_t *c, text_t *t) {
-  put_double(t, c->threshold);
-}
+static void format_number(double x, text_t *t) { put_double(t, x); }
+
+DOUBLE_FIELD(max_len_ratio, parse_cap, format_cap)
+DOUBLE_FIELD(vit_max_patch_ratio, parse_cap, format_cap)
+DOUBLE_FIELD(threshold, parse_threshold_value, format_number)
+DOUBLE_FIELD(vit_threshold, parse_threshold_value, format_number)
 
 static int parse_algo(const char *v, dpshim__config_t *c) {
   return dpshim_algo_from_name(v, &c->algo) < 0 ? -1 : 0;
@@ -325,6 +360,7 @@ INT_FIELD(enabled, parse_bool)
 INT_FIELD(verbose, parse_bool)
 INT_FIELD(verify, parse_bool)
 INT_FIELD(loader_thread, parse_bool)
+INT_FIELD(vit, parse_bool)
 INT_FIELD(tp, parse_size)
 INT_FIELD(pp, parse_size)
 INT_FIELD(cp, parse_size)
@@ -350,7 +386,7 @@ static const row_t rows[] = {
      parse_warmup, format_warmup},
     {{DPSHIM_ENV_MAX_LEN_RATIO, "1.2", "a number > 0 or 'none'",
       "--dp-balance-max-len-ratio-vlm"},
-     parse_ratio, format_ratio},
+     parse_max_len_ratio, format_max_len_ratio},
     {{DPSHIM_ENV_THRESHOLD, "0.2", "a number >= 0",
       "--dp-balance-trigger-threshold-vlm"},
      parse_threshold, format_threshold},
@@ -381,6 +417,17 @@ static const row_t rows[] = {
     {{DPSHIM_ENV_VERIFY, "0", BOOL_TEXT, NULL}, parse_verify, format_verify},
     {{DPSHIM_ENV_LOADER_THREAD, "0", BOOL_TEXT, NULL}, parse_loader_thread,
      format_loader_thread},
+    {{DPSHIM_ENV_VIT, "0", BOOL_TEXT, "--use-vit-dp-balance"}, parse_vit,
+     format_vit},
+    {{DPSHIM_ENV_VIT_THRESHOLD, "0.1", "a number >= 0", NULL},
+     parse_vit_threshold, format_vit_threshold},
+    {{DPSHIM_ENV_VIT_COEFS, NULL,
+      "a,b,c: numbers >= 0, not all 0, with a*L^2+b*L+c finite at "
+      "L = 2147483647",
+      NULL},
+     parse_vit_coefs, format_vit_coefs},
+    {{DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "2", "a number > 0 or 'none'", NULL},
+     parse_vit_max_patch_ratio, format_vit_max_patch_ratio},
 };
 #define NROWS ((int32_t)(sizeof rows / sizeof *rows))
 
@@ -499,6 +546,13 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_int(h, c->pp);
   h = mix_int(h, c->cp);
   h = mix_int(h, c->sync_ops);
+  h = mix_int(h, c->vit != 0);
+  h = mix_double(h, c->vit_threshold);
+  h = mix_double(h, c->vit_max_patch_ratio);
+  h = mix_int(h, c->have_vit_coefs != 0);
+  h = mix_double(h, c->vit_coefs.a);
+  h = mix_double(h, c->vit_coefs.b);
+  h = mix_double(h, c->vit_coefs.c);
   size_t n = strnlen(c->log_path, sizeof c->log_path);
   h = mix_int(h, (int64_t)n);
   return dpshim__fnv(h, c->log_path, n);

@@ -34,7 +34,7 @@ enum {
 };
 
 typedef struct dpshim__config {
-  int enabled;
+  int enabled;       /* the LLM-level balance */
   int verbose;
   int verify;
   int loader_thread; /* the loader hands off from its own thread */
@@ -51,6 +51,12 @@ typedef struct dpshim__config {
   int32_t tp, pp, cp;
   unsigned sync_ops;    /* DPSHIM__SYNC_* bits */
   char log_path[4096];  /* "" = no log */
+  /* The ViT-level balance: encoder calls (<dpshim/encoder.h>). */
+  int vit;
+  double vit_threshold;
+  double vit_max_patch_ratio; /* 0 = none */
+  int have_vit_coefs;         /* DPSHIM_VIT_COEFS given: no ViT fit */
+  dpshim_cost_model_t vit_coefs;
 } dpshim__config_t;
 
 typedef char *(*dpshim__getenv_fn)(const char *name); /* as getenv */

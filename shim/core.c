@@ -14,6 +14,9 @@
 #include "policy.h"
 #include "report.h"
 
+/* The original's ViT cost, L^2 per image: when nothing was fitted. */
+#define VIT_DEFAULT_MODEL ((dpshim_cost_model_t){1, 0, 0, 0, 0})
+
 void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...) {
   char line[512];
   va_list ap;
@@ -57,8 +60,11 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   c->say = s->say;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->handoff, NULL);
-  c->settled = c->cfg.have_coefs || c->cfg.nwarmup == 0;
+  int vit_fit = c->cfg.vit && !c->cfg.have_vit_coefs;
+  c->settled = c->cfg.nwarmup == 0 || (c->cfg.have_coefs && !vit_fit);
   c->model = c->cfg.have_coefs ? c->cfg.coefs : (dpshim_cost_model_t){0, 1, 0, 0, 0};
+  c->vit_settled = c->settled;
+  c->vit_model = c->cfg.have_vit_coefs ? c->cfg.vit_coefs : VIT_DEFAULT_MODEL;
   dpshim__balance_config_t bc = {c->cfg.algo, c->cfg.max_len_ratio,
                                  c->cfg.threshold, c->model, c->cfg.verify,
                                  c->clock};
@@ -100,8 +106,9 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
 #define POINT_DOUBLES (sizeof(dpshim__point_t) / sizeof(double))
 
 typedef struct fit_outcome {
-  int64_t rc, vision;
+  int64_t rc, vision, vit_rc;
   dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
+  dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
 } fit_outcome_t;
 
 /* The fit, and when the points have images the text-only fit of the same
@@ -146,11 +153,38 @@ static int fit_points(dpshim__core_t *c, const dpshim__point_t *all,
       }
       iters++;
     }
-    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, c->cfg.fit, 0};
+    /* With the ViT balance the images are encoded apart from their
+     * samples: the LLM's cost leaves them out. */
+    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, c->cfg.fit,
+                             c->cfg.vit};
     rc = fit_both(&in, out);
   }
   free(pts);
   free(iter_time);
+  return rc;
+}
+
+/* The encoder's cost per image: NNLS over every (rank, warm-up step) that
+ * encoded images, apart from the steps' structure (a step without images
+ * on some rank still teaches the others'). */
+static int fit_vit(const dpshim__core_t *c, const dpshim__point_t *all,
+                   dpshim_fit_result_t *out) {
+  size_t n = (size_t)c->world->size * (size_t)c->cfg.nwarmup, k = 0;
+  dpshim_fit_point_t *pts = calloc(n + 1, sizeof *pts);
+  if (!pts) {
+    snprintf(out->message, sizeof out->message, "out of memory for the fit");
+    return DPSHIM_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (all[i].valid == 1 && all[i].vit_count > 0 && all[i].vit_time > 0)
+      pts[k++] = (dpshim_fit_point_t){all[i].vit_len2, all[i].vit_len,
+                                      all[i].vit_count, all[i].vit_time, 0, 0};
+  dpshim_fit_input_t in = {(int64_t)k, 1, pts, NULL, DPSHIM_FIT_RANKS, 1};
+  int rc = k ? dpshim_fit(&in, out) : DPSHIM_EINVAL;
+  if (!k)
+    snprintf(out->message, sizeof out->message,
+             "no warm-up step encoded images");
+  free(pts);
   return rc;
 }
 
@@ -173,25 +207,38 @@ static int fit_warmup(dpshim__core_t *c) {
       free(all);
       return rc;
     }
-    if (root) out.rc = fit_points(c, all, &out);
+    if (root && !c->cfg.have_coefs) out.rc = fit_points(c, all, &out);
+    if (root && c->cfg.vit && !c->cfg.have_vit_coefs)
+      out.vit_rc = fit_vit(c, all, &out.vit);
   }
   free(all);
   rc = c->world->ops->bcast(c->world, &out, sizeof out);
   if (rc < 0) return rc;
   pthread_mutex_lock(&c->lock);
-  c->fit = out.fit;
-  c->fit_text = out.fit_text;
-  c->fit_vision = (int)out.vision;
-  c->fitted = out.rc == 0;
-  if (c->fitted) c->model = dpshim__policy_model_from_fit(out.fit.model);
+  if (!c->cfg.have_coefs) {
+    c->fit = out.fit;
+    c->fit_text = out.fit_text;
+    c->fit_vision = (int)out.vision;
+    c->fitted = out.rc == 0;
+    if (c->fitted) c->model = dpshim__policy_model_from_fit(out.fit.model);
+  }
+  if (c->cfg.vit && !c->cfg.have_vit_coefs) {
+    c->vit_fit = out.vit;
+    c->vit_fitted = out.vit_rc == 0;
+    if (c->vit_fitted)
+      c->vit_model = dpshim__policy_model_from_fit(out.vit.model);
+  }
   pthread_mutex_unlock(&c->lock);
-  dpshim__report_fit(c, (int)out.rc);
+  if (!c->cfg.have_coefs) dpshim__report_fit(c, (int)out.rc);
+  if (c->cfg.vit && !c->cfg.have_vit_coefs)
+    dpshim__report_vit_fit(c, (int)out.vit_rc);
   return 0;
 }
 
 static void settle(dpshim__core_t *c) {
   pthread_mutex_lock(&c->lock);
   c->settled = 1;
+  c->vit_settled = 1;
   pthread_mutex_unlock(&c->lock);
   dpshim__balancer_set_model(c->balancer, c->model);
 }
@@ -303,14 +350,16 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   if (rc < 0) {
     snprintf(rep.message, sizeof rep.message, "the warm-up agreement failed");
   } else {
-    dpshim__handoff_t ho = {main ? step : -1, !warm, noted ? note : NULL,
-                            c->peers, invalid};
+    /* The LLM-level balance off (the ViT's alone): gather and agree, as
+     * in warm-up, so that steps, the fit and the log still go by. */
+    dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
+                            noted ? note : NULL, c->peers, invalid};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }
   double t1 = c->clock();
   pthread_mutex_lock(&c->lock);
-  count_handoff(c, rc, warm, &rep);
+  count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
     step_leave(&c->step, batch, rc, warm, t0, t1, arrival);
   } else if (!c->step.open) { /* the main thread's step begins */
@@ -347,15 +396,20 @@ static void record_point(dpshim__core_t *c, double step_time) {
   const dpshim__step_t *s = &c->step;
   int32_t slot = point_slot(c, s->index);
   if (slot < 0 || c->settled) return;
+  double encoder = c->cfg.vit ? s->vit_time : 0;
   c->points[slot] = (dpshim__point_t){
-      .valid = !s->bad && s->count > 0,
+      .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
       .sum_len2 = s->sum_len2,
       .sum_len = s->sum_len,
       .count = s->count,
       .sum_patches_sq = s->sum_patches_sq,
       .sum_patches = s->sum_patches,
-      .compute = s->compute,
-      .step = step_time};
+      .compute = s->compute - encoder,
+      .step = step_time,
+      .vit_len2 = s->vit_len2,
+      .vit_len = s->vit_len,
+      .vit_count = s->vit_count,
+      .vit_time = s->vit_time};
 }
 
 void dpshim__core_sync_end(dpshim__core_t *c) {
@@ -373,8 +427,9 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
   c->stats.wait[phase] += wait;
   c->stats.step_time[phase] += step_time;
   record_point(c, step_time);
-  double times[4] = {s->compute, wait, s->shim, s->arrival};
-  dpshim__steplog_step(&c->log, s->index, times, &s->last);
+  double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
+                                     s->vit_time};
+  dpshim__steplog_step(&c->log, s->index, times, &s->last, &s->vit);
   /* The latest hand-off stays the next line's unless one comes: a loader
    * thread's need not fall in every step. */
   dpshim__handoff_note_t last = s->last;
@@ -386,4 +441,49 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
   atomic_store(&c->open_hint, 0);
   atomic_store(&c->sync_hint, 0);
   pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- encoder calls ------------------------------------------------------------------ */
+
+int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model) {
+  pthread_mutex_lock(&c->lock);
+  int settled = c->vit_settled;
+  *model = c->vit_model;
+  pthread_mutex_unlock(&c->lock);
+  return settled;
+}
+
+/* A forward's decision into a note (the step's, or the totals). */
+static void note_forward(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
+  if (r->kind != DPSHIM__VIT_FORWARD || !r->grouped || r->warm) return;
+  n->calls++;
+  if (r->message[0]) {
+    n->failed++;
+    return;
+  }
+  if (r->applied) n->applied++;
+  else n->skipped++;
+  if (!r->load_before) return;
+  n->solved++;
+  n->imbalance_before += r->imbalance_before;
+  n->imbalance_after += r->imbalance_after;
+  n->bytes_moved += (double)r->bytes_moved;
+}
+
+void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
+                           double seconds) {
+  pthread_mutex_lock(&c->lock);
+  dpshim__step_t *s = &c->step;
+  note_forward(&s->vit, rep);
+  note_forward(&c->stats.vit, rep);
+  c->stats.vit_time += rep->encode_s;
+  c->stats.vit_shim += seconds - rep->encode_s;
+  s->vit_time += rep->encode_s;
+  if (rep->kind == DPSHIM__VIT_FORWARD) {
+    s->vit_len2 += rep->own_patches_sq;
+    s->vit_len += rep->own_patches;
+    s->vit_count += (double)rep->own_images;
+  }
+  pthread_mutex_unlock(&c->lock);
+  dpshim__report_vit(c, rep);
 }

@@ -27,13 +27,17 @@
 #include "dpshim/batch.h"
 #include "dpshim/fit.h"
 #include "steplog.h"
+#include "vit_balance.h"
 
 /* One warm-up step of one rank, sent as doubles. */
 typedef struct dpshim__point {
   double valid; /* 1: every hand-off of the step was measured */
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
-  double compute; /* first hand-off entry -> sync entry, less hand-offs */
+  double compute; /* first hand-off entry -> sync entry, less hand-offs and,
+                   * with the ViT balance, less the encoder */
   double step;    /* first hand-off entry -> sync exit */
+  /* The encoder's calls: own images' patches^2, patches, images; seconds */
+  double vit_len2, vit_len, vit_count, vit_time;
 } dpshim__point_t;
 
 /* This rank's step in progress: main-thread hand-offs, then the sync. */
@@ -46,6 +50,8 @@ typedef struct dpshim__step {
   double compute, shim, arrival;
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   dpshim__handoff_note_t last; /* the latest hand-off, for the step log */
+  dpshim__vit_note_t vit;       /* the step's encoder calls */
+  double vit_len2, vit_len, vit_count, vit_time; /* for the ViT's point */
 } dpshim__step_t;
 
 /* Totals for the summary. The balancing ones are the same on every rank of
@@ -57,6 +63,8 @@ typedef struct dpshim__stats {
   /* [0]: steps before the cost model is final, [1]: after */
   double steps[2], wait[2], step_time[2];
   double shim_time, arrival_time;
+  dpshim__vit_note_t vit; /* encoder calls (forwards), as a step's */
+  double vit_time, vit_shim; /* this rank's: in the encoder, in the balance */
 } dpshim__stats_t;
 
 typedef struct dpshim__core {
@@ -76,6 +84,11 @@ typedef struct dpshim__core {
    * when fit_vision (the warm-up batches gave their images). */
   dpshim_fit_result_t fit_text;
   int fit_vision;
+  /* The ViT balance's cost per image: final once vit_settled (agreed at
+   * the same point as the LLM's model), fitted unless DPSHIM_VIT_COEFS. */
+  int vit_settled, vit_fitted;
+  dpshim_cost_model_t vit_model;
+  dpshim_fit_result_t vit_fit;
   dpshim__step_t step;
   /* step.open and step.syncing, readable without the lock: a sync outside
    * a step (a benchmark's allreduce loop) costs no clock read. */
@@ -115,6 +128,14 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
  * without a begin, do nothing. Starts no collective. */
 void dpshim__core_sync_begin(dpshim__core_t *c);
 void dpshim__core_sync_end(dpshim__core_t *c);
+
+/* The ViT cost model: 1 and *model once final, 0 in warm-up. */
+int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model);
+/* An encoder call (dpshim__vit_*) done on this rank: the totals, the
+ * step's log line and warm-up point, diagnostics. `seconds`: the call's
+ * whole time in the shim. */
+void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
+                           double seconds);
 
 /* One diagnostic line through c->say (printf format). */
 void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...)

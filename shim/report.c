@@ -16,11 +16,11 @@ static void print_loads(FILE *f, const double *load, int n) {
 }
 
 static void print_cumulative(FILE *f, const dpshim__stats_t *s) {
-  /* The original counts ViT rebalances too; the shim balances whole
-   * samples only, so that counter stays at 0/0. */
   fprintf(f,
-          "  cumulative: ViT_rebalance: 0/0 applied, VLM_rebalance: %lld/%lld "
-          "applied\n", (long long)s->applied, (long long)s->handoffs);
+          "  cumulative: ViT_rebalance: %lld/%lld applied, VLM_rebalance: "
+          "%lld/%lld applied\n", (long long)s->vit.applied,
+          (long long)s->vit.calls, (long long)s->applied,
+          (long long)s->handoffs);
 }
 
 static void print_skip(const dpshim__core_t *c,
@@ -70,6 +70,72 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
   else if (strcmp(rep->skip_reason, "warmup")) print_skip(c, rep, c->dp->size);
 }
 
+/* ---- the ViT balance --------------------------------------------------------- */
+
+static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
+  FILE *f = stderr;
+  int n = c->dp->size;
+  if (r->applied) {
+    fprintf(f, "[DP Balance][ViT] APPLY\n");
+    fprintf(f, "  before    : imbalance=%.4f  load/dp=", r->imbalance_before);
+    print_loads(f, r->load_before, n);
+    fprintf(f, "\n  after     : imbalance=%.4f  load/dp=", r->imbalance_after);
+    print_loads(f, r->load_after, n);
+    fprintf(f, "\n  moved     : %lld bytes, %lld images of %lld patches\n",
+            (long long)r->bytes_moved, (long long)r->images,
+            (long long)r->patches);
+  } else {
+    if (!strcmp(r->skip_reason, "balanced"))
+      fprintf(f, "[DP Balance][ViT] SKIP | reason: imbalance %.4f < %g\n",
+              r->imbalance_before, c->cfg.vit_threshold);
+    else
+      fprintf(f, "[DP Balance][ViT] SKIP | reason: %s\n", r->skip_reason);
+    fprintf(f, "  imbalance : %.4f\n", r->imbalance_before);
+    if (r->load_before) {
+      fprintf(f, "  load/dp   : ");
+      print_loads(f, r->load_before, n);
+      fputc('\n', f);
+    }
+  }
+  print_cumulative(f, &c->stats);
+}
+
+/* An agreed error from each group's DP rank 0 (its first, or all when
+ * verbose); a backward this rank alone refused, from this rank; the
+ * blocks from the first group. */
+void dpshim__report_vit(const dpshim__core_t *c,
+                        const dpshim__vit_report_t *r) {
+  if (r->message[0] && !r->grouped) {
+    dpshim__core_say(c, "%s", r->message);
+    return;
+  }
+  if (c->dp->rank != 0) return;
+  if (r->message[0]) {
+    if (c->cfg.verbose || r->out_of_step || c->stats.vit.failed == 1)
+      dpshim__core_say(c, "encoder call not balanced: %s%s", r->message,
+                       c->cfg.verbose || r->out_of_step
+                           ? "" : "; later failures not shown");
+    return;
+  }
+  if (!c->cfg.verbose || c->dp_group != 0 || r->kind != DPSHIM__VIT_FORWARD ||
+      !r->grouped || r->warm)
+    return;
+  print_vit(c, r);
+}
+
+void dpshim__report_vit_fit(const dpshim__core_t *c, int rc) {
+  if (c->world->rank != 0) return;
+  if (rc < 0)
+    dpshim__core_say(c, "ViT warm-up fit failed (%s); the encoder's cost "
+                     "stays patches^2 per image", c->vit_fit.message);
+  else if (c->cfg.verbose)
+    dpshim__core_say(c, "fitted ViT cost = %.4g*L^2 + %.4g*L + %.4g us per "
+                     "image of L patches; prediction error mean %.2f%%, max "
+                     "%.2f%%", c->vit_model.a, c->vit_model.b, c->vit_model.c,
+                     100 * c->vit_fit.mean_rel_error,
+                     100 * c->vit_fit.max_rel_error);
+}
+
 /* "a*len^2 + b*len + c", and the vision terms when there are any. */
 static void model_text(dpshim_cost_model_t m, char *out, size_t n) {
   int k = snprintf(out, n, "%.4g*len^2 + %.4g*len + %.4g", m.a, m.b, m.c);
@@ -112,7 +178,9 @@ void dpshim__report_no_fit(const dpshim__core_t *c) {
 enum {
   S_STEPS, S_STEPS_FIT, S_WAIT, S_WAIT_FIT, S_TIME, S_TIME_FIT, S_SHIM,
   S_ARRIVAL, S_WALL, S_APPLIED, S_SKIPPED, S_FAILED, S_SOLVED, S_IMB_BEFORE,
-  S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_COUNT
+  S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_VIT_CALLS, S_VIT_APPLIED,
+  S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
+  S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -126,7 +194,12 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->applied, group * (double)s->skipped,
       group * (double)s->failed, group * (double)s->solved,
       group * s->imbalance_before, group * s->imbalance_after,
-      group * s->bytes_moved, group * s->bytes_total};
+      group * s->bytes_moved, group * s->bytes_total,
+      group * (double)s->vit.calls, group * (double)s->vit.applied,
+      group * (double)s->vit.skipped, group * (double)s->vit.failed,
+      group * (double)s->vit.solved, group * s->vit.imbalance_before,
+      group * s->vit.imbalance_after, group * s->vit.bytes_moved,
+      s->vit_time, s->vit_shim};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -157,6 +230,34 @@ static void say_fit(const dpshim__core_t *c) {
                      "or not possible): linear cost");
 }
 
+static void say_vit(const dpshim__core_t *c, const double *v) {
+  double solved = v[S_VIT_SOLVED] > 0 ? v[S_VIT_SOLVED] : 1;
+  double steps = v[S_STEPS] + v[S_STEPS_FIT];
+  dpshim__core_say(c, "  ViT: %.0f encoder calls balanced: %.0f applied, %.0f "
+                   "skipped, %.0f failed; imbalance %.4f before -> %.4f after "
+                   "(mean of %.0f solved); %.4g MB moved per step",
+                   v[S_VIT_CALLS], v[S_VIT_APPLIED], v[S_VIT_SKIPPED],
+                   v[S_VIT_FAILED], v[S_VIT_IMB_BEFORE] / solved,
+                   v[S_VIT_IMB_AFTER] / solved, v[S_VIT_SOLVED],
+                   steps > 0 ? v[S_VIT_BYTES] / (steps / c->world->size) / 1e6
+                             : 0);
+  dpshim__core_say(c, "  ViT: encoder time %.2f%% of wall time, the balance's "
+                   "own %.2f%%", share(v[S_VIT_TIME], v[S_WALL]),
+                   share(v[S_VIT_SHIM], v[S_WALL]));
+  if (c->cfg.have_vit_coefs)
+    dpshim__core_say(c, "  ViT cost model: %s: %.4g*L^2 + %.4g*L + %.4g per "
+                     "image", DPSHIM_ENV_VIT_COEFS, c->vit_model.a,
+                     c->vit_model.b, c->vit_model.c);
+  else if (c->vit_fitted)
+    dpshim__core_say(c, "  ViT fit (ranks): cost = %.4g*L^2 + %.4g*L + %.4g "
+                     "us per image; prediction error mean %.2f%%, max %.2f%%",
+                     c->vit_model.a, c->vit_model.b, c->vit_model.c,
+                     100 * c->vit_fit.mean_rel_error,
+                     100 * c->vit_fit.max_rel_error);
+  else
+    dpshim__core_say(c, "  ViT: no fitted cost model: patches^2 per image");
+}
+
 void dpshim__report_summary(dpshim__core_t *c) {
   double v[S_COUNT] = {0};
   if (collect(c, v) < 0 || c->world->rank != 0) return;
@@ -185,4 +286,5 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    "at the hand-off for the other ranks",
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
   say_fit(c);
+  if (c->cfg.vit) say_vit(c, v);
 }

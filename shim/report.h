@@ -10,6 +10,11 @@
 void dpshim__report_handoff(dpshim__core_t *c, int rc,
                             const dpshim__balance_report_t *rep);
 void dpshim__report_fit(const dpshim__core_t *c, int rc);
+/* An encoder call: its agreed error, or (verbose) the original's
+ * [DP Balance][ViT] block. */
+void dpshim__report_vit(const dpshim__core_t *c,
+                        const dpshim__vit_report_t *r);
+void dpshim__report_vit_fit(const dpshim__core_t *c, int rc);
 /* Said once: a loader thread's hand-offs leave nothing to fit. */
 void dpshim__report_no_fit(const dpshim__core_t *c);
 void dpshim__report_summary(dpshim__core_t *c);

@@ -9,14 +9,13 @@
 #include "shim.h"
 
 dpshim__state_t dpshim__state = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                 .encoder_lock = PTHREAD_MUTEX_INITIALIZER,
                                  .span_key = MPI_KEYVAL_INVALID,
                                  .span_comm = MPI_COMM_NULL};
 
 void dpshim__say(const char *line) { fprintf(stderr, "dpshim: %s\n", line); }
 
-static double shim_clock(void) {
-  return dpshim__clock_now(&dpshim__state.clock);
-}
+double dpshim__now(void) { return dpshim__clock_now(&dpshim__state.clock); }
 
 static int check_topology(dpshim__state_t *st, char *msg, size_t len) {
   long model = (long)st->cfg.tp * st->cfg.pp * st->cfg.cp;
@@ -68,7 +67,7 @@ static int agree_on_config(dpshim__state_t *st, int rc, char *msg,
                   "same on every rank (mpirun -x); balancing is off");
     return 0;
   }
-  return st->cfg.enabled;
+  return st->cfg.enabled || st->cfg.vit;
 }
 
 /* Megatron's order: tp fastest, then cp, dp, pp. A DP group is the ranks
@@ -83,6 +82,9 @@ static int open_groups(dpshim__state_t *st, int *dp_group) {
   /* The ranks at the same DP index in every group hold the same samples */
   if (rc == 0)
     rc = dpshim__comm_mpi_open(st->world, st->dp_seam.rank, &st->peers_seam);
+  /* The encoder's collectives never meet the hand-offs' */
+  if (rc == 0 && st->cfg.vit)
+    rc = dpshim__comm_mpi_open(st->world, *dp_group, &st->vit_seam);
   if (rc < 0) return rc;
   MPI_Comm dp = dpshim__comm_mpi_handle(&st->dp_seam);
   if (PMPI_Comm_group(dp, &st->dp_ranks) != MPI_SUCCESS ||
@@ -110,13 +112,35 @@ static void say_started(const dpshim__state_t *st) {
   dpshim__config_dump(&st->cfg, config_line, NULL);
 }
 
+/* The encoder's balance over the DP group. Attaching allocates: agreed. */
+static void start_vit(dpshim__state_t *st) {
+  if (!st->cfg.vit) return;
+  pthread_mutex_lock(&st->encoder_lock);
+  dpshim__vit_t *v = dpshim__vit_of(st);
+  dpshim__vit_config_t vc = {
+      {st->cfg.algo, st->core.vit_model, st->cfg.vit_max_patch_ratio,
+       st->cfg.vit_threshold},
+      dpshim__now};
+  int rc = v ? dpshim__vit_attach(v, &st->vit_seam) : DPSHIM_ENOMEM;
+  if (rc == 0) dpshim__vit_configure(v, &vc);
+  if (PMPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, st->world) !=
+      MPI_SUCCESS)
+    rc = DPSHIM_EMPI;
+  st->vit_on = rc == 0;
+  if (rc < 0 && v) dpshim__vit_attach(v, NULL);
+  pthread_mutex_unlock(&st->encoder_lock);
+  if (rc < 0 && st->world_rank == 0)
+    dpshim__say("cannot set up the ViT balance (out of memory); encoder "
+                "calls run where they are made");
+}
+
 static int open_core(dpshim__state_t *st) {
   int dp_group = 0;
   int rc = open_groups(st, &dp_group);
   if (rc < 0) return rc;
   dpshim__core_setup_t s = {&st->cfg, &st->world_seam, &st->dp_seam,
                             &st->peers_seam, dp_group,
-                            st->world_size / st->dp_seam.size, shim_clock,
+                            st->world_size / st->dp_seam.size, dpshim__now,
                             dpshim__say};
   return dpshim__core_open(&st->core, &s);
 }
@@ -155,16 +179,25 @@ void dpshim__on_init(void) {
   }
   st->active = 1;
   say_started(st);
+  start_vit(st);
 }
 
 void dpshim__on_finalize(void) {
   dpshim__state_t *st = &dpshim__state;
   if (!st->mpi_up) return;
+  if (st->vit_on) { /* forwards still in flight go on apart */
+    dpshim__vit_point(DPSHIM__VIT_CLOSE);
+    pthread_mutex_lock(&st->encoder_lock);
+    st->vit_on = 0;
+    dpshim__vit_attach(st->vit, NULL);
+    pthread_mutex_unlock(&st->encoder_lock);
+  }
   if (st->active) {
     st->active = 0;
     dpshim__core_close(&st->core);
   }
   dpshim__comm_mpi_close(&st->dp_seam);
+  dpshim__comm_mpi_close(&st->vit_seam);
   dpshim__comm_mpi_close(&st->world_seam);
   dpshim__comm_mpi_close(&st->peers_seam);
   if (st->dp_ranks != MPI_GROUP_NULL && st->dp_ranks)

@@ -15,6 +15,7 @@
 #include "comm.h"
 #include "config.h"
 #include "core.h"
+#include "vit_balance.h"
 
 #define DPSHIM__MAX_SYNC_REQUESTS 256 /* non-blocking syncs in flight */
 
@@ -37,6 +38,13 @@ typedef struct dpshim__state {
   int span_yes;         /* and the answer */
   dpshim__comm_t world_seam, dp_seam, peers_seam;
   dpshim__core_t core;
+  /* Encoder calls: one at a time, through one object whatever the state
+   * (keys outlive MPI_Init and MPI_Finalize); balanced over vit_seam (the
+   * DP group's ranks, a communicator of its own) while vit_on. */
+  pthread_mutex_t encoder_lock;
+  dpshim__vit_t *vit;
+  dpshim__comm_t vit_seam;
+  int vit_on, said_vit_thread;
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
   int nsync;
   int said_thread, said_not_initialised;
@@ -46,6 +54,18 @@ extern dpshim__state_t dpshim__state;
 
 /* One line on stderr, prefixed "dpshim: ". */
 void dpshim__say(const char *line);
+/* Seconds, on the shim's clock (meaningful once MPI_Init went through). */
+double dpshim__now(void);
+
+/* ---- api_vit.c ---------------------------------------------------------------- */
+
+/* The encoder object, made at the first need; NULL when out of memory.
+ * Under encoder_lock. */
+dpshim__vit_t *dpshim__vit_of(dpshim__state_t *st);
+/* A point every rank of the DP group reaches (an LLM hand-off on the main
+ * thread, MPI_Finalize): ranks whose encoder calls are out of step meet
+ * here. */
+void dpshim__vit_point(dpshim__vit_kind_t kind);
 
 /* ---- setup.c ------------------------------------------------------------------ */
 

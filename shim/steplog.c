@@ -7,10 +7,10 @@
 
 #include "env.h"
 
-#define TIMES 4 /* compute, wait, shim, arrival */
+#define TIMES DPSHIM__LOG_TIMES
 
-static const char *const time_keys[TIMES] = {"compute_ms", "wait_ms",
-                                             "shim_ms", "arrival_ms"};
+static const char *const time_keys[TIMES] = {
+    "compute_ms", "wait_ms", "shim_ms", "arrival_ms", "encoder_ms"};
 
 int dpshim__steplog_open(dpshim__steplog_t *g, const char *path, int writer,
                          int group, int ranks, void (*say)(const char *)) {
@@ -116,8 +116,21 @@ static void put_loads(FILE *f, const char *key, const double *v, int n) {
   fputc(']', f);
 }
 
+/* The group's encoder calls of the step: counts, and the mean imbalance
+ * before and after over those solved. */
+static void put_vit(FILE *f, const dpshim__vit_note_t *v) {
+  double solved = v->solved > 0 ? (double)v->solved : 1;
+  fprintf(f, ",\"vit\":{\"calls\":%lld,\"applied\":%lld,\"skipped\":%lld,"
+          "\"failed\":%lld,\"imbalance_before\":%.6g,\"imbalance_after\":"
+          "%.6g,\"bytes_moved\":%.0f}", (long long)v->calls,
+          (long long)v->applied, (long long)v->skipped, (long long)v->failed,
+          v->imbalance_before / solved, v->imbalance_after / solved,
+          v->bytes_moved);
+}
+
 static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
-                         const dpshim__handoff_note_t *h) {
+                         const dpshim__handoff_note_t *h,
+                         const dpshim__vit_note_t *vit) {
   char *text = NULL;
   size_t size;
   FILE *f = open_memstream(&text, &size);
@@ -138,6 +151,7 @@ static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
     fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%.0f", h->bytes_moved,
             h->bytes_total);
   }
+  if (vit && vit->calls > 0) put_vit(f, vit);
   fclose(f);
   return text;
 }
@@ -145,8 +159,9 @@ static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
 /* ---- events ------------------------------------------------------------------- */
 
 void dpshim__steplog_step(dpshim__steplog_t *g, int64_t step,
-                          const double times[4],
-                          const dpshim__handoff_note_t *last) {
+                          const double times[TIMES],
+                          const dpshim__handoff_note_t *last,
+                          const dpshim__vit_note_t *vit) {
   if (!g->path) return;
   if (g->qlen == DPSHIM__LOG_QUEUE) { /* never sent: that line shows null */
     g->qhead = (g->qhead + 1) % DPSHIM__LOG_QUEUE;
@@ -158,7 +173,7 @@ void dpshim__steplog_step(dpshim__steplog_t *g, int64_t step,
   if (!g->writer || g->broken) return;
   dpshim__log_line_t *l = line_of(g, step);
   free(l->prefix);
-  l->prefix = make_prefix(g, step, last);
+  l->prefix = make_prefix(g, step, last, vit);
   complete(g, l);
 }
 

@@ -20,6 +20,8 @@
 
 #define DPSHIM__LOG_QUEUE 16 /* finished steps a rank holds before sending */
 #define DPSHIM__LOG_RING 32  /* steps DP rank 0 waits on at once */
+/* Each rank's times of a step: compute, wait, shim, arrival, encoder. */
+#define DPSHIM__LOG_TIMES 5
 
 /* What a step's line says about its hand-offs (the latest one's plan). */
 typedef struct dpshim__handoff_note {
@@ -31,12 +33,19 @@ typedef struct dpshim__handoff_note {
   double *load_before, *load_after; /* [ranks], owned */
 } dpshim__handoff_note_t;
 
+/* What a step's line says about its encoder calls (the group's, agreed). */
+typedef struct dpshim__vit_note {
+  int64_t calls, applied, skipped, failed, solved;
+  double imbalance_before, imbalance_after; /* sums over the solved */
+  double bytes_moved;
+} dpshim__vit_note_t;
+
 typedef struct dpshim__log_line {
   int64_t step;  /* 0: free */
   char *prefix;  /* everything but the times; NULL until rank 0 closed it */
   int32_t have;  /* ranks whose times arrived */
   uint8_t *got;  /* [ranks] */
-  double *times; /* [ranks * 4] */
+  double *times; /* [ranks * DPSHIM__LOG_TIMES] */
 } dpshim__log_line_t;
 
 typedef struct dpshim__steplog {
@@ -57,10 +66,12 @@ int dpshim__steplog_open(dpshim__steplog_t *g, const char *path, int writer,
 /* Collective over the DP group: the lines still pending, then frees. */
 void dpshim__steplog_close(dpshim__steplog_t *g, dpshim__comm_t *dp);
 
-/* A step ended: its times (seconds) queued, and on the writer its line. */
+/* A step ended: its times (seconds) queued, and on the writer its line
+ * (vit: the step's encoder calls, or NULL). */
 void dpshim__steplog_step(dpshim__steplog_t *g, int64_t step,
-                          const double times[4],
-                          const dpshim__handoff_note_t *last);
+                          const double times[DPSHIM__LOG_TIMES],
+                          const dpshim__handoff_note_t *last,
+                          const dpshim__vit_note_t *vit);
 /* The note to send with the next header: 1 and note[] filled, or 0. */
 int dpshim__steplog_note(dpshim__steplog_t *g, double *note);
 /* The writer: every rank's notes, as a hand-off gathered them. */

@@ -22,7 +22,7 @@ typedef struct header {
 
 /* One image as the group gathers it: its bytes in each buffer. */
 typedef struct wire {
-  int64_t patches;
+  int64_t patches, patches_sq;
   int64_t in[MAX_IN];
   int64_t out, grad; /* output, and grad_input's gradient */
 } wire_t;
@@ -68,23 +68,49 @@ struct dpshim__vit {
 
 /* ---- set-up -------------------------------------------------------------- */
 
-dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
-                               dpshim__comm_t *comm) {
-  dpshim__vit_t *v = calloc(1, sizeof *v);
-  if (!v) return NULL;
-  v->cfg = *cfg;
-  v->comm = comm;
-  v->size = comm ? comm->size : 1;
-  dpshim__vit_flights_init(&v->flights);
-  dpshim__vit_planner_init(&v->planner);
-  size_t n = (size_t)v->size;
+static void free_rank_arrays(dpshim__vit_t *v) {
+  free(v->headers);
+  free(v->messages);
+  free(v->status);
+  free(v->first);
+  free(v->counts);
+  v->headers = NULL;
+  v->messages = NULL;
+  v->status = NULL;
+  v->first = NULL;
+  v->counts = NULL;
+}
+
+int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm) {
+  free_rank_arrays(v);
+  v->comm = NULL;
+  v->size = 1;
+  v->off = 0;
+  if (!comm) return 0;
+  size_t n = (size_t)comm->size;
   v->headers = calloc(n, sizeof *v->headers);
   v->messages = calloc(n, MESSAGE_BYTES);
   v->status = calloc(n, sizeof *v->status);
   v->first = calloc(n + 1, sizeof *v->first);
   v->counts = calloc(2 * n, sizeof *v->counts);
-  if (v->headers && v->messages && v->status && v->first && v->counts)
-    return v;
+  if (!v->headers || !v->messages || !v->status || !v->first || !v->counts) {
+    free_rank_arrays(v);
+    return DPSHIM_ENOMEM;
+  }
+  v->comm = comm;
+  v->size = comm->size;
+  return 0;
+}
+
+dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
+                               dpshim__comm_t *comm) {
+  dpshim__vit_t *v = calloc(1, sizeof *v);
+  if (!v) return NULL;
+  v->cfg = *cfg;
+  v->size = 1;
+  dpshim__vit_flights_init(&v->flights);
+  dpshim__vit_planner_init(&v->planner);
+  if (dpshim__vit_attach(v, comm) == 0) return v;
   dpshim__vit_free(v);
   return NULL;
 }
@@ -101,11 +127,7 @@ void dpshim__vit_free(dpshim__vit_t *v) {
   if (!v) return;
   dpshim__vit_flights_free(&v->flights, pass_free);
   dpshim__vit_planner_free(&v->planner);
-  free(v->headers);
-  free(v->messages);
-  free(v->status);
-  free(v->first);
-  free(v->counts);
+  free_rank_arrays(v);
   free(v->wire);
   free(v->images);
   free(v->dest);
@@ -116,6 +138,12 @@ void dpshim__vit_set_model(dpshim__vit_t *v, dpshim_cost_model_t model) {
   v->cfg.plan.model = model;
   v->ready = 1;
 }
+
+void dpshim__vit_configure(dpshim__vit_t *v, const dpshim__vit_config_t *cfg) {
+  v->cfg = *cfg;
+}
+
+int dpshim__vit_ready(const dpshim__vit_t *v) { return v->ready; }
 
 int dpshim__vit_balancing(const dpshim__vit_t *v) {
   return v->comm && !v->off;
@@ -269,12 +297,19 @@ static int check_call(const dpshim_encoder_call_t *c, char *msg) {
   }
   if (c->count > 0 && !c->patches)
     return snprintf(msg, MESSAGE_BYTES, "patches is NULL"), DPSHIM_EINVAL;
-  for (int32_t i = 0; i < c->count; i++)
-    if (c->patches[i] < 0 || c->patches[i] > ((int64_t)1 << 31)) {
+  for (int32_t i = 0; i < c->count; i++) {
+    int64_t l = c->patches[i], sq = c->patches_sq ? c->patches_sq[i] : l * l;
+    if (l < 0 || l > ((int64_t)1 << 31)) {
       snprintf(msg, MESSAGE_BYTES, "patches[%d] = %lld: expected 0 .. 2^31",
-               (int)i, (long long)c->patches[i]);
+               (int)i, (long long)l);
       return DPSHIM_EINVAL;
     }
+    if (sq < 0 || (l > 0 && sq / l > l)) {
+      snprintf(msg, MESSAGE_BYTES, "patches_sq[%d] = %lld: expected 0 .. "
+               "patches^2", (int)i, (long long)sq);
+      return DPSHIM_EINVAL;
+    }
+  }
   char what[64];
   for (int32_t k = 0; k < c->ninputs; k++) {
     snprintf(what, sizeof what, "input %d ('%.24s')", (int)k,
@@ -301,6 +336,8 @@ static uint64_t shape_hash(const shape_t *s) {
 
 static wire_t wire_of(const dpshim_encoder_call_t *c, int32_t i) {
   wire_t w = {.patches = c->patches[i],
+              .patches_sq = c->patches_sq ? c->patches_sq[i]
+                                          : c->patches[i] * c->patches[i],
               .out = c->output.rows[i] * (int64_t)c->output.row_bytes};
   for (int32_t k = 0; k < c->ninputs; k++)
     w.in[k] = c->input[k].rows[i] * (int64_t)c->input[k].row_bytes;
@@ -364,7 +401,8 @@ static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
     const wire_t *w = &v->wire[i];
     int64_t in = 0;
     for (int32_t k = 0; k < MAX_IN; k++) in += w->in[k];
-    v->images[i] = (dpshim__vit_image_t){w->patches, in, w->out};
+    v->images[i] = (dpshim__vit_image_t){w->patches, in, w->out,
+                                         w->patches_sq};
   }
   rep->images = n;
   for (int64_t i = 0; i < n; i++) rep->patches += v->wire[i].patches;
@@ -489,23 +527,25 @@ static void copy_own(const own_copy_t *c, unsigned char *user,
  * rows are in[k] and whose output goes to out. */
 typedef struct built {
   dpshim_encoder_call_t call;
-  int64_t *arrays; /* patches, each input's rows, the output's rows */
+  int64_t *arrays; /* patches, inputs' rows, output rows, patches_sq */
 } built_t;
 
 static int build_call(const shape_t *s, const wire_t *wire,
                       const int64_t *idx, int64_t n, unsigned char *const *in,
                       unsigned char *out, built_t *b) {
-  int32_t cols = s->ninputs + 2;
+  int32_t cols = s->ninputs + 3;
   memset(b, 0, sizeof *b);
   b->arrays = malloc((size_t)(n * cols + 1) * sizeof *b->arrays);
   if (!b->arrays) return DPSHIM_ENOMEM;
-  int64_t *patches = b->arrays, *outrows = b->arrays + (cols - 1) * n;
+  int64_t *patches = b->arrays, *outrows = b->arrays + (cols - 2) * n,
+          *sq = b->arrays + (cols - 1) * n;
   b->call = (dpshim_encoder_call_t){.count = (int32_t)n, .patches = patches,
-                                    .ninputs = s->ninputs,
+                                    .patches_sq = sq, .ninputs = s->ninputs,
                                     .grad_input = s->grad_input};
   for (int64_t j = 0; j < n; j++) {
     const wire_t *w = &wire[idx[j]];
     patches[j] = w->patches;
+    sq[j] = w->patches_sq;
     outrows[j] = w->out / (int64_t)s->out_row;
     for (int32_t k = 0; k < s->ninputs; k++)
       b->arrays[(k + 1) * n + j] = w->in[k] / (int64_t)s->in_row[k];
@@ -753,7 +793,8 @@ static void own_sums(const dpshim_encoder_call_t *call,
   for (int32_t i = 0; i < call->count; i++) {
     double l = (double)call->patches[i];
     rep->own_patches += l;
-    rep->own_patches_sq += l * l;
+    rep->own_patches_sq +=
+        call->patches_sq ? (double)call->patches_sq[i] : l * l;
   }
 }
 

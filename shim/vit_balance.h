@@ -67,9 +67,15 @@ dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
                                dpshim__comm_t *comm);
 /* Forwards still in flight lose their encoder state unreleased. */
 void dpshim__vit_free(dpshim__vit_t *v);
+/* Balances over comm from the next call (NULL: no more); forwards in
+ * flight keep their keys. 0 or DPSHIM_ENOMEM (then not attached). */
+int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm);
+/* New settings (the model until set_model's). */
+void dpshim__vit_configure(dpshim__vit_t *v, const dpshim__vit_config_t *cfg);
 /* The cost model is final on this rank: forwards plan once every rank of
  * the group has one. */
 void dpshim__vit_set_model(dpshim__vit_t *v, dpshim_cost_model_t model);
+int dpshim__vit_ready(const dpshim__vit_t *v);
 /* Whether images can move (a comm, and not out of step). */
 int dpshim__vit_balancing(const dpshim__vit_t *v);
 /* The group's size (1 without a comm). */

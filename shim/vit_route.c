@@ -34,9 +34,11 @@ static int64_t fill_samples(dpshim__vit_planner_t *p,
   for (int32_t r = 0; r < g->ranks; r++) {
     for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
       const dpshim__vit_image_t *im = &g->images[i];
+      int64_t sq = im->patches_sq ? im->patches_sq : im->patches * im->patches;
       p->samples[n++] = (dpshim_sample_t){.len = im->patches,
                                           .bytes = im->in_bytes + im->out_bytes,
-                                          .origin = r};
+                                          .origin = r,
+                                          .patches_sq = sq};
     }
     if (g->first[r + 1] == g->first[r])
       p->samples[n++] = (dpshim_sample_t){.origin = r};
@@ -79,7 +81,8 @@ int dpshim__vit_plan(dpshim__vit_planner_t *p, const dpshim__vit_group_t *g,
   dpshim_plan_input_t in = {.ranks = g->ranks,
                             .nsamples = n,
                             .samples = p->samples,
-                            .model = s->model,
+                            .model = {0, s->model.b, s->model.c,
+                                      s->model.a, 0},
                             .cap_ratio = s->cap_ratio,
                             .threshold = s->threshold,
                             .algo = s->algo};

@@ -3,9 +3,11 @@
  * inputs (patch and grid rows) going out and the embeddings coming back.
  *
  * Pure: no MPI. The unit is an image; its cost is the ViT model's
- * a*L^2 + b*L + c of its L patches, which is the solver's cost of a sample
- * of length L, so the solver plans images as it plans samples, L as their
- * length and the patch cap (DPSHIM_VIT_MAX_PATCH_RATIO) as its token cap.
+ * a*S + b*L + c of its L patches, S = L^2 summed over the blocks it is
+ * attended in (L^2 for an image), which is the solver's cost of a sample
+ * of length L with patches_sq S under the model {0, b, c, a, 0}: the
+ * solver plans images as it plans samples, L as their length and the
+ * patch cap (DPSHIM_VIT_MAX_PATCH_RATIO) as its token cap.
  * A rank may hold no image at all (a text-only micro-batch): it still takes
  * part, and may receive some. Every rank computes the same plan from the
  * same gathered images.
@@ -23,6 +25,9 @@ typedef struct dpshim__vit_image {
   int64_t patches;   /* L: the encoder's tokens, >= 0 */
   int64_t in_bytes;  /* its patch rows and grid row */
   int64_t out_bytes; /* its embedding rows */
+  /* L^2 summed over the blocks attended at once (a video's frames when
+   * apart); 0: L^2 */
+  int64_t patches_sq;
 } dpshim__vit_image_t;
 
 /* The images of a group: rank r's are [first[r], first[r + 1]). */

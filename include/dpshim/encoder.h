@@ -4,7 +4,8 @@
  * Images are heavy-tailed: after the LLM-level balance one rank can still
  * hold most of a step's patches. With DPSHIM_VIT_BALANCE=1 each forward
  * gathers the images' sizes over the DP group, plans which rank encodes
- * each (an image's cost a*L^2 + b*L + c, L its patches), sends the inputs
+ * each (an image's cost a*L^2 + b*L + c, L its patches; L^2 summed per
+ * frame for a video attended frame by frame), sends the inputs
  * there, runs the real encoder on what each rank holds and sends the
  * embeddings back: the caller gets exactly the rows, in exactly the order,
  * it would have got without the shim. The backward sends each embedding
@@ -63,6 +64,10 @@ typedef struct dpshim_encoder_buffer {
 typedef struct dpshim_encoder_call {
   int32_t count;
   const int64_t *patches; /* [count]: each image's L, its encoder tokens */
+  /* [count], or NULL for patches^2: each image's patches squared, summed
+   * over the blocks the encoder attends over at once (a video's frames,
+   * when its frames are attended apart). The cost's a multiplies it. */
+  const int64_t *patches_sq;
   int32_t ninputs;        /* 1 .. DPSHIM_ENCODER_MAX_INPUTS */
   dpshim_encoder_buffer_t input[DPSHIM_ENCODER_MAX_INPUTS]; /* read */
   dpshim_encoder_buffer_t output;                           /* written */

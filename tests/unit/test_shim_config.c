@@ -150,7 +150,8 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_THRESHOLD, DPSHIM_ENV_VERBOSE, DPSHIM_ENV_SOLVER,
       DPSHIM_ENV_FIT, DPSHIM_ENV_COEFS, DPSHIM_ENV_TP, DPSHIM_ENV_PP,
       DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY,
-      DPSHIM_ENV_LOADER_THREAD};
+      DPSHIM_ENV_LOADER_THREAD, DPSHIM_ENV_VIT, DPSHIM_ENV_VIT_THRESHOLD,
+      DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO};
   int32_t n = (int32_t)(sizeof names / sizeof *names);
   cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
   for (int32_t k = 0; k < n; k++) {
@@ -663,12 +664,12 @@ Test(shim_config, table_is_well_formed) {
 }
 
 /* The dump's lines, kept by dump_line(). */
-static char dumped[16][16384];
+static char dumped[32][16384];
 static int ndumped;
 
 static void dump_line(void *ctx, const char *text) {
   cr_assert_eq(ctx, (void *)dumped);
-  cr_assert_lt(ndumped, 16);
+  cr_assert_lt(ndumped, 32);
   cr_assert_lt(strlen(text), sizeof dumped[0] - 1, "line cut");
   snprintf(dumped[ndumped++], sizeof dumped[0], "%s", text);
 }
@@ -777,6 +778,11 @@ static const struct {
     {DPSHIM_ENV_LOG, "/tmp/a=b, c (default)"},
     {DPSHIM_ENV_VERIFY, "yes"},
     {DPSHIM_ENV_LOADER_THREAD, "1"},
+    {DPSHIM_ENV_VIT, "on"},
+    {DPSHIM_ENV_VIT_THRESHOLD, "0.35"},
+    {DPSHIM_ENV_VIT_COEFS, "2e-9,1e-6,0.01"},
+    {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "none"},
+    {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "1.5"},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 
@@ -924,4 +930,29 @@ Test(shim_config, readme_table_matches_the_code) {
   for (int32_t i = 0; i < dpshim__config_nvars(); i++)
     cr_assert(seen[i], "README's table lacks %s", dpshim__config_var(i)->name);
   cr_assert_eq(rows, dpshim__config_nvars());
+}
+
+/* The ViT-level balance's settings: read, defaulted, refused alike. */
+Test(shim_config, vit_settings) {
+  parse_ok();
+  cr_assert_eq(cfg.vit, 0);
+  cr_assert_eq(cfg.vit_threshold, 0.1);
+  cr_assert_eq(cfg.vit_max_patch_ratio, 2);
+  cr_assert_eq(cfg.have_vit_coefs, 0);
+  env_set(DPSHIM_ENV_VIT, "1");
+  env_set(DPSHIM_ENV_VIT_COEFS, "1e-9,2e-6,0.5");
+  env_set(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "none");
+  parse_ok();
+  cr_assert_eq(cfg.vit, 1);
+  cr_assert(cfg.have_vit_coefs);
+  cr_assert_eq(cfg.vit_coefs.b, 2e-6);
+  cr_assert_eq(cfg.vit_coefs.d, 0);
+  cr_assert_eq(cfg.vit_max_patch_ratio, 0);
+  static const char *const coefs[] = {"1,2,3,4,5", "1,2", "-1,0,1", "0,0,0",
+                                      "1e308,0,0", "a,b,c"};
+  for (size_t k = 0; k < sizeof coefs / sizeof *coefs; k++)
+    expect_bad(DPSHIM_ENV_VIT_COEFS, coefs[k]);
+  expect_bad(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "0");
+  expect_bad(DPSHIM_ENV_VIT_THRESHOLD, "-0.1");
+  expect_bad(DPSHIM_ENV_VIT, "2");
 }

@@ -19,7 +19,7 @@ static void forward(uint64_t key) {
   dpshim__vit_image_t images[16];
   int32_t dest[16];
   for (int64_t i = 0; i < n; i++) {
-    images[i] = (dpshim__vit_image_t){(int64_t)(100 * key + (uint64_t)i), 1, 1};
+    images[i] = (dpshim__vit_image_t){(int64_t)(100 * key + (uint64_t)i), 1, 1, 0};
     dest[i] = (int32_t)((key + (uint64_t)i) % 2);
   }
   dpshim__vit_group_t g = {2, first, images};

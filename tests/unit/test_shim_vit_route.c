@@ -33,7 +33,7 @@ static void build(group_fixture_t *x, int32_t ranks, const int32_t *count,
     x->first[r] = n;
     for (int32_t k = 0; k < count[r]; k++, n++)
       x->images[n] = (dpshim__vit_image_t){patches[n], 10 * patches[n],
-                                           patches[n] / 4};
+                                           patches[n] / 4, 0};
   }
   x->first[ranks] = n;
   x->g = (dpshim__vit_group_t){ranks, x->first, x->images};

@@ -48,6 +48,10 @@ static int fail(vit_t *v, const char *fmt, ...) {
 
 vit_config_t vit_config_of(const vit_t *v) { return v->cfg; }
 
+int vit_frames_apart(const vit_t *v) {
+  return v->model.vit.attention == EMU_VIT_PER_FRAME;
+}
+
 vit_config_t vit_config_default(vit_layout_t layout) {
   vit_config_t c = {.layout = layout, .embed_dim = 8, .params = 256,
                     .time_scale = 1.0};

@@ -79,6 +79,9 @@ VIT_EXTERN void vit_close(vit_t *vit);
 /* The configuration vit was opened with (an interposer reads the layout
  * and the row sizes from it). */
 VIT_EXTERN vit_config_t vit_config_of(const vit_t *vit);
+/* 1 when the model's encoder attends over a video's frames apart (Qwen3-VL)
+ * rather than over the whole video at once. */
+VIT_EXTERN int vit_frames_apart(const vit_t *vit);
 /* The time scale from now on (a trainer's per-step noise, its 1/tp);
  * -1 when negative or not finite. */
 VIT_EXTERN int vit_set_time_scale(vit_t *vit, double time_scale);
