@@ -477,7 +477,8 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
   note_forward(&s->vit, rep);
   note_forward(&c->stats.vit, rep);
   c->stats.vit_time += rep->encode_s;
-  c->stats.vit_shim += seconds - rep->encode_s;
+  c->stats.vit_shim += seconds - rep->encode_s - rep->arrival_s;
+  c->stats.vit_arrival += rep->arrival_s;
   s->vit_time += rep->encode_s;
   if (rep->kind == DPSHIM__VIT_FORWARD) {
     s->vit_len2 += rep->own_patches_sq;

@@ -64,7 +64,9 @@ typedef struct dpshim__stats {
   double steps[2], wait[2], step_time[2];
   double shim_time, arrival_time;
   dpshim__vit_note_t vit; /* encoder calls (forwards), as a step's */
-  double vit_time, vit_shim; /* this rank's: in the encoder, in the balance */
+  /* this rank's: in the encoder, in the balance, waiting in it for the
+   * other ranks */
+  double vit_time, vit_shim, vit_arrival;
 } dpshim__stats_t;
 
 typedef struct dpshim__core {

@@ -180,7 +180,8 @@ enum {
   S_ARRIVAL, S_WALL, S_APPLIED, S_SKIPPED, S_FAILED, S_SOLVED, S_IMB_BEFORE,
   S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
-  S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_COUNT
+  S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
+  S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -199,7 +200,7 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit.skipped, group * (double)s->vit.failed,
       group * (double)s->vit.solved, group * s->vit.imbalance_before,
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
-      s->vit_time, s->vit_shim};
+      s->vit_time, s->vit_shim, s->vit_arrival};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -242,8 +243,10 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
                    steps > 0 ? v[S_VIT_BYTES] / (steps / c->world->size) / 1e6
                              : 0);
   dpshim__core_say(c, "  ViT: encoder time %.2f%% of wall time, the balance's "
-                   "own %.2f%%", share(v[S_VIT_TIME], v[S_WALL]),
-                   share(v[S_VIT_SHIM], v[S_WALL]));
+                   "own %.2f%%, plus %.2f%% waiting at the encoder's calls "
+                   "for the other ranks", share(v[S_VIT_TIME], v[S_WALL]),
+                   share(v[S_VIT_SHIM], v[S_WALL]),
+                   share(v[S_VIT_ARRIVAL], v[S_WALL]));
   if (c->cfg.have_vit_coefs)
     dpshim__core_say(c, "  ViT cost model: %s: %.4g*L^2 + %.4g*L + %.4g per "
                      "image", DPSHIM_ENV_VIT_COEFS, c->vit_model.a,

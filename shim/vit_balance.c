@@ -151,6 +151,10 @@ int dpshim__vit_balancing(const dpshim__vit_t *v) {
 
 int32_t dpshim__vit_ranks(const dpshim__vit_t *v) { return v->size; }
 
+static double now(const dpshim__vit_t *v) {
+  return v->cfg.clock ? v->cfg.clock() : 0;
+}
+
 /* ---- agreement ----------------------------------------------------------- */
 
 static const char *kind_name(int32_t kind) {
@@ -240,7 +244,9 @@ static int gather_headers(dpshim__vit_t *v, header_t *h, const char *mine,
   h->ready = v->ready;
   h->room = (int64_t)v->images_cap;
   rep->grouped = 1;
+  double t = now(v);
   int rc = v->comm->ops->allgather(v->comm, h, sizeof *h, v->headers);
+  rep->arrival_s += now(v) - t;
   if (rc < 0) {
     comm_failed(v, rc, rep);
     return 0;
@@ -585,10 +591,6 @@ static void *alloc(size_t bytes, int *failed) {
   return p;
 }
 
-static double now(const dpshim__vit_t *v) {
-  return v->cfg.clock ? v->cfg.clock() : 0;
-}
-
 static int run_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                        const dpshim_encoder_call_t *call, void **saved,
                        dpshim__vit_report_t *rep) {
@@ -725,9 +727,12 @@ static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     goto done;
   }
   *real = run_forward(v, enc, &b.built.call, &p->saved, rep);
-  if (agree(v, *real != 0 ? DPSHIM_EINVAL : 0,
-            "the encoder failed on the images the plan gave this rank; "
-            "every rank encodes its own", rep)) {
+  double t = now(v);
+  int failed = agree(v, *real != 0 ? DPSHIM_EINVAL : 0,
+                     "the encoder failed on the images the plan gave this "
+                     "rank; every rank encodes its own", rep);
+  rep->arrival_s += now(v) - t;
+  if (failed) {
     if (*real == 0) enc->release(enc->ctx, p->saved);
     p->saved = NULL;
     goto done;
@@ -882,7 +887,9 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   p->saved = NULL;
   if (!want) goto out;
   route_counts(rt, FIELD_GRAD, 0, send, recv);
+  double t = now(v);
   rc = v->comm->ops->alltoallv(v->comm, b.grad + kg, send, b.grad_back, recv);
+  rep->arrival_s += now(v) - t;
   if (rc < 0) {
     comm_failed(v, rc, rep);
     real = real ? real : DPSHIM_EMPI;

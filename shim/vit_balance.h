@@ -57,6 +57,10 @@ typedef struct dpshim__vit_report {
   int64_t own_images;
   double own_patches, own_patches_sq;
   double encode_s; /* this rank's seconds in the real encoder */
+  /* Seconds waiting for the other ranks: in the header round (to reach the
+   * call) and right after the real encoder (for the slowest encoder):
+   * straggling, not the balance's cost. */
+  double arrival_s;
 } dpshim__vit_report_t;
 
 typedef struct dpshim__vit dpshim__vit_t;

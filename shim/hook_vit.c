@@ -1,0 +1,189 @@
+/* The reference vision encoder's adapter: libvit.so's vit_forward(),
+ * vit_backward() and vit_saved_free() interposed on the public API
+ * (<dpshim/adapter.h>, <dpshim/encoder.h>), like any third-party adapter;
+ * linked into libdpshim.so so that one preload does it.
+ *
+ * A forward's `saved` handed to the trainer is the shim's key for it, so
+ * the backward finds its forward whichever rank encoded the images. The
+ * real functions and libvit's helpers are found at the first call, never
+ * at load: a process without libvit.so never calls these. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "dpshim/adapter.h"
+#include "dpshim/encoder.h"
+#include "vit.h"
+
+typedef int (*forward_fn)(vit_t *, const vit_input_t *, float *,
+                          vit_saved_t **);
+typedef int (*backward_fn)(vit_t *, vit_saved_t *, const float *, int64_t *,
+                           float *);
+typedef void (*free_fn)(vit_saved_t *);
+typedef int64_t (*rows_fn)(vit_t *, const vit_input_t *);
+typedef vit_config_t (*config_fn)(const vit_t *);
+typedef int (*apart_fn)(const vit_t *);
+
+static dpshim_next_t real_forward = DPSHIM_NEXT_INIT("vit_forward");
+static dpshim_next_t real_backward = DPSHIM_NEXT_INIT("vit_backward");
+static dpshim_next_t real_free = DPSHIM_NEXT_INIT("vit_saved_free");
+static dpshim_next_t real_rows = DPSHIM_NEXT_INIT("vit_embed_rows");
+static dpshim_next_t real_config = DPSHIM_NEXT_INIT("vit_config_of");
+static dpshim_next_t real_apart = DPSHIM_NEXT_INIT("vit_frames_apart");
+
+/* One call's arguments, for the callbacks. */
+typedef struct call_ctx {
+  vit_t *vit;
+  vit_layout_t layout;
+  const vit_input_t *in; /* the caller's own call */
+  float *emb;
+  int64_t *param_grad;
+} call_ctx_t;
+
+static int encode(void *p, const dpshim_encoder_call_t *call, void **saved) {
+  call_ctx_t *c = p;
+  forward_fn fwd;
+  DPSHIM_NEXT(real_forward, fwd);
+  if (!fwd) return -1;
+  vit_saved_t *s = NULL;
+  int rc;
+  if (!call) {
+    rc = fwd(c->vit, c->in, c->emb, &s);
+  } else {
+    int qwen = c->layout == VIT_QWEN;
+    const dpshim_encoder_buffer_t *px = &call->input[qwen ? 1 : 0];
+    int64_t rows = 0;
+    for (int32_t i = 0; i < call->count; i++) rows += px->rows[i];
+    vit_input_t in = {call->count, qwen ? call->input[0].data : NULL,
+                      px->data, rows};
+    rc = fwd(c->vit, &in, call->output.data, &s);
+  }
+  *saved = s;
+  return rc;
+}
+
+static int encode_back(void *p, void *saved, const void *out_grad,
+                       void *in_grad) {
+  call_ctx_t *c = p;
+  backward_fn bwd;
+  DPSHIM_NEXT(real_backward, bwd);
+  return bwd ? bwd(c->vit, saved, out_grad, c->param_grad, in_grad) : -1;
+}
+
+static void release(void *p, void *saved) {
+  free_fn f;
+  (void)p;
+  DPSHIM_NEXT(real_free, f);
+  if (f) f(saved);
+}
+
+/* The per-image arrays of one call. */
+typedef struct image_rows {
+  int64_t *patches, *sq, *grid, *px, *out;
+} image_rows_t;
+
+static int alloc_rows(image_rows_t *r, int32_t n) {
+  int64_t *all = calloc(5 * (size_t)n + 1, sizeof *all);
+  *r = (image_rows_t){all, all + n, all + 2 * n, all + 3 * n, all + 4 * n};
+  return all ? 0 : -1;
+}
+
+/* Qwen: an image or video of t x h x w patch rows, a grid row; InternVL: a
+ * tile of 4 x tile_tokens patches (before the pixel shuffle). */
+static void fill_rows(const vit_config_t *cfg, int apart,
+                      const vit_input_t *in, image_rows_t *r) {
+  for (int32_t i = 0; i < in->count; i++) {
+    if (cfg->layout == VIT_INTERNVL) {
+      r->patches[i] = 4 * (int64_t)cfg->tile_tokens;
+      r->sq[i] = r->patches[i] * r->patches[i];
+      r->px[i] = 1;
+      r->out[i] = cfg->tile_tokens;
+      continue;
+    }
+    const int32_t *g = in->grid_thw + 3 * (size_t)i;
+    int64_t frame = (int64_t)g[1] * g[2];
+    r->patches[i] = g[0] * frame;
+    r->sq[i] = apart ? g[0] * frame * frame : r->patches[i] * r->patches[i];
+    r->grid[i] = 1;
+    r->px[i] = r->patches[i];
+    r->out[i] = r->patches[i] / ((int64_t)cfg->merge * cfg->merge);
+  }
+}
+
+static dpshim_encoder_call_t describe(const vit_config_t *cfg,
+                                      const vit_input_t *in, float *emb,
+                                      const image_rows_t *r) {
+  size_t row = (size_t)cfg->row_floats * sizeof(float);
+  dpshim_encoder_buffer_t px = {"patches", (void *)(uintptr_t)in->rows, row,
+                                r->px};
+  dpshim_encoder_call_t call = {
+      .count = in->count, .patches = r->patches, .patches_sq = r->sq,
+      .output = {"embeddings", emb, (size_t)cfg->embed_dim * sizeof(float),
+                 r->out}};
+  if (cfg->layout == VIT_INTERNVL) {
+    call.ninputs = 1;
+    call.input[0] = px;
+    call.grad_input = 0;
+  } else {
+    call.ninputs = 2;
+    call.input[0] = (dpshim_encoder_buffer_t){
+        "grid_thw", (void *)(uintptr_t)in->grid_thw, 3 * sizeof(int32_t),
+        r->grid};
+    call.input[1] = px;
+    call.grad_input = 1;
+  }
+  return call;
+}
+
+/* libvit's own check of the call: a call it would refuse is one the
+ * adapter cannot describe (the shim then runs it as given, and libvit
+ * says what is wrong). */
+static const char *refused(vit_t *vit, const vit_input_t *in) {
+  rows_fn rows;
+  DPSHIM_NEXT(real_rows, rows);
+  if (!in) return "vit_input_t is NULL";
+  if (!rows) return "libvit's vit_embed_rows not found";
+  return rows(vit, in) < 0 ? "libvit refuses this call (grid or rows)" : NULL;
+}
+
+static int to_vit_rc(int rc) { return rc == 0 ? 0 : -1; }
+
+VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
+                           float *embeddings, vit_saved_t **saved) {
+  config_fn config;
+  apart_fn apart;
+  DPSHIM_NEXT(real_config, config);
+  DPSHIM_NEXT(real_apart, apart);
+  *saved = NULL;
+  if (!config || !apart) return -1;
+  vit_config_t cfg = config(vit);
+  call_ctx_t ctx = {vit, cfg.layout, in, embeddings, NULL};
+  dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
+  const char *why = refused(vit, in);
+  image_rows_t r = {0};
+  if (!why && alloc_rows(&r, in->count) < 0) why = "out of memory";
+  dpshim_encoder_call_t call = {.invalid = why};
+  if (!why) {
+    fill_rows(&cfg, apart(vit), in, &r);
+    call = describe(&cfg, in, embeddings, &r);
+  }
+  uint64_t key = 0;
+  int rc = dpshim_encoder_forward(&enc, &call, &key);
+  free(r.patches);
+  *saved = (vit_saved_t *)(uintptr_t)key;
+  return to_vit_rc(rc);
+}
+
+VIT_EXTERN int vit_backward(vit_t *vit, vit_saved_t *saved,
+                            const float *emb_grad, int64_t *param_grad,
+                            float *patch_grad) {
+  call_ctx_t ctx = {vit, VIT_QWEN, NULL, NULL, param_grad};
+  dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
+  return to_vit_rc(dpshim_encoder_backward(&enc, (uint64_t)(uintptr_t)saved,
+                                           emb_grad, patch_grad));
+}
+
+VIT_EXTERN void vit_saved_free(vit_saved_t *saved) {
+  call_ctx_t ctx = {0};
+  dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
+  dpshim_encoder_release(&enc, (uint64_t)(uintptr_t)saved);
+}
