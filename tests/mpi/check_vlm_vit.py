@@ -17,7 +17,9 @@ embeddings and ViT-gradient digests, and the patch-gradient digest where
 the encoder is asked for patch gradients.
   - mixed: multi-image samples (and videos for Qwen), 2 micro-batches,
     patch gradients: check_errors 0, the digests of the run without the
-    shim, applied;
+    shim, applied; --stats-out gives every rank's vit_ms (the encoder's
+    calls, the shim's exchanges inside them included) at every step,
+    within its compute_ms;
   - text-heavy: 5 % of samples with images, so that ranks make encoder
     calls with no image: the same;
   - fitted: mixed without DPSHIM_VIT_COEFS (the shim finds the ViT cost
@@ -49,10 +51,12 @@ below meson's timeout. Exit status 0 when every check holds.
 import argparse
 import re
 import sys
+import tempfile
 import time
 
-from check_vlm import SHIM_ENV, encoder_keys, same_digests, vlmtrain
-from mpitest import check, failures
+from check_vlm import (STEPS, SHIM_ENV, dp_size, encoder_keys, same_digests,
+                       vlmtrain)
+from mpitest import check, failures, read_jsonl
 
 VIT_ENV = dict(SHIM_ENV, DPSHIM_VIT_BALANCE="1", DPSHIM_VIT_COEFS="1,0,0",
                DPSHIM_VERBOSE="1")
@@ -137,14 +141,41 @@ def intact(what, *results):
     return True
 
 
-def scenario_balanced(args, name, extra, env=None):
+def scenario_balanced(args, name, extra, env=None, stats=None):
     what = "%s, %s" % (args.layout, name)
     base = plain(args, extra, what)
-    on, err = with_shim(args, extra, what, env)
+    on, err = with_shim(args, extra + (["--stats-out", stats] if stats
+                                       else []), what, env)
     if not intact(what, base, on):
         return
     same_digests(what, on, base, digests_of(args, extra))
     check_applied(what, err)
+    if stats:
+        check_vit_ms(args, what, read_jsonl(stats))
+
+
+def check_vit_ms(args, what, entries):
+    """Every step has every rank's vit_ms, >= 0 and within compute_ms
+    (which holds the encoder's calls); some of it > 0."""
+    ranks = dp_size(args) * args.tp
+    check(len(entries) == STEPS, "%s: --stats-out has %d steps, expected %d"
+          % (what, len(entries), STEPS))
+    for e in entries:
+        vit, compute = e.get("vit_ms", []), e.get("compute_ms", [])
+        if not check(len(vit) == ranks == len(compute), "%s, step %s: "
+                     "vit_ms %r for %d ranks" % (what, e.get("step"), vit,
+                                                 ranks)):
+            return
+        check(all(0 <= v <= c + 0.01 for v, c in zip(vit, compute)),
+              "%s, step %d: vit_ms %r not within compute_ms %r"
+              % (what, e["step"], vit, compute))
+    check(any(v > 0 for e in entries for v in e["vit_ms"]),
+          "%s: vit_ms all 0" % what)
+
+
+def scenario_mixed(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario_balanced(args, "mixed", MIXED, stats=tmp + "/stats.jsonl")
 
 
 def scenario_fitted(args):
@@ -221,7 +252,7 @@ def scenario_rebackward(args):
 
 
 SCENARIOS = {
-    "mixed": lambda a: scenario_balanced(a, "mixed", MIXED),
+    "mixed": scenario_mixed,
     "text-heavy": lambda a: scenario_balanced(a, "text-heavy", TEXT_HEAVY),
     "fitted": scenario_fitted,
     "schedules": scenario_schedules,
