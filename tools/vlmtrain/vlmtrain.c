@@ -243,6 +243,7 @@ static int parse_vit_fault(const char *v, vit_fault_t *out) {
   static const char *const kinds[] = {"grid", "extra", "rebackward"};
   const char *bad = "--vit-fault: expected grid|extra|rebackward:RANK:STEP";
   char kind[16], rank[24], step[24];
+  out->kind = VIT_FAULT_NONE; /* the last --vit-fault given counts */
   if (!v || sscanf(v, "%15[a-z]:%23[0-9]:%23[0-9]", kind, rank, step) != 3 ||
       strlen(kind) + strlen(rank) + strlen(step) + 2 != strlen(v) ||
       cli_int(rank, 0, 1 << 20, &out->rank) < 0 ||
