@@ -48,16 +48,17 @@ FIELDS = {"internvl": "image_flags", "qwen2vl": "image_grid_thw",
           "qwen3vl": "image_grid_thw"}
 
 
-def vlmtrain(args, extra, shim=False, log=None, what="vlmtrain", env=None):
-    """One run; (result, stderr). A hang or a failed exit is a failed
-    check naming `what`; the result is then {}."""
+def vlmtrain(args, extra, shim=False, log=None, what="vlmtrain", env=None,
+             timeout=240):
+    """One run; (result, stderr). A hang (no exit within `timeout` s) or a
+    failed exit is a failed check naming `what`; the result is then {}."""
     env = dict(env or SHIM_ENV, DPSHIM_TP_SIZE=str(args.tp)) if shim else {}
     if log:
         env["DPSHIM_LOG"] = log
     cmd = MPIRUN + ["-np", str(dp_size(args) * args.tp), args.vlmtrain, "--layout",
                     args.layout, "--tp", str(args.tp)] + TRAIN + extra
     rc, out, err = run(cmd, env=env, preload=args.shim if shim else None,
-                       timeout=240)
+                       timeout=timeout)
     if rc == HANG_RC:
         return {}, err
     lines = [l for l in out.splitlines() if l.startswith("{")]

@@ -8,7 +8,9 @@
  * and backward are libvit.so's vit_forward() and vit_backward(), which
  * sleep its share), then a gradient MPI_Allreduce (the LLM's stand-in and
  * the encoder's int64 parameter gradients) and the preset's modelled
- * gradient sync. Ranks are
+ * gradient sync. --schedule afab runs every micro-batch's encoder forward
+ * first and the encoder backwards last, in reverse order (GPipe); 1f1b
+ * (the default) each micro-batch whole in turn. Ranks are
  * Megatron-ordered: the --tp ranks of a tensor-parallel group (consecutive)
  * read the same data. At the end rank 0 prints one JSON line:
  *
@@ -16,7 +18,8 @@
  *    "consumed_digest":"..","images_digest":"..","check_errors":N,
  *    "one_image":N,"one_image_moved":N,"image_rows_max":N,
  *    "image_rows_capacity":N,"embeddings_digest":"..",
- *    "vit_grad_digest":"..",["patch_grad_digest":".."]}
+ *    "vit_grad_digest":"..",["patch_grad_digest":".."],
+ *    "vit_faults_seen":N,"vit_seconds_max":..,"vit_seconds_mean":..}
  *
  * consumed_digest covers every (step, sample, tokens, labels) consumed,
  * images_digest every tile / patch row / grid row / flag, each with its
@@ -33,20 +36,28 @@
  * sample (as images_digest); vit_grad_digest chains each step's all-reduced
  * encoder parameter gradients; patch_grad_digest (--patch-grads) sums a
  * hash of each image's patch gradients. All three are the same whichever
- * rank consumed or encoded what.
+ * rank consumed or encoded what, and whatever the --schedule.
+ * vit_faults_seen counts the encoder calls --vit-fault broke that were
+ * refused as they must be (-1), over all ranks; vit_seconds_max and
+ * vit_seconds_mean are, over ranks, the encoder seconds each rank slept
+ * (libvit's vit_seconds_charged(): the images a rank encoded, its own or,
+ * under a ViT balance, another's).
  *
  * --stats-out FILE: rank 0 writes one JSON line per step, as reftrain's,
  * with every rank's times (ms) in rank order:
  *
  *   {"step":s,"step_ms":..,"compute_ms":[..],"emu_ms":[..],
- *    "handoff_ms":[..],"wait_ms":[..],"tokens":[..]}
+ *    "handoff_ms":[..],"wait_ms":[..],"vit_ms":[..],"tokens":[..]}
  *
  * step_ms is rank 0's; compute_ms runs from the hand-off's return to the end
  * of the emulated compute (the loader's and the trainer's CPU work
  * included), emu_ms is the emulated GPU time alone (what compute_ms would be
  * on an idle machine), wait_ms the gradient sync (the real all-reduce and
- * the modelled one); tokens are those a rank counts (0 on TP peers other
- * than the first).
+ * the modelled one), vit_ms the wall time inside the encoder's calls
+ * (vit_forward, vit_backward, vit_saved_free: with an interposer, its
+ * exchanges and its waits for the other ranks included; part of
+ * compute_ms); tokens are those a rank counts (0 on TP peers other than
+ * the first).
  *
  *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
  */
@@ -68,6 +79,22 @@
 /* The LLM's stand-in gradient in the sync: 16 KiB of zeros, as before. */
 #define GRAD_WORDS 2048
 
+/* --schedule: the order of a step's micro-batches. */
+typedef enum schedule { SCHEDULE_1F1B = 0, SCHEDULE_AFAB } schedule_t;
+
+/* --vit-fault KIND:RANK:STEP, for the tests (see HELP). */
+typedef enum vit_fault_kind {
+  VIT_FAULT_NONE = 0,
+  VIT_FAULT_GRID,
+  VIT_FAULT_EXTRA,
+  VIT_FAULT_REBACKWARD
+} vit_fault_kind_t;
+
+typedef struct vit_fault {
+  vit_fault_kind_t kind;
+  int64_t rank, step; /* world rank, 0-based step */
+} vit_fault_t;
+
 typedef struct opts {
   vlmload_config_t cfg;
   emu_model_t model; /* --model: the emulated GPU's preset */
@@ -77,10 +104,12 @@ typedef struct opts {
   const char *stats_out; /* --stats-out: per-step, per-rank times */
   int32_t embed_dim;     /* --embed-dim: the encoder's embedding row */
   int patch_grads;       /* --patch-grads: ask the encoder for them */
+  schedule_t schedule;   /* --schedule */
+  vit_fault_t vit_fault; /* --vit-fault */
 } opts_t;
 
 /* Per-step figures of this rank, for --stats-out. */
-enum { ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_TOKENS, ST_N };
+enum { ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_VIT, ST_TOKENS, ST_N };
 
 typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
@@ -108,7 +137,8 @@ static void die(const char *what) {
   "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
-  "[--stats-out FILE] [--embed-dim N] [--patch-grads]\n"
+  "[--stats-out FILE] [--embed-dim N] [--patch-grads] "                     \
+  "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
 /* What the loader options less obvious than their names do. */
 #define HELP                                                                 \
@@ -121,7 +151,25 @@ static void die(const char *what) {
   "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
   "                      rows, X >= 1 (1: no room beyond one pack's)\n"  \
   "  --embed-dim N       floats per embedding row of libvit's encoder\n"  \
-  "  --patch-grads       the encoder's backward writes patch gradients\n"
+  "  --patch-grads       the encoder's backward writes patch gradients\n"   \
+  "  --schedule S        1f1b (default): each micro-batch's encoder forward,\n" \
+  "                      LLM and encoder backward in turn; afab: every\n"   \
+  "                      micro-batch's hand-off and forward, then the LLM,\n" \
+  "                      then the backwards in reverse order (GPipe). The\n" \
+  "                      digests do not depend on it\n"                      \
+  "  --vit-fault KIND:RANK:STEP  tests: world rank RANK breaks its encoder\n" \
+  "                      calls at STEP (0-based), in its first micro-batch:\n" \
+  "      grid        its first forward gets grid rows that do not add up to\n" \
+  "                  the patch rows given and must return -1 (counted in\n" \
+  "                  vit_faults_seen); every rank then releases what that\n" \
+  "                  call gave it (vit_saved_free, NULL on RANK) and redoes\n" \
+  "                  the call as it should be, so outputs are unchanged\n"   \
+  "      extra       one forward more than the other ranks make, on its\n"  \
+  "                  first call's input, released at once (vit_saved_free)\n" \
+  "      rebackward  after its first backward of the step, vit_backward\n"  \
+  "                  again on the same (consumed) saved: must return -1\n"  \
+  "                  (counted in vit_faults_seen). Without an interposer\n" \
+  "                  that is a double free, so it needs DPSHIM_VIT_BALANCE=1\n"
 
 static int usage(const char *bad) {
   fprintf(stderr, PROG ": %s\n" USAGE, bad);
@@ -183,6 +231,44 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
   return -1;
 }
 
+static int parse_schedule(const char *v, schedule_t *out) {
+  if (v && !strcmp(v, "1f1b")) *out = SCHEDULE_1F1B;
+  else if (v && !strcmp(v, "afab")) *out = SCHEDULE_AFAB;
+  else return usage("--schedule: expected 1f1b or afab");
+  return 0;
+}
+
+/* KIND:RANK:STEP. */
+static int parse_vit_fault(const char *v, vit_fault_t *out) {
+  static const char *const kinds[] = {"grid", "extra", "rebackward"};
+  const char *bad = "--vit-fault: expected grid|extra|rebackward:RANK:STEP";
+  char kind[16], rank[24], step[24];
+  out->kind = VIT_FAULT_NONE; /* the last --vit-fault given counts */
+  if (!v || sscanf(v, "%15[a-z]:%23[0-9]:%23[0-9]", kind, rank, step) != 3 ||
+      strlen(kind) + strlen(rank) + strlen(step) + 2 != strlen(v) ||
+      cli_int(rank, 0, 1 << 20, &out->rank) < 0 ||
+      cli_int(step, 0, 1 << 20, &out->step) < 0)
+    return usage(bad);
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(kind, kinds[k])) out->kind = (vit_fault_kind_t)(k + 1);
+  if (out->kind == VIT_FAULT_NONE) return usage(bad);
+  /* Only an interposer refuses the second backward; libvit would free the
+   * saved twice. */
+  const char *vit = getenv("DPSHIM_VIT_BALANCE");
+  if (out->kind == VIT_FAULT_REBACKWARD && !(vit && !strcmp(vit, "1")))
+    return usage("--vit-fault rebackward: needs DPSHIM_VIT_BALANCE=1 (the "
+                 "shim refuses the second vit_backward; without it, it is a "
+                 "double free)");
+  return 0;
+}
+
+/* The options with a message of their own: 1 when name is none of them. */
+static int parse_encoder_option(opts_t *o, const char *name, const char *v) {
+  if (!strcmp(name, "--schedule")) return parse_schedule(v, &o->schedule);
+  if (!strcmp(name, "--vit-fault")) return parse_vit_fault(v, &o->vit_fault);
+  return 1;
+}
+
 static int parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.steps = 10, .micro = 1, .tp = 1, .time_scale = 1.0,
                 .fault_rank = 1, .embed_dim = 8};
@@ -209,6 +295,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->patch_grads = 1;
       continue;
     }
+    int rc = parse_encoder_option(o, argv[i], i + 1 < argc ? argv[i + 1]
+                                                             : NULL);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+      i++;
+      continue;
+    }
     if (parse_one(o, argv[i], i + 1 < argc ? argv[i + 1] : NULL) < 0) {
       char line[160];
       snprintf(line, sizeof line, "%s: unknown, or a bad value", argv[i]);
@@ -218,6 +311,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   }
   if (o->cfg.image_headroom > 0 && o->cfg.image_rows == 0)
     return usage("--image-headroom: needs --image-rows");
+  if (o->vit_fault.kind != VIT_FAULT_NONE && o->vit_fault.step >= o->steps)
+    return usage("--vit-fault: STEP must be below --steps");
   return 0;
 }
 
@@ -352,15 +447,29 @@ typedef struct encoder_call {
   float *emb, *grad, *patch_grad;
   int64_t emb_cap, grad_cap, patch_cap; /* floats */
   int64_t tokens;                       /* embedding rows */
+  /* afab: the inputs copied out of the loader's buffers, which the next
+   * hand-off rewrites while this call's backward is still to come. */
+  int32_t *grid_kept;
+  float *rows_kept;
+  int64_t grid_cap, rows_cap; /* int32s, floats */
 } encoder_call_t;
+
+/* A micro-batch's encoder calls, from their forward to their backward. */
+typedef struct encoder_micro {
+  encoder_call_t call[2];
+  double scale; /* this micro-batch's emulator noise x time scale / tp */
+} encoder_micro_t;
 
 typedef struct encoder {
   vit_t *vit;
   int32_t ncalls; /* InternVL 1 (tiles), Qwen 2 (images, videos) */
   int32_t row_floats, nparams;
-  encoder_call_t call[2];
+  int64_t nmicro;         /* slots: 1 (1f1b) or --micro-batches (afab) */
+  encoder_micro_t *micro; /* [nmicro] */
   int64_t *params;  /* this step's parameter gradients, in the sync */
   int64_t *discard; /* [nparams]: TP peers' copies, kept out of the sum */
+  int64_t faults_seen; /* --vit-fault calls refused as expected */
+  double wall;         /* seconds inside the encoder's calls, this step */
 } encoder_t;
 
 static void encoder_open(encoder_t *enc, const opts_t *o) {
@@ -378,29 +487,42 @@ static void encoder_open(encoder_t *enc, const opts_t *o) {
   char err[256];
   *enc = (encoder_t){.vit = vit_open(&cfg, err, sizeof err),
                      .ncalls = internvl ? 1 : 2,
-                     .row_floats = cfg.row_floats, .nparams = cfg.params};
+                     .row_floats = cfg.row_floats, .nparams = cfg.params,
+                     .nmicro = o->schedule == SCHEDULE_AFAB ? o->micro : 1};
   if (!enc->vit) die(err);
   enc->discard = calloc((size_t)cfg.params, sizeof *enc->discard);
-  if (!enc->discard) die("out of memory for the encoder");
+  enc->micro = calloc((size_t)enc->nmicro, sizeof *enc->micro);
+  if (!enc->discard || !enc->micro) die("out of memory for the encoder");
 }
 
 static void encoder_close(encoder_t *enc) {
-  for (int32_t k = 0; k < 2; k++) {
-    free(enc->call[k].emb);
-    free(enc->call[k].grad);
-    free(enc->call[k].patch_grad);
-  }
+  for (int64_t m = 0; m < enc->nmicro; m++)
+    for (int32_t k = 0; k < 2; k++) {
+      encoder_call_t *c = &enc->micro[m].call[k];
+      free(c->emb);
+      free(c->grad);
+      free(c->patch_grad);
+      free(c->grid_kept);
+      free(c->rows_kept);
+    }
+  free(enc->micro);
   free(enc->discard);
   vit_close(enc->vit);
 }
 
-static float *grow(float *p, int64_t *cap, int64_t floats) {
-  if (floats <= *cap) return p;
+/* p with room for n elements of `size` bytes (*cap elements now); the old
+ * contents are not kept: every user rewrites its buffer whole. */
+static void *grow_bytes(void *p, int64_t *cap, int64_t n, size_t size) {
+  if (n <= *cap) return p;
   free(p);
-  *cap = floats;
-  p = malloc((size_t)floats * sizeof *p);
+  *cap = n;
+  p = malloc((size_t)n * size);
   if (!p) die("out of memory for the encoder's buffers");
   return p;
+}
+
+static float *grow(float *p, int64_t *cap, int64_t floats) {
+  return grow_bytes(p, cap, floats, sizeof(float));
 }
 
 static vit_input_t encoder_input(const vlm_batch_t *b, int32_t k) {
@@ -418,24 +540,102 @@ static vit_input_t encoder_input(const vlm_batch_t *b, int32_t k) {
                        .rows = m->rows, .nrows = rows};
 }
 
-/* Every call, even with no images: an interposer's ranks all take part. */
-static void encoder_forward(encoder_t *enc, const vlm_batch_t *b,
-                            int64_t embed_dim, double time_scale) {
-  if (vit_set_time_scale(enc->vit, time_scale) < 0) die(vit_error(enc->vit));
+/* afab: the call's inputs in buffers of its own until its backward, as
+ * autograd keeps a forward's inputs (an interposer may read them there). */
+static void keep_inputs(encoder_call_t *c, int32_t row_floats) {
+  if (c->in.grid_thw && c->in.count > 0) {
+    c->grid_kept = grow_bytes(c->grid_kept, &c->grid_cap, 3 * c->in.count,
+                              sizeof(int32_t));
+    memcpy(c->grid_kept, c->in.grid_thw,
+           3 * (size_t)c->in.count * sizeof(int32_t));
+    c->in.grid_thw = c->grid_kept;
+  }
+  int64_t floats = c->in.nrows * row_floats;
+  if (floats <= 0) return;
+  c->rows_kept = grow(c->rows_kept, &c->rows_cap, floats);
+  memcpy(c->rows_kept, c->in.rows, (size_t)floats * sizeof(float));
+  c->in.rows = c->rows_kept;
+}
+
+/* libvit's calls, timed: with a shim, the time inside them includes its
+ * exchanges and its waits for the other ranks. */
+static int timed_forward(encoder_t *enc, const vit_input_t *in, float *emb,
+                         vit_saved_t **saved) {
+  double t = dpshim__tool_now_s();
+  int rc = vit_forward(enc->vit, in, emb, saved);
+  enc->wall += dpshim__tool_now_s() - t;
+  return rc;
+}
+
+static int timed_backward(encoder_t *enc, vit_saved_t *saved,
+                          const float *grad, int64_t *params, float *patch) {
+  double t = dpshim__tool_now_s();
+  int rc = vit_backward(enc->vit, saved, grad, params, patch);
+  enc->wall += dpshim__tool_now_s() - t;
+  return rc;
+}
+
+static void timed_release(encoder_t *enc, vit_saved_t *saved) {
+  double t = dpshim__tool_now_s();
+  vit_saved_free(saved);
+  enc->wall += dpshim__tool_now_s() - t;
+}
+
+static void set_scale(encoder_t *enc, double scale) {
+  if (vit_set_time_scale(enc->vit, scale) < 0) die(vit_error(enc->vit));
+}
+
+/* --vit-fault grid: the fault rank gives a grid whose rows do not add up
+ * to the patch rows it passes and must get -1; the others give their call
+ * as it is. Each releases what it got (the fault rank NULL: libvit leaves
+ * none), and then every rank redoes the call: all ranks make the same
+ * encoder calls, and the run's outputs stay those of a run without it. */
+static void grid_fault(encoder_t *enc, encoder_call_t *c, int fault_rank) {
+  vit_input_t in = c->in;
+  if (fault_rank) in.nrows = in.nrows > 0 ? in.nrows - 1 : 1;
+  vit_saved_t *saved = NULL;
+  int rc = timed_forward(enc, &in, c->emb, &saved);
+  if (fault_rank && rc != -1)
+    die("--vit-fault grid: vit_forward accepted grid rows that do not add "
+        "up to its patch rows (expected -1)");
+  if (!fault_rank && rc != 0) die(vit_error(enc->vit));
+  enc->faults_seen += fault_rank;
+  timed_release(enc, saved);
+}
+
+/* --vit-fault extra: one forward more than the other ranks make, its
+ * result dropped at once (the real forward then rewrites c->emb). */
+static void extra_forward(encoder_t *enc, encoder_call_t *c) {
+  vit_saved_t *saved = NULL;
+  if (timed_forward(enc, &c->in, c->emb, &saved) != 0)
+    die(vit_error(enc->vit));
+  timed_release(enc, saved);
+}
+
+/* Every call, even with no images: an interposer's ranks all take part.
+ * `fault` is this rank's --vit-fault part in this micro-batch. */
+static void encoder_forward(encoder_t *enc, encoder_micro_t *mb,
+                            const vlm_batch_t *b, const opts_t *o,
+                            vit_fault_kind_t fault, int rank) {
+  set_scale(enc, mb->scale);
   for (int32_t k = 0; k < enc->ncalls; k++) {
-    encoder_call_t *c = &enc->call[k];
+    encoder_call_t *c = &mb->call[k];
     c->in = encoder_input(b, k);
+    if (o->schedule == SCHEDULE_AFAB) keep_inputs(c, enc->row_floats);
     c->tokens = vit_embed_rows(enc->vit, &c->in);
     if (c->tokens < 0) die(vit_error(enc->vit));
-    c->emb = grow(c->emb, &c->emb_cap, c->tokens * embed_dim + 1);
-    if (vit_forward(enc->vit, &c->in, c->emb, &c->saved) < 0)
+    c->emb = grow(c->emb, &c->emb_cap, c->tokens * o->embed_dim + 1);
+    if (k == 0 && fault == VIT_FAULT_GRID)
+      grid_fault(enc, c, rank == o->vit_fault.rank);
+    if (k == 0 && fault == VIT_FAULT_EXTRA) extra_forward(enc, c);
+    if (timed_forward(enc, &c->in, c->emb, &c->saved) < 0)
       die(vit_error(enc->vit));
   }
 }
 
 /* A stand-in for the LLM's gradient at an embedding value: from (step,
- * the value) alone, so the same wherever the image was encoded; on the
- * 2^-20 grid, within (-0.5, 0.5). */
+ * the value) alone, so the same wherever the image was encoded and
+ * whatever the schedule; on the 2^-20 grid, within (-0.5, 0.5). */
 static float embedding_grad(int64_t step, float value) {
   uint32_t bits;
   memcpy(&bits, &value, sizeof bits);
@@ -443,6 +643,7 @@ static float embedding_grad(int64_t step, float value) {
   return (float)((int64_t)(x >> 44) - ((int64_t)1 << 19)) * 0x1p-20f;
 }
 
+/* While b is still the loader's (InternVL's tile flags are read here). */
 static void embedding_grads(encoder_call_t *c, const vlm_batch_t *b,
                             int64_t embed_dim, int64_t step) {
   int64_t n = c->tokens * embed_dim;
@@ -472,24 +673,36 @@ static uint64_t patch_grad_digest(const encoder_call_t *c, int32_t row_floats,
   return d;
 }
 
+/* --vit-fault rebackward: a second backward of an already consumed saved
+ * must be refused (-1) by the interposer, which owns no such forward. */
+static void backward_again(encoder_t *enc, vit_saved_t *consumed,
+                           const float *grad) {
+  if (timed_backward(enc, consumed, grad, enc->discard, NULL) != -1)
+    die("--vit-fault rebackward: a second vit_backward of one forward was "
+        "not refused (expected -1)");
+  enc->faults_seen++;
+}
+
 static void encoder_backward(encoder_t *enc, ledger_t *led,
-                             const vlm_batch_t *b, const opts_t *o,
-                             int64_t step, int first_of_tp) {
+                             encoder_micro_t *mb, const opts_t *o,
+                             int first_of_tp, int rebackward) {
+  int qwen = o->cfg.layout != VLMLOAD_INTERNVL;
+  set_scale(enc, mb->scale);
   for (int32_t k = 0; k < enc->ncalls; k++) {
-    encoder_call_t *c = &enc->call[k];
-    embedding_grads(c, b, o->embed_dim, step);
+    encoder_call_t *c = &mb->call[k];
     float *patch = NULL;
     if (o->patch_grads)
       patch = c->patch_grad = grow(c->patch_grad, &c->patch_cap,
                                    c->in.nrows * enc->row_floats + 1);
     /* TP peers encode the same images; one copy enters the sum. */
     int64_t *params = first_of_tp ? enc->params : enc->discard;
-    int rc = vit_backward(enc->vit, c->saved, c->grad, params, patch);
+    vit_saved_t *saved = c->saved;
+    int rc = timed_backward(enc, saved, c->grad, params, patch);
     c->saved = NULL; /* freed by vit_backward, whatever rc */
     if (rc < 0) die(vit_error(enc->vit));
+    if (k == 0 && rebackward) backward_again(enc, saved, c->grad);
     if (patch && first_of_tp)
-      led->patch_grads += patch_grad_digest(c, enc->row_floats,
-                                            b->layout != VLMLOAD_INTERNVL);
+      led->patch_grads += patch_grad_digest(c, enc->row_floats, qwen);
   }
 }
 
@@ -530,24 +743,97 @@ static double consume(ledger_t *led, const vlmload_t *l, const vlm_batch_t *b,
   return emu_pack_seconds(&o->model, b->cu_lengths, b->nsamples);
 }
 
-/* One micro-batch after its hand-off at t: the encoder's forward (libvit
- * sleeps it), the LLM (slept here, absorbing the trainer's CPU work), the
- * encoder's backward. The emulator's noise per (rank, step, micro-batch)
- * and 1/tp scale both. Returns the emulated seconds. */
-static double micro_batch(ledger_t *led, encoder_t *enc, const vlmload_t *l,
-                          const vlm_batch_t *b, const opts_t *o, int64_t s,
-                          int64_t m, int rank, double t) {
-  int first_of_tp = rank % o->tp == 0;
-  double scale = emu_noise(&o->model, o->cfg.seed, rank, s, (int32_t)m) *
-                 o->time_scale / (double)o->tp;
+/* A step's running figures, the same for both schedules. */
+typedef struct step_run {
+  vlmload_t *l;
+  ledger_t *led;
+  encoder_t *enc;
+  const opts_t *o;
+  int64_t s;
+  int rank;
+  vit_fault_kind_t fault; /* this rank's --vit-fault part in this step */
+  double handoff_ms, llm_s;
+} step_run_t;
+
+static vlm_batch_t *hand_off(step_run_t *r, double *returned) {
+  double h = dpshim__tool_now_s();
+  vlm_batch_t *b = vlmload_next(r->l);
+  *returned = dpshim__tool_now_s();
+  if (!b) die("vlmload_next returned no batch");
+  r->handoff_ms += 1e3 * (*returned - h);
+  return b;
+}
+
+/* The emulator's noise per (rank, step, micro-batch) and 1/tp: the same
+ * whatever the schedule. */
+static double micro_scale(const step_run_t *r, int64_t m) {
+  const opts_t *o = r->o;
+  return emu_noise(&o->model, o->cfg.seed, r->rank, r->s, (int32_t)m) *
+         o->time_scale / (double)o->tp;
+}
+
+/* Micro-batch m's forward and its LLM part while b is the loader's: the
+ * encoder's forward (libvit sleeps it), the pack consumed, the embedding
+ * gradients. Returns the encoder's forward seconds plus the LLM's
+ * (scaled), for the caller to sleep. */
+static double forward_part(step_run_t *r, encoder_micro_t *mb,
+                           const vlm_batch_t *b, int64_t m) {
+  encoder_t *enc = r->enc;
+  int first_of_tp = r->rank % r->o->tp == 0;
+  mb->scale = micro_scale(r, m);
   double vit0 = vit_seconds_charged(enc->vit);
-  encoder_forward(enc, b, o->embed_dim, scale);
+  encoder_forward(enc, mb, b, r->o, m == 0 ? r->fault : VIT_FAULT_NONE,
+                  r->rank);
   double forward = vit_seconds_charged(enc->vit) - vit0;
-  const float *emb[2] = {enc->call[0].emb, enc->call[1].emb};
-  double llm = scale * consume(led, l, b, emb, o, s, first_of_tp);
-  dpshim__tool_sleep_until(t + forward + llm);
-  encoder_backward(enc, led, b, o, s, first_of_tp);
-  return llm + vit_seconds_charged(enc->vit) - vit0;
+  const float *emb[2] = {mb->call[0].emb, mb->call[1].emb};
+  double llm = mb->scale * consume(r->led, r->l, b, emb, r->o, r->s,
+                                   first_of_tp);
+  for (int32_t k = 0; k < enc->ncalls; k++)
+    embedding_grads(&mb->call[k], b, r->o->embed_dim, r->s);
+  r->llm_s += llm;
+  return forward + llm;
+}
+
+static void backward_part(step_run_t *r, encoder_micro_t *mb, int first) {
+  encoder_backward(r->enc, r->led, mb, r->o, r->rank % r->o->tp == 0,
+                   first && r->fault == VIT_FAULT_REBACKWARD);
+}
+
+/* 1f1b: each micro-batch's forward, LLM and backward before the next
+ * hand-off; the LLM sleep absorbs the trainer's CPU work. */
+static void run_1f1b(step_run_t *r) {
+  encoder_micro_t *mb = &r->enc->micro[0];
+  for (int64_t m = 0; m < r->o->micro; m++) {
+    double t;
+    vlm_batch_t *b = hand_off(r, &t);
+    dpshim__tool_sleep_until(t + forward_part(r, mb, b, m));
+    backward_part(r, mb, m == 0);
+  }
+}
+
+/* afab (GPipe): every micro-batch's hand-off and forward, the LLM of all
+ * of them, then the backwards in reverse order. The sleep runs to the
+ * first hand-off's return plus the later hand-offs and the modelled work. */
+static void run_afab(step_run_t *r) {
+  double deadline = 0;
+  for (int64_t m = 0; m < r->o->micro; m++) {
+    double before = r->handoff_ms, t;
+    vlm_batch_t *b = hand_off(r, &t);
+    deadline = m ? deadline + 1e-3 * (r->handoff_ms - before) : t;
+    deadline += forward_part(r, &r->enc->micro[m], b, m);
+  }
+  dpshim__tool_sleep_until(deadline);
+  for (int64_t m = r->o->micro - 1; m >= 0; m--)
+    backward_part(r, &r->enc->micro[m], m == r->o->micro - 1);
+}
+
+/* --vit-fault's part for this rank at step s. grid concerns every rank:
+ * all of them redo the call the fault rank broke. */
+static vit_fault_kind_t fault_now(const opts_t *o, int rank, int64_t s) {
+  const vit_fault_t *f = &o->vit_fault;
+  if (f->kind == VIT_FAULT_NONE || f->step != s) return VIT_FAULT_NONE;
+  return f->kind == VIT_FAULT_GRID || f->rank == rank ? f->kind
+                                                      : VIT_FAULT_NONE;
 }
 
 /* The step's sync is one all-reduce, the LLM's stand-in gradient and the
@@ -556,19 +842,14 @@ static double micro_batch(ledger_t *led, encoder_t *enc, const vlmload_t *l,
 static void step(vlmload_t *l, ledger_t *led, encoder_t *enc,
                  const opts_t *o, int64_t s, int rank, int size,
                  int64_t *sync) {
-  double st[ST_N] = {0}, t0 = dpshim__tool_now_s();
+  double t0 = dpshim__tool_now_s(), vit0 = vit_seconds_charged(enc->vit);
   int64_t tokens = led->tokens;
+  step_run_t r = {.l = l, .led = led, .enc = enc, .o = o, .s = s,
+                  .rank = rank, .fault = fault_now(o, rank, s)};
   memset(enc->params, 0, (size_t)enc->nparams * sizeof *enc->params);
-  for (int64_t m = 0; m < o->micro; m++) {
-    double h = dpshim__tool_now_s();
-    vlm_batch_t *b = vlmload_next(l);
-    double t = dpshim__tool_now_s();
-    if (!b) die("vlmload_next returned no batch");
-    double compute = micro_batch(led, enc, l, b, o, s, m, rank, t);
-    st[ST_HANDOFF] += 1e3 * (t - h);
-    st[ST_COMPUTE] += 1e3 * (dpshim__tool_now_s() - t);
-    st[ST_EMU] += 1e3 * compute;
-  }
+  enc->wall = 0;
+  if (o->schedule == SCHEDULE_AFAB) run_afab(&r);
+  else run_1f1b(&r);
   double t1 = dpshim__tool_now_s();
   MPI_Allreduce(MPI_IN_PLACE, sync, GRAD_WORDS + enc->nparams, MPI_INT64_T,
                 MPI_SUM, MPI_COMM_WORLD);
@@ -582,10 +863,13 @@ static void step(vlmload_t *l, ledger_t *led, encoder_t *enc,
                            o->time_scale *
                                emu_grad_seconds(&o->model, dp, (int32_t)o->tp));
   if (!led->stats) return;
-  double t2 = dpshim__tool_now_s();
+  double t2 = dpshim__tool_now_s(), *st = led->stats + (size_t)s * ST_N;
+  st[ST_COMPUTE] = 1e3 * (t1 - t0) - r.handoff_ms;
+  st[ST_EMU] = 1e3 * (r.llm_s + vit_seconds_charged(enc->vit) - vit0);
+  st[ST_HANDOFF] = r.handoff_ms;
   st[ST_WAIT] = 1e3 * (t2 - t1);
+  st[ST_VIT] = 1e3 * enc->wall;
   st[ST_TOKENS] = (double)(led->tokens - tokens);
-  memcpy(led->stats + (size_t)s * ST_N, st, sizeof st);
   led->step_ms[s] = 1e3 * (t2 - t0);
 }
 
@@ -601,7 +885,7 @@ static int write_stats(const ledger_t *led, const opts_t *o, int rank,
   MPI_Gather(led->stats, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank != 0) return 0;
   static const char *const key[ST_N] = {"compute_ms", "emu_ms", "handoff_ms",
-                                        "wait_ms", "tokens"};
+                                        "wait_ms",    "vit_ms", "tokens"};
   FILE *f = fopen(o->stats_out, "w");
   for (int64_t s = 0; f && s < o->steps; s++) {
     fprintf(f, "{\"step\":%" PRId64 ",\"step_ms\":%.3f", s, led->step_ms[s]);
@@ -625,19 +909,25 @@ static int write_stats(const ledger_t *led, const opts_t *o, int rank,
 
 /* Reduce, not Allreduce: an all-reduce is what the shim takes for a step's
  * gradient sync. */
-static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
-                   int rank, int size, double seconds, int first_of_tp) {
+static void report(const ledger_t *led, const encoder_t *enc,
+                   const vlmload_t *l, const opts_t *o, int rank, int size,
+                   double seconds, int first_of_tp) {
   int64_t dups =
       o->check ? stepids_duplicates(led->ids, led->n, MPI_COMM_WORLD) : 0;
   if (dups < 0) die("out of memory for the duplicate check");
   int64_t produced = first_of_tp ? vlmload_produced(l) : 0;
-  int64_t mine[6] = {led->errors, led->n, produced, led->tokens,
-                     led->one_image, led->one_image_moved}, sum[6];
+  int64_t mine[7] = {led->errors, led->n, produced, led->tokens,
+                     led->one_image, led->one_image_moved,
+                     enc->faults_seen}, sum[7];
+  /* Each rank's encoder seconds (those it ran, whoever's images). */
+  double vit = vit_seconds_charged(enc->vit), vit_max, vit_sum;
   /* The most rows, and the least capacity as the most of its negation. */
   int64_t peak[2] = {led->rows_max, -led->rows_capacity}, most[2];
   uint64_t d[4] = {led->digest, led->images, led->embeddings,
                    led->patch_grads}, dsum[4];
-  MPI_Reduce(mine, sum, 6, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 7, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&vit, &vit_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&vit, &vit_sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(peak, most, 2, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
   MPI_Reduce(d, dsum, 4, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
@@ -657,6 +947,9 @@ static void report(const ledger_t *led, const vlmload_t *l, const opts_t *o,
          sum[5], most[0], -most[1], dsum[2], led->vit_grads);
   if (o->patch_grads)
     printf(",\"patch_grad_digest\":\"%016" PRIx64 "\"", dsum[3]);
+  printf(",\"vit_faults_seen\":%" PRId64 ",\"vit_seconds_max\":%.6f,"
+         "\"vit_seconds_mean\":%.6f", sum[6], vit_max,
+         vit_sum / (double)size);
   printf("}\n");
   fflush(stdout);
 }
@@ -669,6 +962,8 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size % o.tp) die("--tp must divide the number of ranks");
+  if (o.vit_fault.kind != VIT_FAULT_NONE && o.vit_fault.rank >= size)
+    die("--vit-fault: RANK must be below the number of ranks");
   o.cfg.slot = (int32_t)(rank / o.tp);
   o.cfg.slots = (int32_t)(size / o.tp);
   if (rank != o.fault_rank) o.cfg.fault_pack = 0;
@@ -690,7 +985,8 @@ int main(int argc, char **argv) {
   double t0 = dpshim__tool_now_s();
   for (int64_t s = 0; s < o.steps; s++)
     step(l, &led, &enc, &o, s, rank, size, sync);
-  report(&led, l, &o, rank, size, dpshim__tool_now_s() - t0, first_of_tp);
+  report(&led, &enc, l, &o, rank, size, dpshim__tool_now_s() - t0,
+         first_of_tp);
   int rc = o.stats_out ? write_stats(&led, &o, rank, size) : 0;
   free(led.ids);
   free(led.stats);

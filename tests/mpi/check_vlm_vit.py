@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""The ViT-level balance under real mpirun: vlmtrain over libvlmload.so and
+libvit.so, with and without libdpshim.so, whose DPSHIM_VIT_BALANCE=1
+interposes vit_forward(), vit_backward() and vit_saved_free() and moves
+images between DP ranks so that each rank's encoder work is even.
+
+    check_vlm_vit.py LAYOUT --shim libdpshim.so --vlmtrain vlmtrain [--tp N]
+
+For the layout (internvl, qwen2vl, qwen3vl), 4 DP ranks (with --tp N: 2 DP
+ranks of N TP ranks each, DPSHIM_TP_SIZE=N), every run with --check. The
+shim runs have check_vlm.py's SHIM_ENV (the LLM-level balance on) plus
+DPSHIM_VIT_BALANCE=1, DPSHIM_VIT_COEFS=1,0,0 and DPSHIM_VERBOSE=1. "Applied"
+below means "[DP Balance][ViT] APPLY" on stderr, or a finalize summary
+"dpshim: ViT: N calls, M applied" with M > 0: a ViT balance that never
+applied fails the scenario. "The digests" are the consumed, images,
+embeddings and ViT-gradient digests, and the patch-gradient digest where
+the encoder is asked for patch gradients.
+  - mixed: multi-image samples (and videos for Qwen), 2 micro-batches,
+    patch gradients: check_errors 0, the digests of the run without the
+    shim, applied; --stats-out gives every rank's vit_ms (the encoder's
+    calls, the shim's exchanges inside them included) at every step,
+    within its compute_ms;
+  - text-heavy: 5 % of samples with images, so that ranks make encoder
+    calls with no image: the same;
+  - fitted: mixed without DPSHIM_VIT_COEFS (the shim finds the ViT cost
+    itself): the same;
+  - schedules: 3 micro-batches, 1f1b and afab (all forwards, then the
+    backwards in reverse order): without the shim both give the same
+    digests (the trainer's outputs do not depend on the schedule); with
+    it, the digests of the runs without it, applied in each schedule;
+  - grid fault: at step 5 rank 1 (with TP, world rank N) passes a grid
+    whose rows do not add up to its patch rows; every rank then releases
+    what that forward gave it and redoes it. Without the shim and with it:
+    vit_faults_seen 1 (libvit's -1 reached the trainer) and the digests of
+    the run without the fault; with it, one error line naming that rank,
+    no "out of step" line (the calls stayed in step), applied;
+  - extra fault: at step 5 rank 1 makes one forward more than the others
+    and releases it at once: the digests of the run without the shim with
+    the same fault (and of the run without the fault); with the shim, one
+    agreed line with "ViT" and "out of step" (at least one with TP);
+  - rebackward fault (shim only: without it, it is a double free): after
+    its first backward of step 5, rank 1 calls vit_backward again on the
+    consumed saved, in the afab schedule: the shim refuses it (-1, counted
+    in vit_faults_seen: 1) without a collective, exit 0, no "out of step"
+    line, the digests of the run without the shim and without the fault.
+--only NAME (repeatable) runs those scenarios alone (mixed, text-heavy,
+fitted, schedules, grid, extra, rebackward). Every run is bounded (a hang
+is a failed check, its processes killed), and the whole script by a budget
+below meson's timeout. Exit status 0 when every check holds.
+"""
+import argparse
+import re
+import sys
+import tempfile
+import time
+
+from check_vlm import (STEPS, SHIM_ENV, dp_size, encoder_keys, same_digests,
+                       vlmtrain)
+from mpitest import check, failures, read_jsonl
+
+VIT_ENV = dict(SHIM_ENV, DPSHIM_VIT_BALANCE="1", DPSHIM_VIT_COEFS="1,0,0",
+               DPSHIM_VERBOSE="1")
+MIXED = ["--micro-batches", "2", "--patch-grads"]
+TEXT_HEAVY = ["--image-fraction", "0.05"]
+# Three micro-batches: the backwards of afab run in another order than
+# their forwards.
+ONE_F_ONE_B = ["--micro-batches", "3", "--patch-grads", "--schedule", "1f1b"]
+AFAB = ["--micro-batches", "3", "--patch-grads", "--schedule", "afab"]
+# After the warm-up (DPSHIM_WARMUP_ITERS=2-4), with steps left after it.
+FAULT_STEP = 5
+# A run takes seconds; a hang fails the check after this, and the script
+# stops starting runs before meson's 600 s timeout would kill it.
+RUN_TIMEOUT = 90
+BUDGET = 540
+STARTED = time.monotonic()
+
+# Plain runs (no shim) by their arguments: several scenarios compare with
+# the same one.
+plain_runs = {}
+
+
+def bounded_run(args, extra, what, **kw):
+    """vlmtrain() within the script's budget; {} (a failed check) past it."""
+    left = BUDGET - (time.monotonic() - STARTED)
+    if not check(left > 10, "%s: not run, the script's %d s are spent"
+                 % (what, BUDGET)):
+        return {}, ""
+    return vlmtrain(args, extra, what=what,
+                    timeout=int(min(RUN_TIMEOUT, left)), **kw)
+
+
+def plain(args, extra, what):
+    key = tuple(extra)
+    if key not in plain_runs:
+        plain_runs[key], _ = bounded_run(args, extra,
+                                         what + ", without the shim")
+    return plain_runs[key]
+
+
+def with_shim(args, extra, what, env=None):
+    return bounded_run(args, extra, what, shim=True, env=env or VIT_ENV)
+
+
+def vit_applied(err):
+    """ViT balances applied: the verbose lines, or the summary's count."""
+    lines = err.count("[DP Balance][ViT] APPLY")
+    m = re.search(r"ViT: \d+ calls, (\d+) applied", err)
+    return max(lines, int(m.group(1)) if m else 0)
+
+
+def check_applied(what, err):
+    check(vit_applied(err) > 0, "%s: the ViT balance never applied (no "
+          "'[DP Balance][ViT] APPLY', no 'ViT: N calls, M applied' with "
+          "M > 0)" % what)
+
+
+def out_of_step_lines(err):
+    return [l for l in err.splitlines() if "ViT" in l and "out of step" in l]
+
+
+def fault_rank(args):
+    """DP rank 1: world rank 1, or the first of the second TP group."""
+    return args.tp
+
+
+def fault(args, kind):
+    return ["--vit-fault", "%s:%d:%d" % (kind, fault_rank(args), FAULT_STEP)]
+
+
+def digests_of(args, extra):
+    return tuple(encoder_keys(extra)) + ("consumed_digest", "images_digest")
+
+
+def intact(what, *results):
+    """Every run gave a result with check_errors 0."""
+    if not all(results):
+        return False
+    for res in results:
+        check(res["check_errors"] == 0, "%s: check_errors %d"
+              % (what, res["check_errors"]))
+    return True
+
+
+def scenario_balanced(args, name, extra, env=None, stats=None):
+    what = "%s, %s" % (args.layout, name)
+    base = plain(args, extra, what)
+    on, err = with_shim(args, extra + (["--stats-out", stats] if stats
+                                       else []), what, env)
+    if not intact(what, base, on):
+        return
+    same_digests(what, on, base, digests_of(args, extra))
+    check_applied(what, err)
+    if stats:
+        check_vit_ms(args, what, read_jsonl(stats))
+
+
+def check_vit_ms(args, what, entries):
+    """Every step has every rank's vit_ms, >= 0 and within compute_ms
+    (which holds the encoder's calls); some of it > 0."""
+    ranks = dp_size(args) * args.tp
+    check(len(entries) == STEPS, "%s: --stats-out has %d steps, expected %d"
+          % (what, len(entries), STEPS))
+    for e in entries:
+        vit, compute = e.get("vit_ms", []), e.get("compute_ms", [])
+        if not check(len(vit) == ranks == len(compute), "%s, step %s: "
+                     "vit_ms %r for %d ranks" % (what, e.get("step"), vit,
+                                                 ranks)):
+            return
+        check(all(0 <= v <= c + 0.01 for v, c in zip(vit, compute)),
+              "%s, step %d: vit_ms %r not within compute_ms %r"
+              % (what, e["step"], vit, compute))
+    check(any(v > 0 for e in entries for v in e["vit_ms"]),
+          "%s: vit_ms all 0" % what)
+
+
+def scenario_mixed(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario_balanced(args, "mixed", MIXED, stats=tmp + "/stats.jsonl")
+
+
+def scenario_fitted(args):
+    env = {k: v for k, v in VIT_ENV.items() if k != "DPSHIM_VIT_COEFS"}
+    scenario_balanced(args, "fitted ViT cost", MIXED, env)
+
+
+def scenario_schedules(args):
+    what = "%s, 3 micro-batches" % args.layout
+    one, afab = plain(args, ONE_F_ONE_B, what + ", 1f1b"), \
+        plain(args, AFAB, what + ", afab")
+    if intact(what + ", without the shim", one, afab):
+        same_digests(what + ", afab without the shim", afab, one,
+                     digests_of(args, AFAB), than="1f1b's")
+    for name, extra in (("1f1b", ONE_F_ONE_B), ("afab", AFAB)):
+        scenario_balanced(args, "3 micro-batches, " + name, extra)
+
+
+def scenario_grid(args):
+    what = "%s, grid fault on rank %d" % (args.layout, fault_rank(args))
+    extra = ONE_F_ONE_B + fault(args, "grid")
+    base = plain(args, ONE_F_ONE_B, what + ", no fault")
+    faulted = plain(args, extra, what)
+    on, err = with_shim(args, extra, what)
+    if not intact(what, base, faulted, on):
+        return
+    for variant, res in (("without the shim", faulted), ("with it", on)):
+        check(res.get("vit_faults_seen") == 1, "%s, %s: vit_faults_seen %r, "
+              "expected 1" % (what, variant, res.get("vit_faults_seen")))
+        same_digests("%s, %s" % (what, variant), res, base,
+                     digests_of(args, extra), than="without the fault")
+    named = [l for l in err.splitlines() if "ViT" in l
+             and not l.startswith("[DP Balance]")
+             and re.search(r"\brank %d\b" % fault_rank(args), l)]
+    check(len(named) == 1 if args.tp == 1 else len(named) >= 1,
+          "%s: expected one error line with 'ViT' naming rank %d, got %r"
+          % (what, fault_rank(args), named))
+    check(not out_of_step_lines(err), "%s: the calls fell out of step: %r"
+          % (what, out_of_step_lines(err)))
+    check_applied(what, err)
+
+
+def scenario_extra(args):
+    what = "%s, extra forward on rank %d" % (args.layout, fault_rank(args))
+    extra = ONE_F_ONE_B + fault(args, "extra")
+    base = plain(args, ONE_F_ONE_B, what + ", no fault")
+    faulted = plain(args, extra, what)
+    on, err = with_shim(args, extra, what)
+    if not intact(what, base, faulted, on):
+        return
+    same_digests(what, on, faulted, digests_of(args, extra),
+                 than="without the shim, with the fault,")
+    same_digests(what + ", without the shim", faulted, base,
+                 digests_of(args, extra), than="without the fault")
+    lines = out_of_step_lines(err)
+    check(len(lines) == 1 if args.tp == 1 else len(lines) >= 1,
+          "%s: expected one line with 'ViT' and 'out of step', got %r"
+          % (what, lines))
+
+
+def scenario_rebackward(args):
+    what = "%s, second backward on rank %d" % (args.layout, fault_rank(args))
+    base = plain(args, AFAB, what + ", no fault")
+    on, err = with_shim(args, AFAB + fault(args, "rebackward"), what)
+    if not intact(what, base, on):
+        return
+    check(on.get("vit_faults_seen") == 1, "%s: vit_faults_seen %r, expected "
+          "1 (the second vit_backward refused)" % (what,
+                                                   on.get("vit_faults_seen")))
+    same_digests(what, on, base, digests_of(args, AFAB),
+                 than="without the shim and the fault")
+    check(not out_of_step_lines(err), "%s: the calls fell out of step: %r"
+          % (what, out_of_step_lines(err)))
+
+
+SCENARIOS = {
+    "mixed": scenario_mixed,
+    "text-heavy": lambda a: scenario_balanced(a, "text-heavy", TEXT_HEAVY),
+    "fitted": scenario_fitted,
+    "schedules": scenario_schedules,
+    "grid": scenario_grid,
+    "extra": scenario_extra,
+    "rebackward": scenario_rebackward,
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("layout", choices=["internvl", "qwen2vl", "qwen3vl"])
+    p.add_argument("--shim", required=True)
+    p.add_argument("--vlmtrain", required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--only", action="append", choices=sorted(SCENARIOS),
+                   help="run only these scenarios (repeatable)")
+    args = p.parse_args()
+    for name, scenario in SCENARIOS.items():
+        if not args.only or name in args.only:
+            scenario(args)
+    print("vlm vit %s%s: %d failed checks in %.0f s" % (
+        args.layout, " tp %d" % args.tp if args.tp > 1 else "",
+        len(failures), time.monotonic() - STARTED))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
