@@ -165,7 +165,7 @@ Test(sim_vlm, simulates_a_vlm_sweep_point) {
   sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b",
                           "--tp", "model", "--steps", "2", "--warmup-last",
                           "4", "--solve-reps", "1");
-  sim_algo_t algos[2] = {{DPSHIM_ALGO_NONE, 0}, {DPSHIM_ALGO_DEFAULT, 1}};
+  sim_algo_t algos[2] = {{DPSHIM_ALGO_NONE, 0, 0}, {DPSHIM_ALGO_DEFAULT, 1, 0}};
   sim_run_t runs[2];
   char err[256] = "";
   cr_assert_eq(sim_simulate(&o.cfg, 16, algos, 2, runs, err, sizeof err), 0,
@@ -188,7 +188,7 @@ Test(sim_vlm, text_cost_fits_no_vision_terms) {
   sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
                           "--text-cost", "--steps", "1", "--warmup-last",
                           "4", "--solve-reps", "1");
-  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1};
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1, 0};
   sim_run_t run;
   char err[256] = "";
   cr_assert_eq(sim_simulate(&o.cfg, 16, &algo, 1, &run, err, sizeof err), 0,
