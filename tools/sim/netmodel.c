@@ -114,6 +114,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     res.vit_s += s->vit_max_s;
     res.vit_wait_s += s->vit_wait_s;
     res.vit_shim_s += p.vit_shim_s;
+    res.vit_solve_s += s->vit_solve_s;
     res.vit_bytes_moved += s->vit_moved_bytes;
     res.imb_before += s->imb_before;
     res.imb_after += s->imb_after;
@@ -130,6 +131,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
   res.vit_s /= k;
   res.vit_wait_s /= k;
   res.vit_shim_s /= k;
+  res.vit_solve_s /= k;
   res.vit_bytes_moved /= k;
   res.imb_before /= k;
   res.imb_after /= k;

@@ -152,7 +152,7 @@ typedef struct sim_result {
   int64_t handoffs, applied, skipped[SIM_NSKIPS]; /* over all steps */
   /* The vision encoder's phase, per step: its time, the straggler wait in
    * it, the ViT balance's share of shim_s and bytes that change rank. */
-  double vit_s, vit_wait_s, vit_shim_s, vit_bytes_moved;
+  double vit_s, vit_wait_s, vit_shim_s, vit_solve_s, vit_bytes_moved;
   int64_t vit_calls, vit_applied; /* over all steps */
 } sim_result_t;
 
