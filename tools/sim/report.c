@@ -38,7 +38,8 @@ static void print_fields(FILE *f, const sim_result_t *r) {
           "\"vit_bytes_moved_per_step\":%.0f,"
           "\"vit_calls\":%lld,\"vit_applied\":%lld",
           r->algo.vit, 1e3 * r->vit_s, 1e3 * r->vit_wait_s,
-          1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved, (long long)r->vit_calls,
+          1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved,
+          (long long)r->vit_calls,
           (long long)r->vit_applied);
   fputc('}', f);
 }
