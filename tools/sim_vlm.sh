@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # dpshim-sim on the VLM workloads under each realistic preset, each with its
 # family's layout and the preset's TP: internvl2-8b (internvl), qwen2-vl-7b
-# and qwen2.5-vl-7b (qwen2vl), qwen3-vl-8b (qwen3vl). Prints each run's
-# summary, then the TGS gain of seed and default over none per DP size, one
-# column per preset. Builds nothing:
+# and qwen2.5-vl-7b (qwen2vl), qwen3-vl-8b (qwen3vl), with the ViT balance
+# too (--vit-balance). Prints each run's summary, then per DP size, one
+# column per preset: the TGS gain over none of seed and default (the LLM
+# level), of seed+vit and default+vit (LLM + ViT level), the encoder phase's
+# straggler wait and the bytes each level moves. Builds nothing:
 #
 #   ninja -C build tools/sim/dpshim-sim
 #   tools/sim_vlm.sh [--build DIR] [--out DIR] [-- dpshim-sim args]
@@ -18,7 +20,7 @@ while (($#)); do
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "sim_vlm.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -35,7 +37,7 @@ presets=(internvl2-8b:internvl qwen2-vl-7b:qwen2vl qwen2.5-vl-7b:qwen2vl
 for p in "${presets[@]}"; do
   model=${p%%:*} layout=${p##*:}
   start=$SECONDS
-  "$sim" --layout "$layout" --model "$model" --tp model \
+  "$sim" --layout "$layout" --model "$model" --tp model --vit-balance \
     --json "$out/$model.json" "${extra[@]}" >/dev/null
   echo "  ($model: $((SECONDS - start)) s)" >&2
 done
@@ -50,10 +52,29 @@ ranks = sorted({r["ranks"] for rs in runs.values() for r in rs})
 def gain(m, n, algo):
     t, none = tgs[m].get((n, algo)), tgs[m].get((n, "none"))
     return f"{100 * (t / none - 1):+.1f}%" if t and none else "-"
-print("TGS gain over none (seed / default) by DP size:")
-print("| DP | " + " | ".join(models) + " |")
-print("|---:|" + "---:|" * len(models))
-for n in ranks:
-    cells = [f"{gain(m, n, 'seed')} / {gain(m, n, 'default')}" for m in models]
-    print(f"| {n} | " + " | ".join(cells) + " |")
+field = {m: {(r["ranks"], r["algo"]): r for r in rs} for m, rs in runs.items()}
+def ms(m, n, algo, key):
+    r = field[m].get((n, algo))
+    return f"{r[key]:.1f}" if r and key in r else "-"
+def gb(m, n, algo, key):
+    r = field[m].get((n, algo))
+    return f"{r[key] / 1e9:.2f}" if r and key in r else "-"
+def table(title, cell):
+    print(title)
+    print("| DP | " + " | ".join(models) + " |")
+    print("|---:|" + "---:|" * len(models))
+    for n in ranks:
+        print(f"| {n} | " + " | ".join(cell(m, n) for m in models) + " |")
+table("TGS gain over none (seed / default) by DP size:",
+      lambda m, n: f"{gain(m, n, 'seed')} / {gain(m, n, 'default')}")
+table("\nTGS gain over none with the ViT balance too (seed+vit / "
+      "default+vit) by DP size:",
+      lambda m, n: f"{gain(m, n, 'seed+vit')} / {gain(m, n, 'default+vit')}")
+table("\nViT phase straggler wait (max - mean), ms per step "
+      "(none / default / default+vit):",
+      lambda m, n: " / ".join(ms(m, n, a, "vit_wait_ms")
+                              for a in ("none", "default", "default+vit")))
+table("\nGB moved per step by default+vit (LLM level / ViT level):",
+      lambda m, n: f"{gb(m, n, 'default+vit', 'bytes_moved_per_step')} / "
+                   f"{gb(m, n, 'default+vit', 'vit_bytes_moved_per_step')}")
 EOF

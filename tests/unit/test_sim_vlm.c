@@ -165,7 +165,7 @@ Test(sim_vlm, simulates_a_vlm_sweep_point) {
   sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b",
                           "--tp", "model", "--steps", "2", "--warmup-last",
                           "4", "--solve-reps", "1");
-  sim_algo_t algos[2] = {{DPSHIM_ALGO_NONE, 0}, {DPSHIM_ALGO_DEFAULT, 1}};
+  sim_algo_t algos[2] = {{DPSHIM_ALGO_NONE, 0, 0}, {DPSHIM_ALGO_DEFAULT, 1, 0}};
   sim_run_t runs[2];
   char err[256] = "";
   cr_assert_eq(sim_simulate(&o.cfg, 16, algos, 2, runs, err, sizeof err), 0,
@@ -188,7 +188,7 @@ Test(sim_vlm, text_cost_fits_no_vision_terms) {
   sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
                           "--text-cost", "--steps", "1", "--warmup-last",
                           "4", "--solve-reps", "1");
-  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1};
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1, 0};
   sim_run_t run;
   char err[256] = "";
   cr_assert_eq(sim_simulate(&o.cfg, 16, &algo, 1, &run, err, sizeof err), 0,
@@ -196,6 +196,130 @@ Test(sim_vlm, text_cost_fits_no_vision_terms) {
   cr_assert_eq(run.model.d + run.model.e, 0);
   cr_assert_gt(run.model.a + run.model.b, 0);
   sim_run_free(&run);
+}
+
+/* ---- the ViT balance ("+vit") --------------------------------------------- */
+
+/* Images and their encoder seconds in the workload's hand-offs of step s. */
+static void step_images(const sim_config_t *c, const sim_workload_t *w,
+                        int64_t s, double *images, double *seconds) {
+  *images = *seconds = 0;
+  for (int32_t m = 0; m < c->micro; m++) {
+    int64_t h = s * c->micro + m;
+    for (int64_t j = w->image_first[w->first[h]];
+         j < w->image_first[w->first[h + 1]]; j++) {
+      *images += 1;
+      *seconds += w->image[j].vit;
+    }
+  }
+}
+
+static double run_vit_wait(const sim_run_t *r) {
+  double wait = 0;
+  for (int64_t k = 0; k < r->nsteps; k++) wait += r->step[k].vit_wait_s;
+  return wait;
+}
+
+/* Per step of a run: every image encoded exactly once (the images and
+ * seconds encoded are the workload's), and the ViT exchange only with the
+ * ViT balance on. */
+static void check_vit_steps(const sim_options_t *o, const sim_run_t *r,
+                            const sim_workload_t *w) {
+  const char *name = sim_algo_name(r->algo);
+  for (int64_t k = 0; k < r->nsteps; k++) {
+    const sim_step_t *st = &r->step[k];
+    cr_assert_gt(st->vit_max_s, 0, "%s step %lld: no encoder phase", name,
+                 (long long)k);
+    if (!r->algo.vit) {
+      cr_assert_eq(st->vit_moved_bytes + st->vit_xfer_bytes, 0, "%s", name);
+      cr_assert_eq(st->vit_calls, 0, "%s", name);
+      continue;
+    }
+    double images, seconds;
+    step_images(&o->cfg, w, o->cfg.warmup_last + k, &images, &seconds);
+    cr_assert_eq(st->vit_calls, o->cfg.micro, "%s: a call per micro-batch",
+                 name);
+    cr_assert_eq(st->vit_images, images, "%s step %lld: %g images encoded "
+                 "of %g", name, (long long)k, st->vit_images, images);
+    cr_assert(close_to(st->vit_seconds, seconds), "%s step %lld: encoder "
+              "seconds %g != %g", name, (long long)k, st->vit_seconds,
+              seconds);
+  }
+}
+
+/* An image-heavy mix at DP 32: with the ViT balance, the straggler wait in
+ * the encoder's phase falls well below the LLM balance's and none's, its
+ * images move (and come back), and without it nothing of the ViT moves. */
+static void vit_balance_evens_the_encoder(const char *layout,
+                                          const char *model,
+                                          const char *micro) {
+  sim_options_t o = PARSE("--layout", (char *)layout, "--model", (char *)model,
+                          "--tp", "model", "--steps", "3", "--warmup-last",
+                          "4", "--solve-reps", "1", "--micro-batches",
+                          (char *)micro, "--vit-balance");
+  cr_assert_eq(o.nalgos, 5, "--vit-balance: none, seed, default and +vit");
+  cr_assert_str_eq(sim_algo_name(o.algos[3]), "seed+vit");
+  cr_assert_str_eq(sim_algo_name(o.algos[4]), "default+vit");
+  sim_run_t runs[5];
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o.cfg, 32, o.algos, 5, runs, err, sizeof err),
+               0, "%s", err);
+  sim_workload_t w = draw(&o.cfg, 32,
+                          (o.cfg.warmup_last + o.cfg.steps) * o.cfg.micro);
+  for (int a = 0; a < 5; a++) check_vit_steps(&o, &runs[a], &w);
+  double none = run_vit_wait(&runs[0]), llm = run_vit_wait(&runs[2]);
+  double vit = run_vit_wait(&runs[4]), moved = 0;
+  for (int64_t k = 0; k < runs[4].nsteps; k++)
+    moved += runs[4].step[k].vit_moved_bytes;
+  cr_assert_lt(vit, 0.5 * none, "%s: ViT wait %g s against none's %g s",
+               layout, vit, none);
+  cr_assert_lt(vit, 0.5 * llm, "%s: ViT wait %g s against the LLM "
+               "balance's %g s", layout, vit, llm);
+  cr_assert_gt(moved, 0, "%s: no image changed rank", layout);
+  cr_assert_gt(runs[4].vit_model.a + runs[4].vit_model.b, 0,
+               "%s: the ViT fit learnt nothing", layout);
+  cr_assert_eq(runs[4].model.d + runs[4].model.e, 0,
+               "%s: the LLM's cost beside the ViT balance has images' terms",
+               layout);
+  sim_workload_free(&w);
+  for (int a = 0; a < 5; a++) sim_run_free(&runs[a]);
+}
+
+Test(sim_vlm, vit_balance_internvl_tiles) {
+  vit_balance_evens_the_encoder("internvl", "internvl2-8b", "1");
+}
+Test(sim_vlm, vit_balance_qwen3vl_videos_two_micro_batches) {
+  vit_balance_evens_the_encoder("qwen3vl", "qwen3-vl-8b", "2");
+}
+
+/* Each sample's images, one by one, add up to what it carries. */
+Test(sim_vlm, images_add_up_to_their_sample) {
+  sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b");
+  sim_workload_t w = draw(&o.cfg, 4, 2);
+  for (int64_t i = 0; i < w.first[w.handoffs]; i++) {
+    int64_t patches = 0;
+    double vit = 0;
+    for (int64_t j = w.image_first[i]; j < w.image_first[i + 1]; j++) {
+      patches += w.image[j].patches;
+      vit += w.image[j].vit;
+    }
+    cr_assert_eq(patches, w.patches[i], "sample %lld", (long long)i);
+    cr_assert(close_to(vit, w.vit[i]) || (vit == 0 && w.vit[i] == 0));
+  }
+  sim_workload_free(&w);
+}
+
+Test(sim_vlm, vit_balance_needs_a_layout, .exit_code = 2) {
+  PARSE("--vit-balance");
+}
+Test(sim_vlm, vit_algo_needs_a_layout, .exit_code = 2) {
+  PARSE("--algos", "none,default+vit");
+}
+Test(sim_vlm, bad_vit_algo, .exit_code = 2) {
+  PARSE("--layout", "internvl", "--algos", "default+vi");
+}
+Test(sim_vlm, bad_vit_cap_ratio, .exit_code = 2) {
+  PARSE("--layout", "internvl", "--vit-cap-ratio", "0");
 }
 
 /* ---- the text workload: reftrain's, nothing of vision --------------------- */

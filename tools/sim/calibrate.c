@@ -104,7 +104,7 @@ static int read_run(const json_t *r, measured_t *m) {
                                         &m->step_ms))
     return -1;
   m->dp = (int32_t)dp;
-  m->algo = (sim_algo_t){DPSHIM_ALGO_NONE, 0};
+  m->algo = (sim_algo_t){DPSHIM_ALGO_NONE, 0, 0};
   if (v && v->type == JSON_STRING && !strcmp(v->str, "none")) return 0;
   m->algo.shim = 1;
   if (v && v->type == JSON_STRING &&

@@ -15,7 +15,10 @@
  * shim/balance.c sizes them; simulate.c sums the bytes), the solver, and
  * when applied the alltoallv of the samples that change rank plus the
  * copies. The first hand-offs also gather the metas apart and agree after
- * growing buffers: not modelled.
+ * growing buffers: not modelled. The ViT balance's per encoder call
+ * (vitbalance.c): one allgather of the images' sizes, the plan, and when
+ * applied three alltoallvs (inputs, embeddings, their gradients) and their
+ * copies, priced the same way.
  *
  * CPU work (solver, copies) runs on every rank at once: with `cores` shared
  * by all ranks (an oversubscribed test machine) it takes P/cores times
@@ -59,11 +62,23 @@ static double shim_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
+/* The ViT balance's time in one step: all its encoder calls together. */
+static double vit_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
+  if (s->vit_calls == 0) return 0;
+  double k = s->vit_calls;
+  double coll = k * allgather(n, P, s->vit_gather_bytes / k) +
+                s->vit_xfer_bytes / n->bandwidth + s->vit_peers * n->latency_s;
+  double collectives = k + 3.0 * s->vit_applied;
+  double cpu = s->vit_solve_s + s->vit_copy_bytes / n->memcpy_bps;
+  return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
+}
+
 sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
                            int32_t ranks, const sim_step_t *s) {
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
   sim_price_t p;
-  p.shim_s = shim_seconds(n, ranks, s);
+  p.vit_shim_s = vit_seconds(n, ranks, s);
+  p.shim_s = shim_seconds(n, ranks, s) + p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */
   p.allreduce_s = allreduce(n, world, (double)c->grad_bytes) +
@@ -77,6 +92,8 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
 static void count_decisions(sim_result_t *res, const sim_step_t *s) {
   res->handoffs += s->handoffs;
   res->applied += s->applied;
+  res->vit_calls += s->vit_calls;
+  res->vit_applied += s->vit_applied;
   for (int k = 0; k < SIM_NSKIPS; k++) res->skipped[k] += s->skipped[k];
 }
 
@@ -94,6 +111,11 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     res.compute_max_s += s->compute_max_s;
     res.solve_s += s->solve_s;
     res.bytes_moved += s->moved_bytes;
+    res.vit_s += s->vit_max_s;
+    res.vit_wait_s += s->vit_wait_s;
+    res.vit_shim_s += p.vit_shim_s;
+    res.vit_solve_s += s->vit_solve_s;
+    res.vit_bytes_moved += s->vit_moved_bytes;
     res.imb_before += s->imb_before;
     res.imb_after += s->imb_after;
     count_decisions(&res, s);
@@ -106,6 +128,11 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
   res.compute_max_s /= k;
   res.solve_s /= k;
   res.bytes_moved /= k;
+  res.vit_s /= k;
+  res.vit_wait_s /= k;
+  res.vit_shim_s /= k;
+  res.vit_solve_s /= k;
+  res.vit_bytes_moved /= k;
   res.imb_before /= k;
   res.imb_after /= k;
   return res;

@@ -16,7 +16,7 @@ enum {
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
-  OPT_HELP
+  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -27,6 +27,9 @@ static const struct option longopts[] = {
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"pack-tokens", required_argument, NULL, OPT_PACK_TOKENS},
     {"text-cost", no_argument, NULL, OPT_TEXT_COST},
+    {"vit-balance", no_argument, NULL, OPT_VIT_BALANCE},
+    {"vit-cap-ratio", required_argument, NULL, OPT_VIT_CAP_RATIO},
+    {"vit-threshold", required_argument, NULL, OPT_VIT_THRESHOLD},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -60,7 +63,9 @@ static void usage(void) {
 "\n"
 "workload (as reftrain's options):\n"
 "  --ranks N,N,...       DP sizes, 1..65536 [4,8,16,...,4096]\n"
-"  --algos LIST          none (no shim), seed, default, kk [none,seed,default]\n"
+"  --algos LIST          none (no shim), seed, default, kk, and with a VLM\n"
+"                        layout seed+vit, default+vit, kk+vit (the ViT\n"
+"                        balance too) [none,seed,default]\n"
 "  --profile NAME        sft, long, fewlong [long]\n"
 "  --model NAME          the emulated GPU's preset, as reftrain's [tiny]\n"
 "  --layout NAME         text (reftrain's packs), or vlmtrain's VLM packs:\n"
@@ -71,6 +76,10 @@ static void usage(void) {
 "  --pack-tokens N       VLM pack tokens, as vlmtrain's [32768]\n"
 "  --text-cost           VLM packs: the shim's cost and fit without the\n"
 "                        images' terms (tokens alone), for comparison\n"
+"  --vit-balance         VLM packs: also run each shim algo with the\n"
+"                        ViT-level balance (DPSHIM_VIT_BALANCE=1: images\n"
+"                        planned apart at each encoder call, the LLM's cost\n"
+"                        text-only), as ALGO+vit\n"
 "  --lengths FILE        lengths, one per line (keeps the profile's pack)\n"
 "  --seed S              run seed [1]\n"
 "  --steps N             measured steps, after the warm-up [20]\n"
@@ -85,6 +94,9 @@ static void usage(void) {
 "  --cap-ratio X|none    DPSHIM_MAX_LEN_RATIO [1.2]\n"
 "  --threshold X         DPSHIM_TRIGGER_THRESHOLD [0.2]\n"
 "  --solve-reps R        timed solves per hand-off, median counts [3]\n"
+"  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
+"                        rank [2]\n"
+"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD [0.1]\n"
 "network and CPU model:\n"
 "  --latency-us X        per message step [5]\n"
 "  --bandwidth-gbps X    per rank link, Gbit/s [400]\n"
@@ -124,14 +136,35 @@ static void parse_ranks(const char *opt, const char *arg, sim_options_t *o) {
   }
 }
 
+#define VIT_SUFFIX "+vit"
+
+/* "none", a solver's name, or a solver's name and "+vit". */
 static int algo_from_name(const char *name, sim_algo_t *a) {
-  if (!strcmp(name, "none")) return *a = (sim_algo_t){DPSHIM_ALGO_NONE, 0}, 0;
+  *a = (sim_algo_t){DPSHIM_ALGO_NONE, 0, 0};
+  if (!strcmp(name, "none")) return 0;
+  char solver[64];
+  size_t n = strlen(name), k = strlen(VIT_SUFFIX);
   a->shim = 1;
-  return dpshim_algo_from_name(name, &a->algo) < 0 ? -1 : 0;
+  a->vit = n > k && !strcmp(name + n - k, VIT_SUFFIX);
+  if (n - (a->vit ? k : 0) >= sizeof solver) return -1;
+  snprintf(solver, sizeof solver, "%.*s", (int)(n - (a->vit ? k : 0)), name);
+  return dpshim_algo_from_name(solver, &a->algo) < 0 ? -1 : 0;
+}
+
+/* Names of "+vit" algorithms: static strings, as dpshim_algo_name()'s. */
+static const char *vit_algo_name(dpshim_algo_t algo) {
+  switch (algo) {
+  case DPSHIM_ALGO_DEFAULT: return "default+vit";
+  case DPSHIM_ALGO_SEED: return "seed+vit";
+  case DPSHIM_ALGO_KK: return "kk+vit";
+  case DPSHIM_ALGO_KK_CAP: return "kk-cap+vit";
+  default: return "none+vit";
+  }
 }
 
 const char *sim_algo_name(sim_algo_t a) {
-  return a.shim ? dpshim_algo_name(a.algo) : "none";
+  if (!a.shim) return "none";
+  return a.vit ? vit_algo_name(a.algo) : dpshim_algo_name(a.algo);
 }
 
 static void parse_algos(const char *opt, const char *arg, sim_options_t *o) {
@@ -140,7 +173,8 @@ static void parse_algos(const char *opt, const char *arg, sim_options_t *o) {
   for (const char *c = arg; cli_next_item(&c, item, sizeof item);)
     if (o->nalgos == SIM_MAX_LIST ||
         algo_from_name(item, &o->algos[o->nalgos++]) < 0)
-      bad(opt, "a comma list of none, seed, default, kk", arg);
+      bad(opt, "a comma list of none, seed, default, kk, seed+vit, "
+          "default+vit, kk+vit", arg);
 }
 
 static void parse_profile(const char *opt, const char *arg, sim_options_t *o) {
@@ -298,8 +332,39 @@ static int apply_vlm(int code, const char *opt, const char *arg,
                               "an integer in [256, 2^24]");
     return 1;
   case OPT_TEXT_COST: o->cfg.text_cost = 1; return 1;
+  case OPT_VIT_BALANCE: o->vit_balance = 1; return 1;
+  case OPT_VIT_CAP_RATIO:
+    o->cfg.vit_cap_ratio = strcmp(arg, "none") == 0 ? 0
+        : need_double(opt, arg, 1e-9, 1e3, "a number > 0 or 'none'");
+    return 1;
+  case OPT_VIT_THRESHOLD:
+    o->cfg.vit_threshold = need_double(opt, arg, 0, 1e3,
+                                       "a number in [0, 1000]");
+    return 1;
   }
   return 0;
+}
+
+static int has_vit_algo(const sim_options_t *o) {
+  for (int a = 0; a < o->nalgos; a++)
+    if (o->algos[a].vit) return 1;
+  return 0;
+}
+
+/* --vit-balance: each shim algo of the list again, with "+vit", after the
+ * others (that are not there already). */
+static void add_vit_algos(sim_options_t *o) {
+  int n = o->nalgos;
+  for (int a = 0; a < n; a++) {
+    sim_algo_t v = o->algos[a];
+    if (!v.shim || v.vit) continue;
+    v.vit = 1;
+    int seen = 0;
+    for (int b = 0; b < o->nalgos; b++)
+      seen |= o->algos[b].shim && o->algos[b].vit &&
+              o->algos[b].algo == v.algo;
+    if (!seen && o->nalgos < SIM_MAX_LIST) o->algos[o->nalgos++] = v;
+  }
 }
 
 /* What depends on more than one option; exits 2 naming the option. */
@@ -314,13 +379,16 @@ static void resolve(sim_options_t *o) {
     exit(2);
   }
   const char *vlm_only = o->pack_tokens ? "pack-tokens"
-                         : c->text_cost ? "text-cost" : NULL;
+                         : c->text_cost ? "text-cost"
+                         : o->vit_balance ? "vit-balance"
+                         : has_vit_algo(o) ? "algos" : NULL;
   if (vlm_only && !c->vision) {
     fprintf(stderr, SIM_PROG ": --%s expects --layout internvl, qwen2vl or "
             "qwen3vl (text packs have no images)\n", vlm_only);
     exit(2);
   }
   if (o->pack_tokens) c->vlm.pack_tokens = o->pack_tokens;
+  if (o->vit_balance) add_vit_algos(o);
 }
 
 static void defaults(sim_options_t *o) {
@@ -329,6 +397,7 @@ static void defaults(sim_options_t *o) {
                           .grad_bytes = 1 << 20, .tp = 1, .micro = 1,
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
                           .threshold = 0.2, .headroom = 2.0, .solve_reps = 3,
+                          .vit_cap_ratio = 2.0, .vit_threshold = 0.1,
                           .model = emu_model_default()};
   o->net = sim_net_default();
   parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);

@@ -30,6 +30,17 @@ static void print_fields(FILE *f, const sim_result_t *r) {
           1e3 * r->compute_max_s, 1e3 * r->shim_s, share, 1e3 * r->solve_s,
           1e3 * r->allreduce_s, r->bytes_moved, r->imb_before, r->imb_after);
   print_decisions(f, r);
+  /* The vision encoder's phase; bytes_moved_per_step above is the LLM
+   * level's, vit_bytes_moved_per_step the ViT balance's (inputs,
+   * embeddings and their gradients). */
+  fprintf(f, ",\"vit_balance\":%d,\"vit_ms\":%.3f,\"vit_wait_ms\":%.3f,"
+          "\"vit_shim_ms\":%.4f,\"vit_solve_ms\":%.4f,"
+          "\"vit_bytes_moved_per_step\":%.0f,"
+          "\"vit_calls\":%lld,\"vit_applied\":%lld",
+          r->algo.vit, 1e3 * r->vit_s, 1e3 * r->vit_wait_s,
+          1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved,
+          (long long)r->vit_calls,
+          (long long)r->vit_applied);
   fputc('}', f);
 }
 
@@ -52,8 +63,9 @@ static void summary_row(FILE *f, const sim_result_t *res, int n,
                         int32_t ranks) {
   const sim_result_t *none = find(res, n, ranks, "none");
   fprintf(f, "  %6d", (int)ranks);
-  const char *algos[] = {"none", "seed", "default", "kk"};
-  for (int k = 0; k < 4; k++) {
+  const char *algos[] = {"none", "seed", "default", "kk", "seed+vit",
+                         "default+vit", "kk+vit"};
+  for (int k = 0; k < 7; k++) {
     const sim_result_t *r = find(res, n, ranks, algos[k]);
     if (!r) continue;
     fprintf(f, "  %s %.0f", algos[k], r->tgs);

@@ -9,6 +9,8 @@
  *                tokens, images, bytes, and LLM + vision encoder times;
  *   simulate.c   per step and algorithm: the shim's warm-up fit, the real
  *                solver, the plan applied, and what the shim communicates;
+ *   vitbalance.c with a "+vit" algorithm, the ViT-level balance at each
+ *                encoder call (shim/vit_route.c's plan, linked) and its fit;
  *   decide.c     one hand-off's decision, by the shim's own rules
  *                (shim/policy.c, linked: never copied here);
  *   netmodel.c   the price in seconds of a simulated step under a network and
@@ -77,6 +79,9 @@ typedef struct sim_config {
   int vision;          /* 1: VLM packs (--layout), 0: text packs (profile) */
   vlmload_config_t vlm; /* vision: the loader's configuration (slot unset) */
   int text_cost;       /* --text-cost: the shim sees no images (d = e = 0) */
+  /* The ViT balance's settings ("+vit" algorithms): the shim's
+   * DPSHIM_VIT_MAX_PATCH_RATIO (0 = none) and DPSHIM_VIT_TRIGGER_THRESHOLD. */
+  double vit_cap_ratio, vit_threshold;
 } sim_config_t;
 
 /* Whether the shim's samples carry their images' patches and its warm-up
@@ -86,10 +91,12 @@ static inline int sim_vision_cost(const sim_config_t *c) {
 }
 
 /* "none" runs without the shim (as the demo's baseline); the others run the
- * shim with that solver. */
+ * shim with that solver. vit: the ViT-level balance too ("default+vit"),
+ * with the same solver, and the LLM-level plan on the text-only cost. */
 typedef struct sim_algo {
   dpshim_algo_t algo;
   int shim;
+  int vit;
 } sim_algo_t;
 
 /* One measured step of one (ranks, algorithm): everything netmodel.c needs.
@@ -109,6 +116,20 @@ typedef struct sim_step {
   double copy_bytes;    /* max over ranks of the bytes packed and repacked */
   double moved_bytes;   /* all bytes that change rank */
   double solve_s;       /* solver wall time, median of the reps */
+  /* The vision encoder, per step (summed over micro-batches): its phase's
+   * time (the slowest rank's, after the plans), the straggler wait in it
+   * (max - mean over ranks), and the images encoded and their unscaled
+   * seconds (each image once: the tests hold them to the workload's). */
+  double vit_max_s, vit_wait_s;
+  double vit_images, vit_seconds;
+  /* The ViT balance's (0 without it), as the LLM level's above: encoder
+   * calls and plans applied, the gather's bytes, the alltoallvs' bytes
+   * (inputs out, embeddings back, their gradients in the backward: max over
+   * ranks of max(sent, received), summed) and partners, the copies, all
+   * bytes that change rank, and the planning's wall time. */
+  int32_t vit_calls, vit_applied;
+  double vit_gather_bytes, vit_xfer_bytes, vit_peers, vit_copy_bytes;
+  double vit_moved_bytes, vit_solve_s;
 } sim_step_t;
 
 typedef struct sim_run {
@@ -117,6 +138,7 @@ typedef struct sim_run {
   int64_t nsteps;
   sim_step_t *step;
   dpshim_cost_model_t model; /* the fitted cost model the solver used */
+  dpshim_cost_model_t vit_model; /* "+vit": the ViT plan's (a, b, c) */
 } sim_run_t;
 
 /* A priced run: means over its steps. */
@@ -128,6 +150,10 @@ typedef struct sim_result {
   double bytes_moved;   /* per step */
   double imb_before, imb_after;
   int64_t handoffs, applied, skipped[SIM_NSKIPS]; /* over all steps */
+  /* The vision encoder's phase, per step: its time, the straggler wait in
+   * it, the ViT balance's share of shim_s and bytes that change rank. */
+  double vit_s, vit_wait_s, vit_shim_s, vit_solve_s, vit_bytes_moved;
+  int64_t vit_calls, vit_applied; /* over all steps */
 } sim_result_t;
 
 /* ---- options.c ----------------------------------------------------------- */
@@ -142,6 +168,7 @@ typedef struct sim_options {
   const char *png, *json, *calibrate;
   int cores_given, profile_given, lengths_given;
   int64_t pack_tokens; /* --pack-tokens; 0: the loader's */
+  int vit_balance;     /* --vit-balance: each shim algo also with "+vit" */
 } sim_options_t;
 
 /* Exits 0 after --help, 2 after one line naming a bad option. */
@@ -167,24 +194,47 @@ typedef struct sim_workload {
   double *vit;
   int64_t images;     /* images and videos in all hand-offs */
   int64_t pack;       /* tokens per pack */
+  /* The encoder's images one by one, as the ViT balance plans them:
+   * sample i's are [image_first[i], image_first[i + 1]) of image[]. */
+  int64_t *image_first; /* [samples + 1] */
+  struct sim_image *image;
 } sim_workload_t;
 
-/* What a VLM sample carries beyond its length (vlmwork.c). */
+/* One image as the encoder takes it (the ViT balance's unit): InternVL a
+ * tile (dummies included), Qwen an image or a video (Qwen3-VL's frames
+ * attended apart, in its seconds, but one image for the plan). */
+typedef struct sim_image {
+  int64_t patches; /* L: the encoder's tokens before any merge */
+  double vit;      /* its encoder seconds, fwd + bwd, unscaled */
+} sim_image_t;
+
+/* What a VLM sample carries beyond its length (vlmwork.c); units: its
+ * encoder images (sim_image_t), which travel beside it. */
 typedef struct sim_vision {
-  int64_t bytes, patches, patches_sq, images;
+  int64_t bytes, patches, patches_sq, images, units;
   double vit;
 } sim_vision_t;
 
 /* The samples drawn, slot-major, before they are arranged by hand-off:
- * lengths, and for VLM packs (vision != NULL) the rest. */
+ * lengths, and for VLM packs (vision != NULL) the rest, their images in the
+ * same order. */
 typedef struct sim_drawn_list {
   int64_t *len;
   sim_vision_t *vision;
   int64_t n, cap;
+  sim_image_t *image;
+  int64_t nimage, image_cap;
 } sim_drawn_list_t;
 
 /* v: NULL for a text sample. -1 when out of memory. */
 int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v);
+/* One of the next sample's images, pushed before it (its v->units). */
+int sim_drawn_push_image(sim_drawn_list_t *l, const sim_image_t *image);
+/* An image's bytes in the ViT balance's exchanges: its inputs (patch rows
+ * and grid row, or the tile and its flag) and its embeddings (merged
+ * tokens x the LLM's hidden size in bf16). */
+void sim_image_bytes(const sim_config_t *c, int64_t patches, int64_t *in,
+                     int64_t *out);
 
 /* -1 with a one-line reason in err. */
 int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
@@ -209,6 +259,27 @@ int sim_vlm_draw_slot(const sim_config_t *c, int32_t slot, int32_t slots,
 int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
                  int nalgos, sim_run_t *runs, char *err, size_t errlen);
 void sim_run_free(sim_run_t *r);
+
+/* ---- vitbalance.c -------------------------------------------------------- */
+
+/* The ViT balance of one DP size, over its encoder calls; opaque. */
+typedef struct sim_vit sim_vit_t;
+
+/* NULL when out of memory. */
+sim_vit_t *sim_vit_new(const sim_config_t *c, const sim_workload_t *w,
+                       int32_t ranks);
+void sim_vit_free(sim_vit_t *v);
+/* The ViT plan's cost model, fitted as the shim fits it on warm-up steps
+ * 3..W: every rank's encoder seconds against its images' sum L^2, sum L
+ * and count (DPSHIM_FIT_RANKS, text_only). */
+dpshim_cost_model_t sim_vit_fit(sim_vit_t *v);
+/* One encoder call: hand-off h's images where holder[] put their samples
+ * (sample k of the hand-off on holder[k]), planned with `algo` and `model`
+ * as the shim plans them. encoded[P] gets the unscaled encoder seconds each
+ * rank runs; the step gets the exchange's figures. -1 with err. */
+int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
+                 int64_t h, const int32_t *holder, double *encoded,
+                 sim_step_t *st, char *err, size_t errlen);
 
 /* ---- decide.c ------------------------------------------------------------ */
 
@@ -257,6 +328,7 @@ const char *sim_skip_name(int k);
 typedef struct sim_price {
   double step_s;      /* compute + shim + gradient all-reduce */
   double shim_s;      /* the shim's collectives, solver and copies */
+  double vit_shim_s;  /* of which the ViT balance's */
   double allreduce_s;
 } sim_price_t;
 

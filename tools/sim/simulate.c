@@ -11,7 +11,21 @@
  * history, each hand-off solves with the history of the step's earlier
  * hand-offs, and only samples that change rank are sent. Whether a plan is
  * applied is the shim's own decision (sim_decide(), on shim/policy.c), with
- * every rank's buffers holding --headroom x pack samples and tokens. */
+ * every rank's buffers holding --headroom x pack samples and tokens.
+ *
+ * The step's time. Without the ViT balance, as vlmtrain runs: every rank
+ * encodes the images of the samples it holds, nothing inside the step
+ * synchronises the ranks, and the step is the slowest rank's LLM + encoder
+ * seconds over its micro-batches. With it ("+vit"), each micro-batch's
+ * encoder call is collective (its forward and its backward both exchange),
+ * so a micro-batch takes the slowest rank's encoder forward, then the
+ * slowest rank's LLM forward and backward, then the slowest rank's encoder
+ * backward: max(encoded) + max(LLM) per micro-batch, where a rank's encoder
+ * seconds are those of the images it encodes after the ViT plan (a third
+ * forward, two thirds backward: both take the max of the same per-rank
+ * seconds, so their sum is one max). The exchanges are priced apart
+ * (netmodel.c). Not modelled: the LLM forward and backward are one phase
+ * (no pipeline schedule), and no exchange overlaps compute. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +44,12 @@ typedef struct ctx {
   dpshim_sample_t *samples; /* one hand-off's */
   double *held;     /* [P * micro] unscaled seconds each slot holds */
   double *drawn;    /* [P * micro] the same as drawn */
+  double *held_vit, *drawn_vit; /* [P * micro] of which the encoder's */
+  double *encoded;  /* [P * micro] "+vit": encoder seconds each slot runs */
+  double *totals;   /* [P * micro] scratch */
+  int32_t *holder;  /* one hand-off's: where each sample is after the plan */
+  sim_vit_t *vit;   /* "+vit" runs only */
+  dpshim_cost_model_t text_model, vit_model; /* "+vit": the shim's fits */
   double *history;  /* [P] */
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
@@ -62,8 +82,13 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
       most = x->w.first[h + 1] - x->w.first[h];
   size_t p = (size_t)P, pm = p * (size_t)c->micro;
   x->samples = malloc((size_t)most * sizeof *x->samples + 1);
+  x->holder = malloc((size_t)most * sizeof *x->holder + 1);
   x->held = calloc(pm, sizeof *x->held);
   x->drawn = calloc(pm, sizeof *x->drawn);
+  x->held_vit = calloc(pm, sizeof *x->held_vit);
+  x->drawn_vit = calloc(pm, sizeof *x->drawn_vit);
+  x->encoded = calloc(pm, sizeof *x->encoded);
+  x->totals = calloc(pm, sizeof *x->totals);
   x->history = calloc(p, sizeof *x->history);
   x->sent = calloc(p, sizeof *x->sent);
   x->received = calloc(p, sizeof *x->received);
@@ -74,7 +99,8 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->last_src = calloc(p, sizeof *x->last_src);
   x->room = calloc(2 * p, sizeof *x->room);
   x->metas = calloc(p, sizeof *x->metas);
-  if (x->samples && x->held && x->drawn && x->history && x->sent &&
+  if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
+      x->drawn_vit && x->encoded && x->totals && x->history && x->sent &&
       x->received && x->kept && x->partners_out && x->partners_in &&
       x->stamp && x->last_src && x->room && x->metas) {
     set_room(x);
@@ -87,9 +113,15 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
 static void ctx_free(ctx_t *x) {
   sim_workload_free(&x->w);
   dpshim_plan_free(&x->plan);
+  sim_vit_free(x->vit);
   free(x->samples);
+  free(x->holder);
   free(x->held);
   free(x->drawn);
+  free(x->held_vit);
+  free(x->drawn_vit);
+  free(x->encoded);
+  free(x->totals);
   free(x->history);
   free(x->sent);
   free(x->received);
@@ -104,12 +136,17 @@ static void ctx_free(ctx_t *x) {
 
 /* ---- compute time ---------------------------------------------------------- */
 
-/* Seconds each slot holds in hand-off h (micro m), as drawn, into drawn[]. */
+/* Seconds each slot holds in hand-off h (micro m), as drawn, into drawn[]
+ * (the encoder's also into drawn_vit[]). */
 static void draw_handoff(ctx_t *x, int64_t h, int32_t m) {
-  double *d = x->drawn + (size_t)m * (size_t)x->P;
+  size_t at = (size_t)m * (size_t)x->P;
+  double *d = x->drawn + at, *dv = x->drawn_vit + at;
   memset(d, 0, (size_t)x->P * sizeof *d);
-  for (int64_t i = x->w.first[h]; i < x->w.first[h + 1]; i++)
+  memset(dv, 0, (size_t)x->P * sizeof *dv);
+  for (int64_t i = x->w.first[h]; i < x->w.first[h + 1]; i++) {
     d[x->w.origin[i]] += x->w.seconds[i];
+    dv[x->w.origin[i]] += x->w.vit[i];
+  }
 }
 
 /* Slot d's compute in step s: its slowest tp peer's. */
@@ -140,11 +177,61 @@ static double compute_max(const ctx_t *x, const double *secs, int64_t s,
   return max;
 }
 
+/* One micro-batch's phase of a synchronised step: each slot's seconds
+ * secs[P] (its slowest tp peer's, under noise); the slowest slot's, and
+ * max - mean into *wait. */
+static double phase_max(const ctx_t *x, const double *secs, int64_t s,
+                        int32_t m, double *wait) {
+  const sim_config_t *c = x->c;
+  double max = 0, sum = 0;
+  for (int32_t d = 0; d < x->P; d++) {
+    double worst = 0;
+    for (int32_t t = 0; t < c->tp; t++)
+      worst = fmax(worst, secs[d] * sim_noise(c, d * c->tp + t, s, m));
+    worst *= c->time_scale / c->tp;
+    sum += worst;
+    max = fmax(max, worst);
+  }
+  *wait = max - sum / x->P;
+  return max;
+}
+
+/* The encoder's phase of step s: vit[P * micro] the seconds each slot
+ * encodes; its time and straggler wait into the step. */
+static void vit_phase(const ctx_t *x, const double *vit, int64_t s,
+                      sim_step_t *st) {
+  for (int32_t m = 0; m < x->c->micro; m++) {
+    double wait;
+    st->vit_max_s += phase_max(x, vit + (size_t)m * (size_t)x->P, s, m, &wait);
+    st->vit_wait_s += wait;
+  }
+}
+
+/* "+vit": each micro-batch is the slowest encoder, then the slowest LLM
+ * (see the top); imbalance from each slot's LLM + encoded seconds. */
+static void synced_compute(ctx_t *x, int64_t s, sim_step_t *st) {
+  size_t pm = (size_t)x->P * (size_t)x->c->micro;
+  for (size_t k = 0; k < pm; k++) x->totals[k] = x->held[k] - x->held_vit[k];
+  st->compute_max_s = 0;
+  for (int32_t m = 0; m < x->c->micro; m++) {
+    double wait;
+    st->compute_max_s +=
+        phase_max(x, x->totals + (size_t)m * (size_t)x->P, s, m, &wait);
+  }
+  vit_phase(x, x->encoded, s, st);
+  st->compute_max_s += st->vit_max_s;
+  for (size_t k = 0; k < pm; k++) x->totals[k] += x->encoded[k];
+  compute_max(x, x->totals, s, &st->imb_after);
+}
+
 /* ---- the warm-up fit, as the shim does it ----------------------------------- */
 
 /* One point per world rank per warm-up step but the first: the features of
- * its slot's samples and its own compute time (seconds). */
-static void warmup_points(ctx_t *x, int64_t s, dpshim_fit_point_t *pts) {
+ * its slot's samples and its own compute time (seconds). vision: with the
+ * images' sums; llm_only: the time without the encoder's, which the shim
+ * times apart when it runs the ViT balance (it wraps the encoder calls). */
+static void warmup_points(ctx_t *x, int64_t s, int vision, int llm_only,
+                          dpshim_fit_point_t *pts) {
   const sim_config_t *c = x->c;
   int32_t world = x->P * c->tp;
   for (int32_t r = 0; r < world; r++) pts[r] = (dpshim_fit_point_t){0};
@@ -157,12 +244,12 @@ static void warmup_points(ctx_t *x, int64_t s, dpshim_fit_point_t *pts) {
         p->sum_len2 += len * len;
         p->sum_len += len;
         p->count += 1;
-        if (sim_vision_cost(c)) {
+        if (vision) {
           p->sum_patches_sq += (double)x->w.patches_sq[i];
           p->sum_patches += (double)x->w.patches[i];
         }
-        p->time += x->w.seconds[i] * sim_noise(c, x->w.origin[i] * c->tp + t,
-                                               s, m);
+        double secs = x->w.seconds[i] - (llm_only ? x->w.vit[i] : 0);
+        p->time += secs * sim_noise(c, x->w.origin[i] * c->tp + t, s, m);
       }
     }
   }
@@ -171,26 +258,42 @@ static void warmup_points(ctx_t *x, int64_t s, dpshim_fit_point_t *pts) {
 }
 
 /* The shim's model: DPSHIM_FIT_RANKS over steps 3..W (1-based), used in
- * microseconds; linear (0, 1, 0) when the fit fails, as the shim falls back. */
-static void fit_model(ctx_t *x) {
+ * microseconds; linear (0, 1, 0) when the fit fails, as the shim falls back.
+ * vit_balance: the LLM's model beside the ViT balance, text-only on the
+ * LLM's time. */
+static dpshim_cost_model_t fit_model(ctx_t *x, int vit_balance) {
   const sim_config_t *c = x->c;
   int64_t iters = c->warmup_last - 2;
   int32_t world = x->P * c->tp;
+  int vision = sim_vision_cost(c) && !vit_balance;
+  dpshim_cost_model_t model = {.b = 1};
   dpshim_fit_point_t *pts = calloc((size_t)iters * (size_t)world, sizeof *pts);
-  x->model = (dpshim_cost_model_t){.b = 1};
-  if (!pts) return;
+  if (!pts) return model;
   for (int64_t k = 0; k < iters; k++)
-    warmup_points(x, k + 2, pts + k * world);
+    warmup_points(x, k + 2, vision, vit_balance, pts + k * world);
   dpshim_fit_input_t in = {.iters = iters, .ranks = world, .points = pts,
-                           .method = DPSHIM_FIT_RANKS,
-                           .text_only = !sim_vision_cost(c)};
+                           .method = DPSHIM_FIT_RANKS, .text_only = !vision};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
-    x->model = dpshim__policy_model_from_fit(fit.model);
+    model = dpshim__policy_model_from_fit(fit.model);
   else
     fprintf(stderr, SIM_PROG ": %d ranks: warm-up fit failed (%s); linear "
             "cost\n", (int)x->P, fit.message);
   free(pts);
+  return model;
+}
+
+/* "+vit" runs' fits and the ViT balance's scratch; -1 with err. */
+static int prepare_vit(ctx_t *x, char *err, size_t errlen) {
+  x->vit = sim_vit_new(x->c, &x->w, x->P);
+  if (!x->vit) {
+    snprintf(err, errlen, "out of memory for the ViT balance at %d ranks",
+             (int)x->P);
+    return -1;
+  }
+  x->text_model = fit_model(x, 1);
+  x->vit_model = sim_vit_fit(x->vit);
+  return 0;
 }
 
 /* ---- one hand-off ----------------------------------------------------------- */
@@ -238,23 +341,28 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
 
 /* Moves the held seconds of micro m by the applied plan. */
 static void apply_plan(ctx_t *x, int64_t first, int64_t n, int32_t m) {
-  double *held = x->held + (size_t)m * (size_t)x->P;
+  size_t at = (size_t)m * (size_t)x->P;
+  double *held = x->held + at, *held_vit = x->held_vit + at;
   memset(held, 0, (size_t)x->P * sizeof *held);
-  for (int64_t i = 0; i < n; i++)
+  memset(held_vit, 0, (size_t)x->P * sizeof *held_vit);
+  for (int64_t i = 0; i < n; i++) {
     held[x->plan.dest[i]] += x->w.seconds[first + i];
+    held_vit[x->plan.dest[i]] += x->w.vit[first + i];
+  }
 }
 
 /* The gathered samples of hand-off h into x->samples, and what the gather
  * sends: every rank's header and meta slot (balance.c's, which grows to the
  * largest rank's metas and never shrinks; the hand-offs that grow it also
  * gather the metas apart: not modelled). */
-static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
+static void gather(ctx_t *x, int64_t first, int64_t n, int vision,
+                   sim_step_t *st) {
   memset(x->metas, 0, (size_t)x->P * sizeof *x->metas);
   for (int64_t i = 0; i < n; i++) {
     x->samples[i] = (dpshim_sample_t){.len = x->w.len[first + i],
                                       .bytes = x->w.bytes[first + i],
                                       .origin = x->w.origin[first + i]};
-    if (sim_vision_cost(x->c)) {
+    if (vision) {
       x->samples[i].patches = x->w.patches[first + i];
       x->samples[i].patches_sq = x->w.patches_sq[first + i];
     }
@@ -268,11 +376,13 @@ static void gather(ctx_t *x, int64_t first, int64_t n, sim_step_t *st) {
       (double)x->P * (double)(dpshim__balance_header_bytes() + x->slot);
 }
 
-/* The shim at one hand-off; -1 with err on a solver error. */
-static int balance_handoff(ctx_t *x, dpshim_algo_t algo, int64_t h, int32_t m,
+/* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
+ * with err on a solver error. A "+vit" run's samples carry no images'
+ * terms: its LLM-level cost is the text-only model. */
+static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
                            sim_step_t *st, char *err, size_t errlen) {
   int64_t first = x->w.first[h], n = x->w.first[h + 1] - first;
-  gather(x, first, n, st);
+  gather(x, first, n, sim_vision_cost(x->c) && !a.vit, st);
   st->handoffs++;
   sim_decide_in_t in = {
       .ranks = x->P,
@@ -280,10 +390,10 @@ static int balance_handoff(ctx_t *x, dpshim_algo_t algo, int64_t h, int32_t m,
       .samples = x->samples,
       .room = x->room,
       .history = x->history,
-      .model = x->model,
+      .model = a.vit ? x->text_model : x->model,
       .cap_ratio = x->c->cap_ratio,
       .threshold = x->c->threshold,
-      .algo = algo,
+      .algo = a.algo,
       .solve_reps = x->c->solve_reps,
   };
   sim_decide_out_t out;
@@ -301,7 +411,19 @@ static int balance_handoff(ctx_t *x, dpshim_algo_t algo, int64_t h, int32_t m,
   st->applied++;
   exchange_costs(x, n, st);
   apply_plan(x, first, n, m);
-  return 0;
+  return 1;
+}
+
+/* Hand-off h's encoder call under the ViT balance, its samples where the
+ * LLM-level plan left them (applied: x->plan.dest). */
+static int encoder_call(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
+                        int applied, sim_step_t *st, char *err,
+                        size_t errlen) {
+  int64_t first = x->w.first[h], n = x->w.first[h + 1] - first;
+  for (int64_t k = 0; k < n; k++)
+    x->holder[k] = applied ? x->plan.dest[k] : x->w.origin[first + k];
+  return sim_vit_call(x->vit, a.algo, x->vit_model, h, x->holder,
+                      x->encoded + (size_t)m * (size_t)x->P, st, err, errlen);
 }
 
 /* ---- one step --------------------------------------------------------------- */
@@ -319,11 +441,27 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
   }
   size_t bytes = (size_t)x->P * (size_t)c->micro * sizeof *x->held;
   memcpy(x->held, x->drawn, bytes);
-  for (int32_t m = 0; a.shim && m < c->micro; m++)
-    if (balance_handoff(x, a.algo, s * c->micro + m, m, st, err, errlen) < 0)
+  memcpy(x->held_vit, x->drawn_vit, bytes);
+  for (int32_t m = 0; a.shim && m < c->micro; m++) {
+    int64_t h = s * c->micro + m;
+    int applied = balance_handoff(x, a, h, m, st, err, errlen);
+    if (applied < 0 ||
+        (a.vit && encoder_call(x, a, h, m, applied, st, err, errlen) < 0))
       return -1;
+  }
   compute_max(x, x->drawn, s, &st->imb_before);
+  if (a.vit) {
+    synced_compute(x, s, st);
+    return 0;
+  }
   st->compute_max_s = compute_max(x, x->held, s, &st->imb_after);
+  vit_phase(x, x->held_vit, s, st);
+  return 0;
+}
+
+static int any_vit(const sim_algo_t *algos, int nalgos) {
+  for (int a = 0; a < nalgos; a++)
+    if (algos[a].vit) return 1;
   return 0;
 }
 
@@ -332,10 +470,12 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   ctx_t x;
   memset(runs, 0, (size_t)nalgos * sizeof *runs); /* freeable on any error */
   int rc = ctx_init(&x, c, ranks, err, errlen);
-  if (rc == 0) fit_model(&x);
+  if (rc == 0) x.model = fit_model(&x, 0);
+  if (rc == 0 && any_vit(algos, nalgos)) rc = prepare_vit(&x, err, errlen);
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
-    runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL, x.model};
+    runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
+                          algos[a].vit ? x.text_model : x.model, x.vit_model};
     runs[a].step = calloc((size_t)c->steps, sizeof *runs[a].step);
     if (!runs[a].step) {
       snprintf(err, errlen, "out of memory for the steps");

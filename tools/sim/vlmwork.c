@@ -14,7 +14,10 @@
  *            num_image_token per tile; Qwen: t*h*w), and patches_sq the
  *            squares of what the encoder attends over at once: a tile, an
  *            image, a video (Qwen3-VL: each of its frames);
- *   bytes    what the sample takes in the layout's buffers (vlmload's). */
+ *   bytes    what the sample takes in the layout's buffers (vlmload's);
+ *   images   one by one for the ViT balance (sim_image_t): each tile, or
+ *            each image and video, with its patches and encoder seconds;
+ *            they sum to patches and vit. */
 #include "../vlmload/internal.h"
 #include "sim.h"
 
@@ -26,24 +29,37 @@ typedef struct draw {
   int oom;
 } draw_t;
 
-/* Tiles apart, each 4 x num_image_token patches (1024 at 448 px). */
-static void internvl_vision(const draw_t *d, const vlm_shape_t *s,
+static void push_image(draw_t *d, int64_t patches, double vit) {
+  sim_image_t im = {.patches = patches, .vit = vit};
+  if (sim_drawn_push_image(d->all, &im) < 0) d->oom = 1;
+}
+
+/* Tiles apart, each 4 x num_image_token patches (1024 at 448 px). The
+ * sample's encoder seconds are its tiles' as one call (emu's, as vlmtrain
+ * charges them); each tile's, the same call's share. */
+static void internvl_vision(draw_t *d, const vlm_shape_t *s,
                             sim_vision_t *out) {
   int64_t tile = 4 * (int64_t)d->cfg->num_image_token;
   out->patches = s->rows * tile;
   out->patches_sq = s->rows * tile * tile;
   out->vit = emu_vit_seconds(&d->c->model, (int32_t)s->rows, 0, 0);
   out->images = s->nimages;
+  out->units = s->rows;
+  double one = emu_vit_seconds(&d->c->model, 1, 0, 0);
+  for (int64_t k = 0; k < s->rows; k++) push_image(d, tile, one);
 }
 
-static void qwen_medium(const draw_t *d, const vlm_media_t *m, int video,
+static void qwen_medium(draw_t *d, const vlm_media_t *m, int video,
                         sim_vision_t *out) {
   int64_t frame = (int64_t)m->h * m->w, all = m->t * frame;
   int apart = video && d->cfg->layout == VLMLOAD_QWEN3VL;
+  double vit = emu_vit_seconds(&d->c->model, m->t, m->h, m->w);
   out->patches += all;
   out->patches_sq += apart ? m->t * frame * frame : all * all;
-  out->vit += emu_vit_seconds(&d->c->model, m->t, m->h, m->w);
+  out->vit += vit;
   out->images++;
+  out->units++;
+  push_image(d, all, vit);
 }
 
 static void place(void *arg, uint64_t id, const vlm_shape_t *s) {

@@ -35,6 +35,34 @@ int sim_drawn_push(sim_drawn_list_t *l, int64_t len, const sim_vision_t *v) {
   return 0;
 }
 
+int sim_drawn_push_image(sim_drawn_list_t *l, const sim_image_t *image) {
+  if (l->nimage == l->image_cap) {
+    int64_t want = 2 * l->nimage + 1024;
+    if (grow((void **)&l->image, (size_t)want * sizeof *l->image) < 0)
+      return -1;
+    l->image_cap = want;
+  }
+  l->image[l->nimage++] = *image;
+  return 0;
+}
+
+void sim_image_bytes(const sim_config_t *c, int64_t patches, int64_t *in,
+                     int64_t *out) {
+  const vlmload_config_t *v = &c->vlm;
+  /* bf16 embeddings of the LLM's width, as the LLM takes them. Qwen3-VL
+   * also sends its deepstack features back (3 layers' merged tokens). */
+  int64_t row = 2 * (int64_t)c->model.hidden;
+  if (v->layout == VLMLOAD_INTERNVL) { /* a tile and its flag */
+    *in = 3 * (int64_t)v->tile_size * v->tile_size * 4 + 8;
+    *out = (int64_t)v->num_image_token * row;
+    return;
+  }
+  int64_t merged = patches / (VLMLOAD_QWEN_MERGE * VLMLOAD_QWEN_MERGE);
+  int64_t layers = v->layout == VLMLOAD_QWEN3VL ? 1 + 3 : 1;
+  *in = patches * VLMLOAD_QWEN_ROW * 4 + 3 * 4; /* patch rows, grid row */
+  *out = merged * row * layers;
+}
+
 /* A text pack's samples: their lengths. */
 static int push_text(sim_drawn_list_t *l, const int32_t *cu, int32_t n) {
   for (int32_t i = 0; i < n; i++)
@@ -102,17 +130,20 @@ static int alloc_samples(sim_workload_t *w, int64_t n) {
   w->patches = calloc(k, sizeof *w->patches);
   w->patches_sq = calloc(k, sizeof *w->patches_sq);
   w->vit = calloc(k, sizeof *w->vit);
+  w->image_first = calloc(k + 1, sizeof *w->image_first);
   return w->first && w->len && w->origin && w->seconds && w->bytes &&
-         w->patches && w->patches_sq && w->vit ? 0 : -1;
+         w->patches && w->patches_sq && w->vit && w->image_first ? 0 : -1;
 }
 
-/* Drawn sample j as sample k of the workload; a text sample moves its
- * tokens, labels, loss weights and id (reftrain's fields). */
+/* Drawn sample j (its images from image_at[j]) as sample k of the
+ * workload; a text sample moves its tokens, labels, loss weights and id
+ * (reftrain's fields). */
 static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_list_t *l,
-                       int64_t j, int32_t origin) {
+                       int64_t j, const int64_t *image_at, int32_t origin) {
   w->len[k] = l->len[j];
   w->origin[k] = origin;
   w->bytes[k] = SIM_BYTES_PER_TOKEN * l->len[j] + SIM_BYTES_PER_SAMPLE;
+  w->image_first[k + 1] = w->image_first[k];
   if (!l->vision) return;
   const sim_vision_t *v = &l->vision[j];
   w->bytes[k] = v->bytes;
@@ -120,6 +151,18 @@ static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_list_t *l,
   w->patches_sq[k] = v->patches_sq;
   w->vit[k] = v->vit;
   w->images += v->images;
+  memcpy(w->image + w->image_first[k], l->image + image_at[j],
+         (size_t)v->units * sizeof *w->image);
+  w->image_first[k + 1] += v->units;
+}
+
+/* Where each drawn sample's images start in l->image; NULL when out of
+ * memory. */
+static int64_t *image_offsets(const sim_drawn_list_t *l) {
+  int64_t *at = calloc((size_t)l->n + 1, sizeof *at);
+  for (int64_t j = 0; at && j < l->n; j++)
+    at[j + 1] = at[j] + (l->vision ? l->vision[j].units : 0);
+  return at;
 }
 
 /* Hand-off-major, grouped by slot: the order the shim gathers samples in. */
@@ -127,8 +170,11 @@ static int arrange(const sim_drawn_list_t *all, const int64_t *count,
                    int32_t slots, sim_workload_t *w) {
   int64_t H = w->handoffs;
   int64_t *slot_at = calloc((size_t)slots + 1, sizeof *slot_at);
-  if (!slot_at || alloc_samples(w, all->n) < 0) {
+  int64_t *image_at = image_offsets(all);
+  w->image = malloc(((size_t)all->nimage + 1) * sizeof *w->image);
+  if (!slot_at || !image_at || !w->image || alloc_samples(w, all->n) < 0) {
     free(slot_at);
+    free(image_at);
     return -1;
   }
   for (int32_t d = 0; d < slots; d++) {
@@ -140,12 +186,14 @@ static int arrange(const sim_drawn_list_t *all, const int64_t *count,
     w->first[h] = k;
     for (int32_t d = 0; d < slots; d++) {
       int64_t m = count[(int64_t)d * H + h];
-      for (int64_t i = 0; i < m; i++) put_sample(w, k++, all, slot_at[d] + i, d);
+      for (int64_t i = 0; i < m; i++)
+        put_sample(w, k++, all, slot_at[d] + i, image_at, d);
       slot_at[d] += m;
     }
   }
   w->first[H] = k;
   free(slot_at);
+  free(image_at);
   return 0;
 }
 
@@ -182,6 +230,7 @@ int sim_workload_draw(const sim_config_t *c, int32_t slots, int64_t handoffs,
     snprintf(err, errlen, "out of memory for %lld samples", (long long)all.n);
   free(all.len);
   free(all.vision);
+  free(all.image);
   free(count);
   if (rc < 0) {
     sim_workload_free(w);
@@ -200,6 +249,8 @@ void sim_workload_free(sim_workload_t *w) {
   free(w->patches);
   free(w->patches_sq);
   free(w->vit);
+  free(w->image_first);
+  free(w->image);
   memset(w, 0, sizeof *w);
 }
 
