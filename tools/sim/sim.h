@@ -204,8 +204,9 @@ typedef struct sim_workload {
  * tile (dummies included), Qwen an image or a video (Qwen3-VL's frames
  * attended apart, in its seconds, but one image for the plan). */
 typedef struct sim_image {
-  int64_t patches; /* L: the encoder's tokens before any merge */
-  double vit;      /* its encoder seconds, fwd + bwd, unscaled */
+  int64_t patches;    /* L: the encoder's tokens before any merge */
+  int64_t patches_sq; /* L^2, per frame for a video attended frame by frame */
+  double vit;         /* its encoder seconds, fwd + bwd, unscaled */
 } sim_image_t;
 
 /* What a VLM sample carries beyond its length (vlmwork.c); units: its

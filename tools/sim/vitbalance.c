@@ -115,7 +115,7 @@ static void vit_points(const sim_vit_t *v, int64_t s, dpshim_fit_point_t *pts) {
         for (int32_t t = 0; t < c->tp; t++) {
           int32_t rank = w->origin[i] * c->tp + t;
           dpshim_fit_point_t *p = &pts[rank];
-          p->sum_len2 += len * len;
+          p->sum_len2 += (double)w->image[j].patches_sq;
           p->sum_len += len;
           p->count += 1;
           p->time += w->image[j].vit * sim_noise(c, rank, s, m);
@@ -164,6 +164,7 @@ static int64_t gather_images(sim_vit_t *v, int64_t h, const int32_t *holder) {
       int64_t at = v->fill[holder[k]]++;
       dpshim__vit_image_t *im = &v->images[at];
       im->patches = w->image[j].patches;
+      im->patches_sq = w->image[j].patches_sq;
       sim_image_bytes(v->c, im->patches, &im->in_bytes, &im->out_bytes);
       v->image_of[at] = j;
     }

@@ -29,8 +29,9 @@ typedef struct draw {
   int oom;
 } draw_t;
 
-static void push_image(draw_t *d, int64_t patches, double vit) {
-  sim_image_t im = {.patches = patches, .vit = vit};
+static void push_image(draw_t *d, int64_t patches, int64_t patches_sq,
+                       double vit) {
+  sim_image_t im = {.patches = patches, .patches_sq = patches_sq, .vit = vit};
   if (sim_drawn_push_image(d->all, &im) < 0) d->oom = 1;
 }
 
@@ -46,7 +47,7 @@ static void internvl_vision(draw_t *d, const vlm_shape_t *s,
   out->images = s->nimages;
   out->units = s->rows;
   double one = emu_vit_seconds(&d->c->model, 1, 0, 0);
-  for (int64_t k = 0; k < s->rows; k++) push_image(d, tile, one);
+  for (int64_t k = 0; k < s->rows; k++) push_image(d, tile, tile * tile, one);
 }
 
 static void qwen_medium(draw_t *d, const vlm_media_t *m, int video,
@@ -54,12 +55,13 @@ static void qwen_medium(draw_t *d, const vlm_media_t *m, int video,
   int64_t frame = (int64_t)m->h * m->w, all = m->t * frame;
   int apart = video && d->cfg->layout == VLMLOAD_QWEN3VL;
   double vit = emu_vit_seconds(&d->c->model, m->t, m->h, m->w);
+  int64_t sq = apart ? m->t * frame * frame : all * all;
   out->patches += all;
-  out->patches_sq += apart ? m->t * frame * frame : all * all;
+  out->patches_sq += sq;
   out->vit += vit;
   out->images++;
   out->units++;
-  push_image(d, all, vit);
+  push_image(d, all, sq, vit);
 }
 
 static void place(void *arg, uint64_t id, const vlm_shape_t *s) {
