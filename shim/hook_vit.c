@@ -176,7 +176,11 @@ VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
 VIT_EXTERN int vit_backward(vit_t *vit, vit_saved_t *saved,
                             const float *emb_grad, int64_t *param_grad,
                             float *patch_grad) {
-  call_ctx_t ctx = {vit, VIT_QWEN, NULL, NULL, param_grad};
+  config_fn config;
+  DPSHIM_NEXT(real_config, config);
+  if (!config) return -1;
+  /* The layout: a backward may encode again what its forward sent away. */
+  call_ctx_t ctx = {vit, config(vit).layout, NULL, NULL, param_grad};
   dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
   return to_vit_rc(dpshim_encoder_backward(&enc, (uint64_t)(uintptr_t)saved,
                                            emb_grad, patch_grad));

@@ -993,10 +993,6 @@ void dpshim__vit_release(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   rep->kind = DPSHIM__VIT_RELEASE;
   dpshim__vit_flight_t f;
   if (dpshim__vit_flights_take(&v->flights, key, &f) < 0) return;
-  if (dpshim__vit_balancing(v)) {
-    header_t h = {.kind = DPSHIM__VIT_RELEASE, .key = key};
-    gather_headers(v, &h, "", rep);
-  }
   pass_t *p = f.data;
   enc->release(enc->ctx, p->saved);
   pass_free(p);

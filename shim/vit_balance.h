@@ -7,6 +7,9 @@
  *   backward: header -> embedding gradients to the encoding ranks -> the
  *             real backward there -> input gradients back to the ranks
  *             that asked.
+ *   release:  here only. A rank whose images another rank encoded and
+ *             released meets it out of step at its backward; it then
+ *             re-encodes them (below).
  *
  * Every collective starts with a fixed-size header, so ranks whose calls
  * fall out of step (a forward beside a backward, another forward's key, an
@@ -85,8 +88,8 @@ int dpshim__vit_balancing(const dpshim__vit_t *v);
 /* The group's size (1 without a comm). */
 int32_t dpshim__vit_ranks(const dpshim__vit_t *v);
 
-/* See dpshim_encoder_forward(), _backward(), _release(). Collective over
- * the group while balancing. */
+/* See dpshim_encoder_forward(), _backward(), _release(). Forwards and
+ * backwards are collective over the group while balancing. */
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                         const dpshim_encoder_call_t *call, uint64_t *key,
                         dpshim__vit_report_t *rep);

@@ -114,8 +114,9 @@ DPSHIM_EXTERN int dpshim_encoder_backward(const dpshim_encoder_t *enc,
                                           uint64_t key, const void *out_grad,
                                           void *in_grad);
 
-/* Drops the forward `key` without a backward, on every rank (collective
- * like a backward). Unknown keys are ignored. */
+/* Drops the forward `key` without a backward, here only (no collective):
+ * when images of other ranks went with it, their backwards find the ranks
+ * out of step and encode them again at home. Unknown keys are ignored. */
 DPSHIM_EXTERN void dpshim_encoder_release(const dpshim_encoder_t *enc,
                                           uint64_t key);
 
