@@ -115,7 +115,7 @@ typedef struct fit_outcome {
  * points beside it: what the vision terms gain. */
 static int fit_both(dpshim_fit_input_t *in, fit_outcome_t *out) {
   int64_t n = in->iters * (int64_t)in->ranks;
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n && !in->text_only; i++)
     out->vision |= in->points[i].sum_patches_sq > 0 ||
                    in->points[i].sum_patches > 0;
   int rc = dpshim_fit(in, &out->fit);

@@ -5,18 +5,22 @@
 # the sync collective (straggler wait) and the bytes moved per balanced
 # step. The shim's run with DPSHIM_SOLVER=none (gather and solve, move
 # nothing) gives the wait before balancing; the fit's step-time prediction
-# error, with and without the vision terms, comes from its summary. Builds
-# nothing:
+# error, with and without the vision terms, comes from its summary. With
+# --vit, seed+vit and default+vit add the ViT-level balance
+# (DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up): the encoder's
+# straggler wait (the slowest rank's encoder seconds less the mean, per
+# step, warm-up included), the ViT bytes moved per step and the ViT fit's
+# error. Builds nothing:
 #
 #   ninja -C build tools/vlmtrain/vlmtrain shim/libdpshim.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
 #                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
-#                      [-- vlmtrain args]
+#                      [--vit] [-- vlmtrain args]
 # --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default).
 set -euo pipefail
 
 build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
-scale=0.2 threshold=0.2 extra=()
+scale=0.2 threshold=0.2 vit=0 extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -27,8 +31,9 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --time-scale) scale=$2; shift 2 ;;
     --threshold) threshold=$2; shift 2 ;;
+    --vit) vit=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -45,13 +50,14 @@ args=(--layout "$layout" --model "$model" --tp "$tp" --steps "$steps"
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
      -np "$ranks")
 
-# variant, solver ("" without the shim)
+# variant, solver ("" without the shim), ViT balance (0/1)
 run() {
   local env=()
   if [[ -n $2 ]]; then
     env=(-x LD_PRELOAD="$shim" -x DPSHIM_VLM_BALANCE=1 -x DPSHIM_SOLVER="$2"
          -x DPSHIM_TP_SIZE="$tp" -x DPSHIM_WARMUP_ITERS=2-6
          -x DPSHIM_TRIGGER_THRESHOLD="$threshold"
+         -x DPSHIM_VIT_BALANCE="${3:-0}" -x MALLOC_PERTURB_=0
          -x DPSHIM_LOG="$out/$1.jsonl")
   fi
   "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" 2>"$out/$1.err" |
@@ -61,10 +67,18 @@ run none ""
 run measured none
 run seed seed
 run default default
+variants="none seed default"
+if ((vit)); then
+  run seed+vit seed 1
+  run default+vit default 1
+  variants="$variants seed+vit default+vit"
+fi
 
-python3 - "$out" "$layout" "$model" "$ranks" "$tp" "$threshold" <<'EOF'
+python3 - "$out" "$layout" "$model" "$ranks" "$tp" "$threshold" \
+  "$steps" $variants <<'EOF'
 import json, re, sys
-out, layout, model, ranks, tp, threshold = sys.argv[1:]
+out, layout, model, ranks, tp, threshold, steps = sys.argv[1:8]
+variants, steps = sys.argv[8:], int(steps)
 def result(v):
     return json.load(open(f"{out}/{v}.json"))
 def log(v):
@@ -80,32 +94,45 @@ def wait_share(v):
     c = sum(sum(e["compute_ms"]) + sum(e["wait_ms"]) + sum(e["shim_ms"])
             for e in lines)
     return 100.0 * w / c if c else float("nan")
-def mb_per_step(v):
+def mb_per_step(v, key=None):
     lines = after_warmup(v)
-    return sum(e.get("bytes_moved", 0) for e in lines) / max(1, len(lines)) / 1e6
+    moved = sum((e.get(key, {}) if key else e).get("bytes_moved", 0)
+                for e in lines)
+    return moved / max(1, len(lines)) / 1e6
+def vit_wait_ms(r):
+    return 1e3 * (r.get("vit_seconds_max", 0) - r.get("vit_seconds_mean", 0)) / steps
 base = result("none")
 def plans(v):
     lines = after_warmup(v)
     return sum(e.get("decision") == "apply" for e in lines), len(lines)
+def vit_fit_error(v):
+    text = open(f"{out}/{v}.err").read()
+    m = re.search(r"ViT fit \(\w+\): .*prediction error mean ([0-9.]+)%, max "
+                  r"([0-9.]+)%", text)
+    return m.groups() if m else None
 def fit_errors(v):
     text = open(f"{out}/{v}.err").read()
-    m = re.search(r"fit \(\w+\): .*prediction error mean ([0-9.]+)%, max "
+    m = re.search(r"  fit \(\w+\): .*prediction error mean ([0-9.]+)%, max "
                   r"([0-9.]+)%(?: \(without the vision terms: mean ([0-9.]+)%, "
                   r"max ([0-9.]+)%\))?", text)
     return m.groups() if m else None
 print(f"vlm_bench: {layout}, {model}, {ranks} ranks (tp {tp}), "
       f"trigger threshold {threshold}")
-print(f"{'variant':<9}{'TGS':>10}{'gain':>8}{'step ms':>10}"
-      f"{'sync wait':>11}{'MB/step':>9}{'applied':>9}  digests")
-same = lambda r: (r["consumed_digest"], r["images_digest"]) == \
-    (base["consumed_digest"], base["images_digest"])
-for v, label in (("none", "none"), ("seed", "seed"), ("default", "default")):
+print(f"{'variant':<12}{'TGS':>10}{'gain':>8}{'step ms':>10}"
+      f"{'sync wait':>11}{'MB/step':>9}{'applied':>9}{'ViT wait':>10}"
+      f"{'ViT MB':>8}  digests")
+keys = ("consumed_digest", "images_digest", "embeddings_digest",
+        "vit_grad_digest")
+same = lambda r: all(r.get(k) == base.get(k) for k in keys)
+for v in variants:
     r = result(v)
     wait = wait_share("measured" if v == "none" else v)
     mb = 0.0 if v == "none" else mb_per_step(v)
+    vit_mb = mb_per_step(v, "vit") if v.endswith("+vit") else 0.0
     applied = "-" if v == "none" else "%d/%d" % plans(v)
-    print(f"{label:<9}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
-          f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}{applied:>9}  "
+    print(f"{v:<12}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
+          f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}{applied:>9}"
+          f"{vit_wait_ms(r):>8.1f}ms{vit_mb:>8.2f}  "
           f"{'same' if same(r) else 'DIFFER'}")
 print("sync wait: time in the gradient all-reduce over all ranks' step time, "
       "after the warm-up (none: the shim with DPSHIM_SOLVER=none)")
@@ -115,4 +142,10 @@ if fit:
     if fit[2]:
         line += f"; without the vision terms mean {fit[2]}%, max {fit[3]}%"
     print(line + " (the same warm-up points)")
+if "default+vit" in variants:
+    fit = vit_fit_error("default+vit")
+    print("ViT fit: per-call encoder time prediction error " +
+          (f"mean {fit[0]}%, max {fit[1]}%" if fit else "(no fit)"))
+print("ViT wait: the slowest rank's encoder seconds less the mean, per step; "
+      "ViT MB: the encoder's inputs and embeddings moved per step")
 EOF
