@@ -32,15 +32,17 @@
 #   --vlm-args "..."     vlmtrain's data options (default: the layout's,
 #                        internvl: --pack-tokens 32768 --tile-size 16;
 #                        qwen: --pack-tokens 8192 --max-side 32)
-#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its seed and
-#                        default runs (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
-#                        default: none, the shim's defaults)
+#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its runs
+#                        with the shim (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
+#                        default: none, the shim's defaults); the simulator
+#                        takes the trigger thresholds and caps among them
 #   --no-vlm-vit         leave default+vit out (runs and simulator)
 #   --vlm-sim-time-scale X  the simulator's time scale (default 1: an H100;
 #                        the runs' is --vlm-time-scale)
 #   --no-vlm             leave the VLM section out
 #   --vlm-only           the VLM section alone: results.json keeps the text
-#                        runs of an earlier demo, its "vlm" is replaced
+#                        runs of an earlier demo, its "vlm" and
+#                        "vlm_sim" are replaced
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
