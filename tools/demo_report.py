@@ -35,7 +35,8 @@ leaves out the vision encoder), and:
              vit_seconds_mean) / steps, the ranks' encoder seconds over the
              run (vlmtrain's summary), in ms
   vit MB     the ViT-level balance's bytes moved per step (default+vit,
-             from the shim's log: inputs, embeddings and their gradients)
+             the shim's log's "vit" bytes_moved: the moved images' inputs
+             and embeddings)
   digests    consumed, images, embeddings and vit_grad digests equal across
              the variants
 It goes to results.json's "vlm" and OUT/vlm_tgs_vs_dp.png.
