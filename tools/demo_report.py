@@ -276,8 +276,8 @@ def print_vlm_sim(sim):
     vit = "default+vit" if "default+vit" in sim["algos"] else "default"
     print("\nSimulated (dpshim-sim %s): TGS gain over none by DP size; the "
           "ViT phase's straggler wait, ms per step (none -> %s); the bytes "
-          "the ViT level moves per step, GB over the group (default+vit)"
-          % (" ".join(sim["args"]), vit))
+          "the ViT level moves per step, GB over the group (%s)"
+          % (" ".join(sim["args"]), vit, vit))
     gains = [a for a in sim["algos"] if a != "none"]
     print("  %-5s %9s" % ("DP", "none TGS") +
           "".join(" %12s" % a for a in gains) + " %18s %10s" % (
@@ -292,8 +292,8 @@ def print_vlm_sim(sim):
               " %18s %10s" % (
                   "%s -> %s" % (fmt(wait.get("none"), ".1f"),
                                 fmt(wait.get(vit), ".1f")),
-                  fmt(d["vit_bytes_moved_per_step"].get("default+vit") and
-                      d["vit_bytes_moved_per_step"]["default+vit"] / 1e9,
+                  fmt(d["vit_bytes_moved_per_step"].get(vit) and
+                      d["vit_bytes_moved_per_step"][vit] / 1e9,
                       ".2f")))
 
 
