@@ -279,6 +279,7 @@ python3 - "$out/results.json" "$out/calibration_runs.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 r.pop("vlm", None)
+r.pop("vlm_sim", None)
 r["runs"] = [x for x in r["runs"] if x["dp"] <= 32]
 json.dump(r, open(sys.argv[2], "w"), indent=1)
 PY
