@@ -16,10 +16,13 @@
 #   tools/demo.sh --out DIR       where to write (default demo-out)
 #
 # The VLM section: vlmtrain (tools/vlmtrain) under a realistic model preset
-# of the emulated GPU, none / seed / default on the same data (seed 7) at
-# each DP size, warm-up 2-6; digests checked equal. About 5 minutes here
-# (--quick: DP 8, 10 steps, under a minute). Into the table, results.json
-# ("vlm") and vlm_tgs_vs_dp.png.
+# of the emulated GPU, none / seed / default / default+vit (the ViT-level
+# balance too: DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up) on the
+# same data (seed 7) at each DP size, warm-up 2-6; digests checked equal.
+# Then dpshim-sim on the same layout and preset, --vit-balance, at DP 4 to
+# 4096. About 6 minutes here (--quick: DP 8, 10 steps, about a minute).
+# Into the tables, results.json ("vlm", "vlm_sim"), vlm_tgs_vs_dp.png and
+# vlm_sim_tgs_vs_dp.png.
 #   --vlm-layout L       internvl (default), qwen2vl or qwen3vl
 #   --vlm-model M        a tools/emu preset (default: the layout's,
 #                        internvl2-8b, qwen2-vl-7b, qwen3-vl-8b)
@@ -29,12 +32,17 @@
 #   --vlm-args "..."     vlmtrain's data options (default: the layout's,
 #                        internvl: --pack-tokens 32768 --tile-size 16;
 #                        qwen: --pack-tokens 8192 --max-side 32)
-#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its seed and
-#                        default runs (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
-#                        default: none, the shim's defaults)
+#   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its runs
+#                        with the shim (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
+#                        default: none, the shim's defaults); the simulator
+#                        takes the trigger thresholds and caps among them
+#   --no-vlm-vit         leave default+vit out (runs and simulator)
+#   --vlm-sim-time-scale X  the simulator's time scale (default 1: an H100;
+#                        the runs' is --vlm-time-scale)
 #   --no-vlm             leave the VLM section out
 #   --vlm-only           the VLM section alone: results.json keeps the text
-#                        runs of an earlier demo, its "vlm" is replaced
+#                        runs of an earlier demo, its "vlm" and
+#                        "vlm_sim" are replaced
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,7 +52,7 @@ die() { echo "demo: $*" >&2; exit 2; }
 profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=24 warmup=2-11
 time_scale=5 out=demo-out
 vlm=1 text=1 vlm_layout=internvl vlm_model="" vlm_dps="8 16 32" vlm_steps=16
-vlm_warmup=2-6 vlm_scale=0.25 vlm_args="" vlm_env=""
+vlm_warmup=2-6 vlm_scale=0.25 vlm_args="" vlm_env="" vlm_vit=1 vlm_sim_scale=1
 set_vlm_args=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -57,6 +65,8 @@ while [ $# -gt 0 ]; do
     --vlm-args) [ $# -ge 2 ] || die "--vlm-args needs vlmtrain options (\"\" for none)"
                 vlm_args=$2 set_vlm_args=1; shift ;;
     --vlm-shim-env) vlm_env=${2?--vlm-shim-env needs NAME=VALUE settings}; shift ;;
+    --no-vlm-vit) vlm_vit=0 ;;
+    --vlm-sim-time-scale) vlm_sim_scale=${2:?--vlm-sim-time-scale needs a number}; shift ;;
     --no-vlm) vlm=0 ;;
     --vlm-only) text=0 ;;
     --profile) profile=${2:?--profile needs sft, long or fewlong}; shift ;;
@@ -91,6 +101,8 @@ if [ "$vlm" = 1 ]; then
   [[ $vlm_steps =~ ^[0-9]+$ ]] && [ "$vlm_steps" -gt "$vlm_warmup_last" ] ||
     die "--vlm-steps '$vlm_steps': expected a number above the warm-up's last step ($vlm_warmup_last)"
   [[ $vlm_scale =~ $number ]] || die "--vlm-time-scale '$vlm_scale': expected a number like 0.25"
+  [[ $vlm_sim_scale =~ $number ]] ||
+    die "--vlm-sim-time-scale '$vlm_sim_scale': expected a number like 1 or 0.25"
   [ -n "${vlm_dps// }" ] || die "--vlm-dp '': expected sizes like \"8 16 32\""
   for dp in $vlm_dps; do
     [[ $dp =~ ^[1-9][0-9]*$ ]] || die "--vlm-dp '$vlm_dps': expected sizes like \"8 16 32\""
@@ -134,14 +146,16 @@ mpirun=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 fits() { [ "$1" -le 32 ] || [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -gt $(( $1 * 150000 )) ]; }
 
 # One run of a section: base path, DP size, variant, warm-up, trainer and its
-# arguments. Without the shim for none; with it, DPSHIM_SOLVER=variant.
+# arguments. Without the shim for none; with it, DPSHIM_SOLVER=variant, or
+# for SOLVER+vit DPSHIM_SOLVER=SOLVER and DPSHIM_VIT_BALANCE=1.
 run() {
   local base=$1 dp=$2 variant=$3 warm=$4 env=()
   shift 4
   if [ "$variant" != none ]; then
     env=(-x LD_PRELOAD="$PWD/build/shim/libdpshim.so" -x DPSHIM_VLM_BALANCE=1
-         -x DPSHIM_WARMUP_ITERS="$warm" -x DPSHIM_SOLVER="$variant"
+         -x DPSHIM_WARMUP_ITERS="$warm" -x DPSHIM_SOLVER="${variant%+vit}"
          -x DPSHIM_LOG="$base.log.jsonl")
+    [[ $variant != *+vit ]] || env+=(-x DPSHIM_VIT_BALANCE=1)
     for kv in "${shim_env[@]}"; do env+=(-x "$kv"); done
   fi
   "${mpirun[@]}" -np "$dp" "${env[@]}" "$@" --stats-out "$base.stats.jsonl" \
@@ -149,16 +163,17 @@ run() {
     { cat "$base.err" >&2; die "${1##*/} failed at DP $dp ($variant)"; }
 }
 
-# Every size times none, seed, default: label, runs dir, warm-up, sizes, then
-# the trainer and its arguments.
+# Every size times every variant (none, seed, default[, default+vit]):
+# label, runs dir, warm-up, sizes, variants, then the trainer and its
+# arguments.
 runs() {
-  local label=$1 dir=$2 warm=$3 sizes=($4) n=0 start=$SECONDS
-  shift 4
-  local total=$(( ${#sizes[@]} * 3 ))
+  local label=$1 dir=$2 warm=$3 sizes=($4) variants=($5) n=0 start=$SECONDS
+  shift 5
+  local total=$(( ${#sizes[@]} * ${#variants[@]} ))
   for dp in "${sizes[@]}"; do
-    for variant in none seed default; do
+    for variant in "${variants[@]}"; do
       n=$(( n + 1 ))
-      printf '[%2d/%d] %s DP %-3s %-8s' "$n" "$total" "$label" "$dp" "$variant"
+      printf '[%2d/%d] %s DP %-3s %-11s' "$n" "$total" "$label" "$dp" "$variant"
       t0=$SECONDS
       run "$dir/dp${dp}_$variant" "$dp" "$variant" "$warm" "$@"
       printf ' %4ds   (%ds so far)\n' $(( SECONDS - t0 )) $(( SECONDS - start ))
@@ -185,28 +200,64 @@ if [ "$text" = 1 ]; then
     if fits "$dp"; then sizes+=("$dp"); else echo "(DP $dp skipped: not enough memory)"; fi
   done
   echo "== runs: the tiny text model (reftrain), DP ${sizes[*]} x {none, seed, default}, $steps steps each (warm-up $warmup)"
-  runs tiny "$out/runs" "$warmup" "${sizes[*]}" build/tools/reftrain/reftrain \
+  runs tiny "$out/runs" "$warmup" "${sizes[*]}" "none seed default" \
+    build/tools/reftrain/reftrain \
     --mode emulate "${data[@]}" --seed 7 --steps "$steps" --time-scale "$time_scale"
 fi
 
 rm -rf "$out/vlm-runs"
 if [ "$vlm" = 1 ]; then
   mkdir -p "$out/vlm-runs"
-  echo "== runs: VLM, $vlm_layout layout, $vlm_model preset ($vlm_args), DP $vlm_dps x {none, seed, default}, $vlm_steps steps each (warm-up $vlm_warmup, time scale $vlm_scale)"
+  vlm_variants="none seed default"
+  [ "$vlm_vit" = 0 ] || vlm_variants+=" default+vit"
+  echo "== runs: VLM, $vlm_layout layout, $vlm_model preset ($vlm_args), DP $vlm_dps x {${vlm_variants// /, }}, $vlm_steps steps each (warm-up $vlm_warmup, time scale $vlm_scale)"
   vlm_start=$SECONDS
   shim_env=("${vlm_envv[@]}")
-  runs vlm "$out/vlm-runs" "$vlm_warmup" "$vlm_dps" build/tools/vlmtrain/vlmtrain \
+  runs vlm "$out/vlm-runs" "$vlm_warmup" "$vlm_dps" "$vlm_variants" \
+    build/tools/vlmtrain/vlmtrain \
     --layout "$vlm_layout" --model "$vlm_model" --seed 7 --steps "$vlm_steps" \
     --time-scale "$vlm_scale" "${vlm_argv[@]}"
   vlm_wall=$(( SECONDS - vlm_start ))
+
+  # The simulator on the same layout, preset (its TP), seed, warm-up and
+  # measured steps, at DP 4 to 4096: vlmtrain's --pack-tokens and the shim's
+  # thresholds and caps from --vlm-shim-env carry over; its other data
+  # options do not (the simulator draws with vlmload's defaults: 448-px
+  # tiles, image sides up to 64 patches).
+  sim_args=(--layout "$vlm_layout" --model "$vlm_model" --tp model --seed 7
+            --warmup-last "$vlm_warmup_last"
+            --steps $(( vlm_steps - vlm_warmup_last ))
+            --time-scale "$vlm_sim_scale")
+  [ "$vlm_vit" = 0 ] || sim_args+=(--vit-balance)
+  for i in "${!vlm_argv[@]}"; do
+    [ "${vlm_argv[$i]}" != --pack-tokens ] || sim_args+=(--pack-tokens "${vlm_argv[$((i + 1))]:-}")
+  done
+  for kv in "${vlm_envv[@]}"; do
+    case ${kv%%=*} in
+      DPSHIM_TRIGGER_THRESHOLD) sim_args+=(--threshold "${kv#*=}") ;;
+      DPSHIM_MAX_LEN_RATIO) sim_args+=(--cap-ratio "${kv#*=}") ;;
+      DPSHIM_VIT_TRIGGER_THRESHOLD) sim_args+=(--vit-threshold "${kv#*=}") ;;
+      DPSHIM_VIT_MAX_PATCH_RATIO) sim_args+=(--vit-cap-ratio "${kv#*=}") ;;
+    esac
+  done
+  echo "== the simulator on the VLM workload, DP 4 to 4096 (dpshim-sim ${sim_args[*]})"
+  sim_start=$SECONDS
+  build/tools/sim/dpshim-sim "${sim_args[@]}" --json "$out/vlm-runs/sim.json" \
+    --png "$out/vlm_sim_tgs_vs_dp.png" 2> "$out/vlm_sim_summary.txt" > /dev/null ||
+    { cat "$out/vlm_sim_summary.txt" >&2; die "dpshim-sim failed on the VLM workload (${sim_args[*]})"; }
+  echo "   ($(( SECONDS - sim_start )) s; its summary: $out/vlm_sim_summary.txt)"
+
   python3 - "$out/vlm-runs/setup.json" "$vlm_layout" "$vlm_model" "$vlm_steps" \
-    "$vlm_warmup" "$vlm_scale" "$vlm_wall" "$vlm_env" "${vlm_argv[@]}" <<'PY'
+    "$vlm_warmup" "$vlm_scale" "$vlm_wall" "$vlm_env" "$vlm_variants" \
+    "${sim_args[*]}" "${vlm_argv[@]}" <<'PY'
 import json, sys
-path, layout, model, steps, warmup, scale, wall, env, *args = sys.argv[1:]
+path, layout, model, steps, warmup, scale, wall, env, variants, sim, *args = \
+    sys.argv[1:]
 json.dump({"layout": layout, "model": model, "seed": 7, "steps": int(steps),
            "warmup": warmup, "warmup_last": int(warmup.split("-")[-1]),
            "time_scale": float(scale), "args": args, "tp": 1,
-           "shim_env": env.split(), "wall_s": int(wall)},
+           "shim_env": env.split(), "wall_s": int(wall),
+           "variants": variants.split(), "sim_args": sim.split()},
           open(path, "w"), indent=1)
 PY
 fi
@@ -228,6 +279,7 @@ python3 - "$out/results.json" "$out/calibration_runs.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 r.pop("vlm", None)
+r.pop("vlm_sim", None)
 r["runs"] = [x for x in r["runs"] if x["dp"] <= 32]
 json.dump(r, open(sys.argv[2], "w"), indent=1)
 PY

@@ -7,7 +7,8 @@ tiny text model, reftrain) and OUT/vlm-runs/ (the VLM section, vlmtrain).
     demo_report.py OUT --vlm-only     the VLM section alone: OUT/results.json
                                       keeps its text runs, gets a new "vlm"
 
-For each DP size and variant (none, seed, default), over the steps after
+For each DP size and variant (none, seed, default; the VLM section also
+default+vit), over the steps after
 warm-up (when the shim balances):
   tgs        tokens per GPU per second
   step_ms    mean step time
@@ -30,8 +31,20 @@ leaves out the vision encoder), and:
              compute per step (what the variant left for the straggler;
              none's is what balancing can win at most)
   applied / skipped   the shim's decisions after warm-up, skips by reason
-  digests    consumed and images digests equal across none / seed / default
+  vit wait   the ViT straggler wait per step: (vit_seconds_max -
+             vit_seconds_mean) / steps, the ranks' encoder seconds over the
+             run (vlmtrain's summary), in ms
+  vit MB     the ViT-level balance's bytes moved per step (default+vit,
+             the shim's log's "vit" bytes_moved: the moved images' inputs
+             and embeddings)
+  digests    consumed, images, embeddings and vit_grad digests equal across
+             the variants
 It goes to results.json's "vlm" and OUT/vlm_tgs_vs_dp.png.
+
+With OUT/vlm-runs/sim.json (dpshim-sim on the same layout and preset, as
+demo.sh runs it after the VLM runs): per simulated DP size and algo, TGS,
+gain over none, the ViT phase's straggler wait (vit_wait_ms) and the bytes
+each level moves, into results.json's "vlm_sim" and a table.
 """
 import argparse
 import json
@@ -42,6 +55,7 @@ import subprocess
 import sys
 
 VARIANTS = ("none", "seed", "default")
+SIM_ALGOS = ("none", "seed", "default", "seed+vit", "default+vit")
 
 
 def read_jsonl(path):
@@ -137,10 +151,11 @@ def vlm_section(out):
     with open(path) as f:
         setup = json.load(f)
     last = setup["warmup_last"]
+    variants = tuple(setup.get("variants", VARIANTS))
     per_dp = []
     for dp in sizes_in(out, "vlm-runs"):
         at = {}
-        for v in VARIANTS:
+        for v in variants:
             r = run_figures(out, dp, v, last, "vlm-runs")
             if not r:
                 continue
@@ -156,6 +171,9 @@ def vlm_section(out):
                 if e["decision"] == "skip":
                     k = e.get("reason", "?")
                     skipped[k] = skipped.get(k, 0) + 1
+            # the encoder calls' decisions and bytes, summed over the steps
+            vit = {k: sum(e.get("vit", {}).get(k, 0) for e in log)
+                   for k in ("calls", "applied", "skipped", "failed")}
             del r["ideal_gain"]  # the shim's loads leave out the encoder
             r.update({
                 "emu_imbalance": mean([max(x["emu_ms"]) / mean(x["emu_ms"])
@@ -170,15 +188,29 @@ def vlm_section(out):
                     (len(x["emu_ms"]) * x["step_ms"]) for x in stats]),
                 "skipped": skipped,
                 "images_digest": summary["images_digest"],
+                "embeddings_digest": summary.get("embeddings_digest"),
+                "vit_grad_digest": summary.get("vit_grad_digest"),
                 "check_errors": summary["check_errors"],
+                "vit_seconds_max": summary.get("vit_seconds_max"),
+                "vit_seconds_mean": summary.get("vit_seconds_mean"),
+                # the encoder's straggler wait per step over the run
+                "vit_wait_ms": (1e3 * (summary["vit_seconds_max"] -
+                                       summary["vit_seconds_mean"]) /
+                                summary["steps"]
+                                if "vit_seconds_max" in summary else None),
+                "vit_bytes_moved_per_step": mean([
+                    e.get("vit", {}).get("bytes_moved", 0) for e in log]),
+                "vit_plans": vit,
             })
             at[v] = r
         if "none" not in at:
             continue
         for r in at.values():
             r["gain"] = r["tgs"] / at["none"]["tgs"]
-        digests = {(r["consumed_digest"], r["images_digest"])
-                   for r in at.values()}
+        def digests_of(r):
+            return (r["consumed_digest"], r["images_digest"],
+                    r["embeddings_digest"], r["vit_grad_digest"])
+        digests = {digests_of(r) for r in at.values()}
         per_dp.append({
             "dp": dp,
             "tgs": {v: r["tgs"] for v, r in at.items()},
@@ -188,11 +220,81 @@ def vlm_section(out):
                                      for v, r in at.items() if v != "none"},
             "plans": {v: {"applied": r["applied"], "skipped": r["skipped"]}
                       for v, r in at.items() if v != "none"},
-            "digests_equal": len(digests) == 1 and len(at) == len(VARIANTS)
+            "digests_equal": len(digests) == 1 and len(at) == len(variants)
                              and not any(r["check_errors"] for r in at.values()),
-            "runs": [at[v] for v in VARIANTS if v in at],
+            "digests_equal_to_none": {
+                v: digests_of(r) == digests_of(at["none"]) and
+                not r["check_errors"] for v, r in at.items() if v != "none"},
+            "vit_wait_ms": {v: r["vit_wait_ms"] for v, r in at.items()},
+            "vit_bytes_moved_per_step": {
+                v: r["vit_bytes_moved_per_step"] for v, r in at.items()
+                if v.endswith("+vit")},
+            "vit_plans": {v: r["vit_plans"] for v, r in at.items()
+                          if v.endswith("+vit")},
+            "runs": [at[v] for v in variants if v in at],
         })
-    return dict(setup, per_dp=per_dp)
+    return dict(setup, variants=list(variants), per_dp=per_dp)
+
+
+def vlm_sim_section(out, vlm):
+    """dpshim-sim's figures on the VLM section's workload, from
+    OUT/vlm-runs/sim.json; None without it."""
+    path = os.path.join(out, "vlm-runs", "sim.json")
+    if not vlm or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = json.load(f)
+    at = {(x["ranks"], x["algo"]): x for x in lines}
+    algos = [a for a in SIM_ALGOS if any(k[1] == a for k in at)]
+    per_dp = []
+    for dp in sorted({x["ranks"] for x in lines}):
+        row = {a: at[(dp, a)] for a in algos if (dp, a) in at}
+        none = row.get("none")
+        per_dp.append({
+            "dp": dp,
+            "tgs": {a: x["tgs"] for a, x in row.items()},
+            "gain": {a: x["tgs"] / none["tgs"] for a, x in row.items()
+                     if none and a != "none"},
+            "vit_wait_ms": {a: x.get("vit_wait_ms") for a, x in row.items()},
+            "vit_bytes_moved_per_step": {
+                a: x.get("vit_bytes_moved_per_step", 0)
+                for a, x in row.items() if a.endswith("+vit")},
+            "bytes_moved_per_step": {a: x["bytes_moved_per_step"]
+                                     for a, x in row.items() if a != "none"},
+            "shim_share": {a: x["shim_share"] for a, x in row.items()
+                           if a != "none"},
+        })
+    args = vlm.get("sim_args", [])
+    scale = args[args.index("--time-scale") + 1] \
+        if "--time-scale" in args[:-1] else "1"
+    return {"layout": vlm["layout"], "model": vlm["model"],
+            "time_scale": float(scale), "args": args, "algos": algos,
+            "per_dp": per_dp}
+
+
+def print_vlm_sim(sim):
+    vit = "default+vit" if "default+vit" in sim["algos"] else "default"
+    print("\nSimulated (dpshim-sim %s): TGS gain over none by DP size; the "
+          "ViT phase's straggler wait, ms per step (none -> %s); the bytes "
+          "the ViT level moves per step, GB over the group (%s)"
+          % (" ".join(sim["args"]), vit, vit))
+    gains = [a for a in sim["algos"] if a != "none"]
+    print("  %-5s %9s" % ("DP", "none TGS") +
+          "".join(" %12s" % a for a in gains) + " %18s %10s" % (
+              "ViT wait ms", "ViT GB"))
+    for d in sim["per_dp"]:
+        wait = d["vit_wait_ms"]
+        print("  %-5d %9s" % (d["dp"], fmt(d["tgs"].get("none"), ".0f")) +
+              "".join(" %12s" % (fmt(d["gain"].get(a) and
+                                     100 * (d["gain"][a] - 1), "+.1f") +
+                                 ("%" if a in d["gain"] else ""))
+                      for a in gains) +
+              " %18s %10s" % (
+                  "%s -> %s" % (fmt(wait.get("none"), ".1f"),
+                                fmt(wait.get(vit), ".1f")),
+                  fmt(d["vit_bytes_moved_per_step"].get(vit) and
+                      d["vit_bytes_moved_per_step"][vit] / 1e9,
+                      ".2f")))
 
 
 def vlm_label(vlm):
@@ -206,22 +308,34 @@ def print_vlm_table(vlm):
           "the steps after it" % (vlm_label(vlm), vlm["time_scale"],
                                   vlm["steps"], vlm["warmup"]))
     head = ("variant", "TGS", "gain", "step ms", "wait", "emu imb", "MB moved",
-            "shim", "plans applied / skipped")
+            "vit wait", "vit MB", "shim", "plans applied / skipped")
     for d in vlm["per_dp"]:
         print("\nVLM DP %d" % d["dp"])
-        print("  %-8s %9s %7s %8s %6s %7s %8s %6s  %s" % head)
+        print("  %-11s %9s %7s %8s %6s %7s %8s %8s %7s %6s  %s" % head)
         for r in d["runs"]:
             plans = "" if r["variant"] == "none" else "%d / %s" % (
                 r["applied"], ", ".join("%d %s" % (n, k) for k, n in
                                         sorted(r["skipped"].items())) or "0")
-            print("  %-8s %9.0f %6.1f%% %8.1f %5.1f%% %7.3f %8.2f %5.2f%%  %s" % (
-                r["variant"], r["tgs"], 100 * (r["gain"] - 1),
-                r["step_ms_balanced"], 100 * r["wait_share"],
-                r["emu_imbalance"], r["bytes_moved_per_step"] / 1e6,
-                100 * r["shim_share"], plans))
-        print("  digests (consumed, images) %s; this machine's CPU contention "
-              "%.1f%% of step time (none)" % (
-                  "equal" if d["digests_equal"] else "DIFFER",
+            vp = r.get("vit_plans") or {}
+            if r["variant"].endswith("+vit"):
+                plans += "; ViT %d / %d calls%s" % (
+                    vp.get("applied", 0), vp.get("calls", 0),
+                    ", %d failed" % vp["failed"] if vp.get("failed") else "")
+            print("  %-11s %9.0f %6.1f%% %8.1f %5.1f%% %7.3f %8.2f %8s %7s "
+                  "%5.2f%%  %s" % (
+                      r["variant"], r["tgs"], 100 * (r["gain"] - 1),
+                      r["step_ms_balanced"], 100 * r["wait_share"],
+                      r["emu_imbalance"], r["bytes_moved_per_step"] / 1e6,
+                      fmt(r.get("vit_wait_ms"), ".1f"),
+                      fmt(r["vit_bytes_moved_per_step"] / 1e6, ".2f")
+                      if r["variant"].endswith("+vit") else "",
+                      100 * r["shim_share"], plans))
+        differ = [v for v, same in d.get("digests_equal_to_none", {}).items()
+                  if not same]
+        print("  digests (consumed, images, embeddings, vit_grad) %s; this "
+              "machine's CPU contention %.1f%% of step time (none)" % (
+                  "equal" if d["digests_equal"] else "DIFFER" + (
+                      " from none's: " + ", ".join(differ) if differ else ""),
                   100 * d["runs"][0]["overrun_handoff_share"]))
 
 
@@ -234,18 +348,18 @@ def print_gains(runs, vlm):
     vl = {d["dp"]: d for d in (vlm or {}).get("per_dp", [])}
     print("\nTGS gain over none, after warm-up: tiny text model (reftrain) "
           "beside %s" % (vlm_label(vlm) if vlm else "no VLM section"))
-    print("  %-4s %17s %17s   %17s %17s" % ("DP", "tiny: seed", "tiny: default",
-                                            "VLM: seed", "VLM: default"))
+    vv = [v for v in (vlm or {}).get("variants", VARIANTS) if v != "none"]
+    print("  %-4s %17s %17s  " % ("DP", "tiny: seed", "tiny: default") +
+          "".join(" %17s" % ("VLM: " + v) for v in vv))
     def g(r):
         return "-" if r is None else "%+.1f%%" % (100 * (r - 1))
     for dp in dps:
         t = {v: text.get((dp, v)) for v in VARIANTS}
         tg = [None if not (t[v] and t["none"]) else t[v]["tgs"] / t["none"]["tgs"]
               for v in ("seed", "default")]
-        vg = [vl[dp]["gain"].get(v) if dp in vl else None
-              for v in ("seed", "default")]
-        print("  %-4d %17s %17s   %17s %17s" % (dp, g(tg[0]), g(tg[1]),
-                                                 g(vg[0]), g(vg[1])))
+        vg = [vl[dp]["gain"].get(v) if dp in vl else None for v in vv]
+        print("  %-4d %17s %17s  " % (dp, g(tg[0]), g(tg[1])) +
+              "".join(" %17s" % g(x) for x in vg))
 
 
 def fmt(x, spec):
@@ -293,11 +407,12 @@ def gnuplot(script):
 
 
 def plot_tgs(out, runs, name="tgs_vs_dp",
-             title="Tokens per GPU per second against DP size (after warm-up)"):
+             title="Tokens per GPU per second against DP size (after warm-up)",
+             variants=VARIANTS):
     data = os.path.join(out, name + ".dat")
     dps = [r["dp"] for r in runs]
     with open(data, "w") as f:
-        for v in VARIANTS:
+        for v in variants:
             f.write("# %s\n" % v)
             for r in sorted((r for r in runs if r["variant"] == v),
                             key=lambda r: r["dp"]):
@@ -308,9 +423,9 @@ set output '%s'
 set title '%s'
 set xlabel 'DP size'; set ylabel 'TGS'; set logscale x 2; set grid
 set xrange [%g:%g]; set key bottom left
-plot for [i=0:2] '%s' index i with linespoints lw 2 title word('none seed default', i+1)
+plot for [i=0:%d] '%s' index i with linespoints lw 2 title word('%s', i+1)
 """ % (os.path.join(out, name + ".png"), title, min(dps) / 1.25, max(dps) * 1.25,
-       data))
+       len(variants) - 1, data, " ".join(variants)))
 
 
 def plot_imbalance(out, runs, warmup_last):
@@ -379,10 +494,15 @@ def main():
             doc["lengths"] = os.path.abspath(args.lengths)
         doc["runs"] = runs
     doc.pop("vlm", None)
+    doc.pop("vlm_sim", None)
     if vlm:
         doc["vlm"] = vlm
         print_vlm_table(vlm)
     print_gains(runs, vlm)
+    sim = vlm_sim_section(args.out, vlm)
+    if sim:
+        doc["vlm_sim"] = sim
+        print_vlm_sim(sim)
     with open(results, "w") as f:
         json.dump(doc, f, indent=1)
     wrote = ["results.json"]
@@ -393,8 +513,11 @@ def main():
     if vlm and vlm["per_dp"]:
         plot_tgs(args.out, [r for d in vlm["per_dp"] for r in d["runs"]],
                  "vlm_tgs_vs_dp", "VLM (%s, %s): TGS against DP size "
-                 "(after warm-up)" % (vlm["layout"], vlm["model"]))
+                 "(after warm-up)" % (vlm["layout"], vlm["model"]),
+                 vlm["variants"])
         wrote.append("vlm_tgs_vs_dp.png")
+    if sim and os.path.exists(os.path.join(args.out, "vlm_sim_tgs_vs_dp.png")):
+        wrote.append("vlm_sim_tgs_vs_dp.png (dpshim-sim's)")
     print("\nwrote %s/%s" % (args.out, ", ".join(wrote)))
     return 0
 
