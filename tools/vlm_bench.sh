@@ -7,10 +7,11 @@
 # nothing) gives the wait before balancing; the fit's step-time prediction
 # error, with and without the vision terms, comes from its summary. With
 # --vit, seed+vit and default+vit add the ViT-level balance
-# (DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up): the encoder's
-# straggler wait (the slowest rank's encoder seconds less the mean, per
-# step, warm-up included), the ViT bytes moved per step and the ViT fit's
-# error. Builds nothing:
+# (DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up). Every variant
+# reports the encoder's straggler wait (per step after the warm-up, the
+# slowest rank's emulated encoder time less the mean, from vlmtrain's
+# --stats-out); the ViT variants their bytes moved per step and the ViT
+# fit's error. Builds nothing:
 #
 #   ninja -C build tools/vlmtrain/vlmtrain shim/libdpshim.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
@@ -60,7 +61,8 @@ run() {
          -x DPSHIM_VIT_BALANCE="${3:-0}" -x MALLOC_PERTURB_=0
          -x DPSHIM_LOG="$out/$1.jsonl")
   fi
-  "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" 2>"$out/$1.err" |
+  "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" \
+    --stats-out "$out/$1.stats" 2>"$out/$1.err" |
     grep '^{' >"$out/$1.json" || { cat "$out/$1.err" >&2; exit 1; }
 }
 run none ""
@@ -99,8 +101,11 @@ def mb_per_step(v, key=None):
     moved = sum((e.get(key, {}) if key else e).get("bytes_moved", 0)
                 for e in lines)
     return moved / max(1, len(lines)) / 1e6
-def vit_wait_ms(r):
-    return 1e3 * (r.get("vit_seconds_max", 0) - r.get("vit_seconds_mean", 0)) / steps
+def vit_wait_ms(v):
+    lines = [json.loads(l) for l in open(f"{out}/{v}.stats")][6:]
+    waits = [max(e["vit_emu_ms"]) - sum(e["vit_emu_ms"]) / len(e["vit_emu_ms"])
+             for e in lines]
+    return sum(waits) / max(1, len(waits))
 base = result("none")
 def plans(v):
     lines = after_warmup(v)
@@ -132,7 +137,7 @@ for v in variants:
     applied = "-" if v == "none" else "%d/%d" % plans(v)
     print(f"{v:<12}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
           f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}{applied:>9}"
-          f"{vit_wait_ms(r):>8.1f}ms{vit_mb:>8.2f}  "
+          f"{vit_wait_ms(v):>8.1f}ms{vit_mb:>8.2f}  "
           f"{'same' if same(r) else 'DIFFER'}")
 print("sync wait: time in the gradient all-reduce over all ranks' step time, "
       "after the warm-up (none: the shim with DPSHIM_SOLVER=none)")
@@ -146,6 +151,7 @@ if "default+vit" in variants:
     fit = vit_fit_error("default+vit")
     print("ViT fit: per-call encoder time prediction error " +
           (f"mean {fit[0]}%, max {fit[1]}%" if fit else "(no fit)"))
-print("ViT wait: the slowest rank's encoder seconds less the mean, per step; "
-      "ViT MB: the encoder's inputs and embeddings moved per step")
+print("ViT wait: per step after the warm-up, the slowest rank's emulated "
+      "encoder time less the mean; ViT MB: the encoder's inputs and "
+      "embeddings moved per step")
 EOF

@@ -47,7 +47,8 @@
  * with every rank's times (ms) in rank order:
  *
  *   {"step":s,"step_ms":..,"compute_ms":[..],"emu_ms":[..],
- *    "handoff_ms":[..],"wait_ms":[..],"vit_ms":[..],"tokens":[..]}
+ *    "handoff_ms":[..],"wait_ms":[..],"vit_ms":[..],"vit_emu_ms":[..],
+ *    "tokens":[..]}
  *
  * step_ms is rank 0's; compute_ms runs from the hand-off's return to the end
  * of the emulated compute (the loader's and the trainer's CPU work
@@ -56,7 +57,9 @@
  * the modelled one), vit_ms the wall time inside the encoder's calls
  * (vit_forward, vit_backward, vit_saved_free: with an interposer, its
  * exchanges and its waits for the other ranks included; part of
- * compute_ms); tokens are those a rank counts (0 on TP peers other than
+ * compute_ms), vit_emu_ms the encoder's emulated time alone (what the
+ * images this rank encoded cost, wherever they came from); tokens are
+ * those a rank counts (0 on TP peers other than
  * the first).
  *
  *   mpirun -np 8 vlmtrain --layout internvl|qwen2vl|qwen3vl [options]
@@ -109,7 +112,9 @@ typedef struct opts {
 } opts_t;
 
 /* Per-step figures of this rank, for --stats-out. */
-enum { ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_VIT, ST_TOKENS, ST_N };
+enum {
+  ST_COMPUTE, ST_EMU, ST_HANDOFF, ST_WAIT, ST_VIT, ST_VIT_EMU, ST_TOKENS, ST_N
+};
 
 typedef struct ledger {
   uint64_t *ids; /* (step, key) pairs this DP slot consumed */
@@ -869,6 +874,7 @@ static void step(vlmload_t *l, ledger_t *led, encoder_t *enc,
   st[ST_HANDOFF] = r.handoff_ms;
   st[ST_WAIT] = 1e3 * (t2 - t1);
   st[ST_VIT] = 1e3 * enc->wall;
+  st[ST_VIT_EMU] = 1e3 * (vit_seconds_charged(enc->vit) - vit0);
   st[ST_TOKENS] = (double)(led->tokens - tokens);
   led->step_ms[s] = 1e3 * (t2 - t0);
 }
@@ -884,8 +890,9 @@ static int write_stats(const ledger_t *led, const opts_t *o, int rank,
     die("out of memory for --stats-out");
   MPI_Gather(led->stats, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank != 0) return 0;
-  static const char *const key[ST_N] = {"compute_ms", "emu_ms", "handoff_ms",
-                                        "wait_ms",    "vit_ms", "tokens"};
+  static const char *const key[ST_N] = {
+      "compute_ms", "emu_ms", "handoff_ms", "wait_ms", "vit_ms", "vit_emu_ms",
+      "tokens"};
   FILE *f = fopen(o->stats_out, "w");
   for (int64_t s = 0; f && s < o->steps; s++) {
     fprintf(f, "{\"step\":%" PRId64 ",\"step_ms\":%.3f", s, led->step_ms[s]);
