@@ -453,8 +453,10 @@ int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model) {
   return settled;
 }
 
-/* A forward's decision into a note (the step's, or the totals). */
-static void note_forward(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
+/* A forward's decision into a note (the step's, or the totals), and a
+ * backward's bytes. */
+static void note_call(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
+  if (r->kind == DPSHIM__VIT_BACKWARD) n->bytes_moved += (double)r->bytes_moved;
   if (r->kind != DPSHIM__VIT_FORWARD || !r->grouped || r->warm) return;
   n->calls++;
   if (r->message[0]) {
@@ -474,8 +476,8 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
                            double seconds) {
   pthread_mutex_lock(&c->lock);
   dpshim__step_t *s = &c->step;
-  note_forward(&s->vit, rep);
-  note_forward(&c->stats.vit, rep);
+  note_call(&s->vit, rep);
+  note_call(&c->stats.vit, rep);
   c->stats.vit_time += rep->encode_s;
   c->stats.vit_shim += seconds - rep->encode_s - rep->arrival_s;
   c->stats.vit_arrival += rep->arrival_s;

@@ -40,8 +40,7 @@ typedef struct pass {
   /* When moved: the group's images and this rank's own. */
   int32_t me;
   shape_t shape;
-  int64_t nimages; /* over the group */
-  wire_t *wire;    /* [nimages] */
+  wire_t *wire;    /* [the group's images] */
   /* Own images encoded elsewhere, by (destination, image): their input
    * rows (what a backward re-encodes once the balance is off). */
   unsigned char *sent[MAX_IN];
@@ -649,7 +648,6 @@ static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
   int64_t nall = v->first[v->size], own = own_count(rt), kept, sent, encoded;
   p->me = rt->me;
   p->shape = shape_of(call);
-  p->nimages = nall;
   p->wire = alloc((size_t)nall * sizeof *p->wire, &failed);
   b->order = alloc((size_t)own * sizeof *b->order, &failed);
   b->offset = alloc((size_t)own * sizeof *b->offset, &failed);
@@ -848,6 +846,17 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
 
 /* ---- backward ------------------------------------------------------------ */
 
+/* Over the group: the moved images' output gradients, and their input
+ * gradients when some rank asked for them. */
+static int64_t gradient_bytes(const route_t *rt, int want) {
+  int64_t bytes = 0;
+  for (int32_t r = 0; r < rt->size; r++)
+    for (int64_t i = rt->first[r]; i < rt->first[r + 1]; i++)
+      if (rt->dest[i] != r)
+        bytes += rt->wire[i].out + (want ? rt->wire[i].grad : 0);
+  return bytes;
+}
+
 /* Every rank in step: output gradients to the encoding ranks, the real
  * backward there, input gradients back when some rank asked. */
 static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
@@ -883,6 +892,8 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     goto out;
   }
   *done = 1;
+  rep->applied = 1;
+  rep->bytes_moved = gradient_bytes(rt, want);
   real = run_backward(v, enc, p->saved, b.out, want ? b.grad : NULL, rep);
   p->saved = NULL;
   if (!want) goto out;

@@ -49,11 +49,12 @@ typedef struct dpshim__vit_report {
   dpshim__vit_kind_t kind;
   int grouped;    /* the call went through the group (a header) */
   int warm;       /* local because some rank has no cost model yet */
-  int applied;    /* images moved */
+  int applied;    /* images (a backward: their gradients) moved */
   const char *skip_reason; /* a forward not applied: why */
   int out_of_step;         /* the balance went off at this call */
   char message[256];       /* the agreed error, or "" */
-  /* A forward's: over the group, and this rank's own images. */
+  /* A forward's: over the group, and this rank's own images; bytes_moved
+   * a backward's too (the gradients). */
   int64_t images, patches, bytes_moved;
   double imbalance_before, imbalance_after;
   const double *load_before, *load_after; /* [size] until the next call */

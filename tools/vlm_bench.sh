@@ -152,6 +152,6 @@ if "default+vit" in variants:
     print("ViT fit: per-call encoder time prediction error " +
           (f"mean {fit[0]}%, max {fit[1]}%" if fit else "(no fit)"))
 print("ViT wait: per step after the warm-up, the slowest rank's emulated "
-      "encoder time less the mean; ViT MB: the encoder's inputs and "
-      "embeddings moved per step")
+      "encoder time less the mean; ViT MB: the encoder's inputs, embeddings "
+      "and embedding gradients moved per step")
 EOF
