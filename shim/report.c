@@ -23,33 +23,38 @@ static void print_cumulative(FILE *f, const dpshim__stats_t *s) {
           (long long)s->handoffs);
 }
 
-static void print_skip(const dpshim__core_t *c,
-                       const dpshim__balance_report_t *rep, int n) {
-  FILE *f = stderr;
-  if (!strcmp(rep->skip_reason, "balanced"))
-    fprintf(f, "[DP Balance][VLM] SKIP | reason: imbalance %.4f < %g\n",
-            rep->imbalance_before, c->cfg.threshold);
-  else
-    fprintf(f, "[DP Balance][VLM] SKIP | reason: %s\n", rep->skip_reason);
-  fprintf(f, "  imbalance : %.4f\n", rep->imbalance_before);
-  if (rep->load_before) {
-    fprintf(f, "  load/dp   : ");
-    print_loads(f, rep->load_before, n);
-    fputc('\n', f);
-  }
-  print_cumulative(f, &c->stats);
-}
+/* One decision in the original's block, for either level. */
+typedef struct block {
+  const char *level; /* "VLM", "ViT" */
+  int applied;
+  const char *skip_reason;
+  double threshold, before, after;
+  const double *load_before, *load_after;
+} block_t;
 
-static void print_apply(const dpshim__core_t *c,
-                        const dpshim__balance_report_t *rep, int n) {
+static void print_block(const block_t *b, int n) {
   FILE *f = stderr;
-  fprintf(f, "[DP Balance][VLM] APPLY\n");
-  fprintf(f, "  before    : imbalance=%.4f  load/dp=", rep->imbalance_before);
-  print_loads(f, rep->load_before, n);
-  fprintf(f, "\n  after     : imbalance=%.4f  load/dp=", rep->imbalance_after);
-  print_loads(f, rep->load_after, n);
-  fputc('\n', f);
-  print_cumulative(f, &c->stats);
+  if (b->applied) {
+    fprintf(f, "[DP Balance][%s] APPLY\n", b->level);
+    fprintf(f, "  before    : imbalance=%.4f  load/dp=", b->before);
+    print_loads(f, b->load_before, n);
+    fprintf(f, "\n  after     : imbalance=%.4f  load/dp=", b->after);
+    print_loads(f, b->load_after, n);
+    fputc('\n', f);
+  } else {
+    if (!strcmp(b->skip_reason, "balanced"))
+      fprintf(f, "[DP Balance][%s] SKIP | reason: imbalance %.4f < %g\n",
+              b->level, b->before, b->threshold);
+    else
+      fprintf(f, "[DP Balance][%s] SKIP | reason: %s\n", b->level,
+              b->skip_reason);
+    fprintf(f, "  imbalance : %.4f\n", b->before);
+    if (b->load_before) {
+      fprintf(f, "  load/dp   : ");
+      print_loads(f, b->load_before, n);
+      fputc('\n', f);
+    }
+  }
 }
 
 /* After the hand-off is counted: the counters include it, as the
@@ -65,39 +70,28 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
                        c->cfg.verbose ? "" : "; later failures not shown");
     return;
   }
-  if (!c->cfg.verbose || c->dp_group != 0) return;
-  if (rep->applied) print_apply(c, rep, c->dp->size);
-  else if (strcmp(rep->skip_reason, "warmup")) print_skip(c, rep, c->dp->size);
+  if (!c->cfg.verbose || c->dp_group != 0 ||
+      (!rep->applied && !strcmp(rep->skip_reason, "warmup")))
+    return;
+  block_t b = {"VLM", rep->applied, rep->skip_reason, c->cfg.threshold,
+               rep->imbalance_before, rep->imbalance_after, rep->load_before,
+               rep->load_after};
+  print_block(&b, c->dp->size);
+  print_cumulative(stderr, &c->stats);
 }
 
 /* ---- the ViT balance --------------------------------------------------------- */
 
 static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
-  FILE *f = stderr;
-  int n = c->dp->size;
-  if (r->applied) {
-    fprintf(f, "[DP Balance][ViT] APPLY\n");
-    fprintf(f, "  before    : imbalance=%.4f  load/dp=", r->imbalance_before);
-    print_loads(f, r->load_before, n);
-    fprintf(f, "\n  after     : imbalance=%.4f  load/dp=", r->imbalance_after);
-    print_loads(f, r->load_after, n);
-    fprintf(f, "\n  moved     : %lld bytes, %lld images of %lld patches\n",
+  block_t b = {"ViT", r->applied, r->skip_reason, c->cfg.vit_threshold,
+               r->imbalance_before, r->imbalance_after, r->load_before,
+               r->load_after};
+  print_block(&b, c->dp->size);
+  if (r->applied)
+    fprintf(stderr, "  moved     : %lld bytes, %lld images of %lld patches\n",
             (long long)r->bytes_moved, (long long)r->images,
             (long long)r->patches);
-  } else {
-    if (!strcmp(r->skip_reason, "balanced"))
-      fprintf(f, "[DP Balance][ViT] SKIP | reason: imbalance %.4f < %g\n",
-              r->imbalance_before, c->cfg.vit_threshold);
-    else
-      fprintf(f, "[DP Balance][ViT] SKIP | reason: %s\n", r->skip_reason);
-    fprintf(f, "  imbalance : %.4f\n", r->imbalance_before);
-    if (r->load_before) {
-      fprintf(f, "  load/dp   : ");
-      print_loads(f, r->load_before, n);
-      fputc('\n', f);
-    }
-  }
-  print_cumulative(f, &c->stats);
+  print_cumulative(stderr, &c->stats);
 }
 
 /* An agreed error from each group's DP rank 0 (its first, or all when
