@@ -31,12 +31,12 @@ leaves out the vision encoder), and:
              compute per step (what the variant left for the straggler;
              none's is what balancing can win at most)
   applied / skipped   the shim's decisions after warm-up, skips by reason
-  vit wait   the ViT straggler wait per step: (vit_seconds_max -
-             vit_seconds_mean) / steps, the ranks' encoder seconds over the
-             run (vlmtrain's summary), in ms
+  vit wait   the ViT straggler wait per step after the warm-up: the
+             slowest rank's emulated encoder time less the mean (vlmtrain's
+             --stats-out vit_emu_ms), in ms
   vit MB     the ViT-level balance's bytes moved per step (default+vit,
-             the shim's log's "vit" bytes_moved: the moved images' inputs
-             and embeddings)
+             the shim's log's "vit" bytes_moved: the moved images' inputs,
+             embeddings and embedding gradients)
   digests    consumed, images, embeddings and vit_grad digests equal across
              the variants
 It goes to results.json's "vlm" and OUT/vlm_tgs_vs_dp.png.
@@ -193,11 +193,12 @@ def vlm_section(out):
                 "check_errors": summary["check_errors"],
                 "vit_seconds_max": summary.get("vit_seconds_max"),
                 "vit_seconds_mean": summary.get("vit_seconds_mean"),
-                # the encoder's straggler wait per step over the run
-                "vit_wait_ms": (1e3 * (summary["vit_seconds_max"] -
-                                       summary["vit_seconds_mean"]) /
-                                summary["steps"]
-                                if "vit_seconds_max" in summary else None),
+                # the encoder's straggler wait per step: the slowest
+                # rank's emulated encoder time less the mean
+                "vit_wait_ms": (mean([max(x["vit_emu_ms"]) -
+                                      mean(x["vit_emu_ms"]) for x in stats])
+                                if stats and "vit_emu_ms" in stats[0]
+                                else None),
                 "vit_bytes_moved_per_step": mean([
                     e.get("vit", {}).get("bytes_moved", 0) for e in log]),
                 "vit_plans": vit,
