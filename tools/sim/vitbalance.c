@@ -129,18 +129,23 @@ dpshim_cost_model_t sim_vit_fit(sim_vit_t *v) {
   const sim_config_t *c = v->c;
   int64_t iters = c->warmup_last - 2;
   int32_t world = v->P * c->tp;
-  dpshim_cost_model_t model = {.b = 1}; /* linear, as the shim falls back */
+  dpshim_cost_model_t model = {.a = 1}; /* patches^2, as the shim falls back */
   dpshim_fit_point_t *pts = calloc((size_t)iters * (size_t)world, sizeof *pts);
   if (!pts) return model;
   for (int64_t k = 0; k < iters; k++) vit_points(v, k + 2, pts + k * world);
-  dpshim_fit_input_t in = {.iters = iters, .ranks = world, .points = pts,
+  /* As the shim: every (rank, step) that encoded images, apart. */
+  int64_t n = 0;
+  for (int64_t i = 0; i < iters * world; i++)
+    if (pts[i].count > 0 && pts[i].time > 0) pts[n++] = pts[i];
+  dpshim_fit_input_t in = {.iters = n, .ranks = 1, .points = pts,
                            .method = DPSHIM_FIT_RANKS, .text_only = 1};
   dpshim_fit_result_t fit;
   if (dpshim_fit(&in, &fit) == 0)
     model = dpshim__policy_model_from_fit(fit.model);
   else
     fprintf(stderr, SIM_PROG ": %d ranks: ViT warm-up fit failed (%s); "
-            "linear cost\n", (int)v->P, fit.message);
+            "patches^2 per image\n", (int)v->P, n ? fit.message
+                                                  : "no point with images");
   free(pts);
   return model;
 }
