@@ -4,6 +4,7 @@
  * summary. Each rank is a thread with its own core, as each process has
  * one; the mock fails a test that leaves ranks in different collectives. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "core.h"
 #include "mock_comm.h"
+#include "policy.h"
 
 #define MAXP 8
 #define CAP_SAMPLES 64
@@ -55,9 +57,10 @@ static char *fake_getenv(const char *name) {
   return NULL;
 }
 
-static dpshim__config_t config(const char *log) {
+static dpshim__config_t config(const char *log, int vit) {
   int k = 0;
   env[k][0] = "DPSHIM_VLM_BALANCE", env[k++][1] = "1";
+  if (vit) env[k][0] = "DPSHIM_VIT_BALANCE", env[k++][1] = "1";
   env[k][0] = "DPSHIM_WARMUP_ITERS", env[k++][1] = "2-4";
   env[k][0] = "DPSHIM_VERIFY", env[k++][1] = "1";
   if (log) env[k][0] = "DPSHIM_LOG", env[k++][1] = log;
@@ -119,6 +122,7 @@ typedef struct run {
   int P, ngroups, calls;
   int main_thread;        /* hand-offs from the main thread */
   int micro_rank;         /* syncs after every other hand-off (-1: none) */
+  int vit;                /* DPSHIM_VIT_BALANCE=1: encoder calls reported */
   fault_t fault;
   int fault_rank, fault_call;
   const char *log;
@@ -127,11 +131,36 @@ typedef struct run {
   int rc[MAXP][MAX_CALLS];
   int bad[MAXP];             /* a sample not intact */
   uint64_t before[MAXP][MAX_CALLS], after[MAXP][MAX_CALLS];
-  int fitted[MAXP];
-  dpshim_cost_model_t model[MAXP];
+  int fitted[MAXP], vit_fitted[MAXP];
+  dpshim_cost_model_t model[MAXP], vit_model[MAXP];
   int64_t applied[MAXP], handoffs[MAXP];
   mock_stats_t stats;
 } run_t;
+
+/* The encoder's cost the ViT fit must find: seconds per image of L
+ * patches (far below the step's compute, which it is taken from). */
+#define VIT_A 1e-11
+#define VIT_C 2e-6
+
+/* A forward and a backward of one to three images, as the encoder's
+ * adapter reports them in warm-up: run where made, timed. */
+static void encoder_calls(dpshim__core_t *c, int rank, int call) {
+  dpshim__vit_report_t f = {.kind = DPSHIM__VIT_FORWARD, .grouped = 1,
+                            .warm = 1};
+  f.own_images = 1 + (rank + call) % 3;
+  double seconds = 0;
+  for (int64_t i = 0; i < f.own_images; i++) {
+    double l = 64.0 * (double)(1 + (rank * 3 + call + (int)i) % 7);
+    f.own_patches += l;
+    f.own_patches_sq += l * l;
+    seconds += VIT_A * l * l + VIT_C;
+  }
+  f.encode_s = seconds / 3;
+  dpshim__core_vit_call(c, &f, f.encode_s);
+  dpshim__vit_report_t b = {.kind = DPSHIM__VIT_BACKWARD, .grouped = 1,
+                            .encode_s = 2 * seconds / 3};
+  dpshim__core_vit_call(c, &b, b.encode_s);
+}
 
 static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   rank_batch_t rb;
@@ -146,6 +175,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   x->after[rank][call] = id_sum(&rb);
   x->bad[rank] |= !intact(&rb);
   usleep(200 + 50 * (unsigned)rank); /* compute */
+  if (x->vit) encoder_calls(c, rank, call);
   /* micro_rank takes two micro-batches a step: its step counter falls
    * behind the others', as a rank's does whose loader runs ahead. */
   if (rank == x->micro_rank && call % 2) return;
@@ -163,6 +193,8 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
   for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
   x->fitted[rank] = c.fitted;
   x->model[rank] = c.model;
+  x->vit_fitted[rank] = c.vit_fitted;
+  dpshim__core_vit_model(&c, &x->vit_model[rank]);
   x->applied[rank] = c.stats.applied;
   x->handoffs[rank] = c.stats.handoffs;
   dpshim__core_close(&c);
@@ -181,7 +213,7 @@ static run_t *run_new(int P, int ngroups, int calls) {
 }
 
 static void run_go(run_t *x) {
-  x->cfg = config(x->log);
+  x->cfg = config(x->log, x->vit);
   mock_opts_t o = {.size = x->P, .fail_rank = -1};
   int rc = mock_run_groups(&o, x->ngroups, rank_main, x, &x->stats);
   cr_assert_eq(rc, 0, "mock: %s", x->stats.message);
@@ -214,6 +246,31 @@ Test(shim_core, fit_at_the_handoff_same_model_everywhere) {
   for (int k = 2; k <= 4; k++)
     for (int r = 0; r < x->P; r++)
       cr_assert_eq(x->before[r][k], x->after[r][k], "warm-up moved samples");
+  free(x);
+}
+
+/* With the ViT balance the warm-up fits the encoder's cost per image from
+ * its calls' times, apart from the LLM's (whose cost then leaves images
+ * out), and every rank gets the same model. */
+Test(shim_core, vit_fit_learns_the_encoder_cost) {
+  run_t *x = run_new(4, 1, 12);
+  x->vit = 1;
+  run_go(x);
+  dpshim_cost_model_t want =
+      dpshim__policy_model_from_fit((dpshim_cost_model_t){VIT_A, 0, VIT_C, 0, 0});
+  for (int r = 0; r < x->P; r++) {
+    cr_assert(x->fitted[r] && x->vit_fitted[r], "rank %d did not fit", r);
+    cr_assert(!memcmp(&x->vit_model[r], &x->vit_model[0],
+                      sizeof x->vit_model[0]), "rank %d's ViT model", r);
+    cr_assert_eq(x->model[r].d, 0, "the LLM's cost carries no images");
+    cr_assert_eq(x->model[r].e, 0);
+  }
+  dpshim_cost_model_t m = x->vit_model[0];
+  cr_assert(fabs(m.a - want.a) < 1e-3 * want.a && fabs(m.c - want.c) < 1e-3 *
+            want.c, "ViT model %g, %g, %g; expected %g, 0, %g", m.a, m.b, m.c,
+            want.a, want.c);
+  cr_assert_eq(said_with("ViT fit (ranks)", "prediction error mean 0.00%"),
+               1, "the summary gives the ViT fit and its error");
   free(x);
 }
 
