@@ -197,10 +197,11 @@ lengthgen_source_t lengthgen_source_file(const lengthgen_file_t *f,
 }
 
 int64_t lengthgen_draw(const lengthgen_source_t *src, lengthgen_rng_t *rng) {
-  int64_t len = src->table
-                    ? src->table[lengthgen_below(rng, src->ntable)]
-                    : lengthgen_lognormal(rng, src->median, src->sigma,
-                                          src->max);
+  int64_t len;
+  if (src->draw) len = src->draw(src->draw_ctx, rng);
+  else if (src->table) len = src->table[lengthgen_below(rng, src->ntable)];
+  else len = lengthgen_lognormal(rng, src->median, src->sigma, src->max);
+  if (len < 1) return 1;
   return len < src->pack ? len : src->pack;
 }
 
@@ -267,8 +268,16 @@ static int stream_push(stream_t *s, int64_t len, int32_t pack) {
 /* Consecutive misses before the loader gives up on the current batch. */
 #define LENGTHGEN_MAX_MISSES 64
 
+/* With a per-pack sample limit, a pack that reaches it is closed: its room
+ * drops to 0, which no sample fits, so first-fit passes over it. */
+static void close_if_full(const lengthgen_source_t *src, room_tree_t *t,
+                          int64_t *count, int32_t pack) {
+  if (!count || ++count[pack] < src->max_per_pack) return;
+  tree_take(t, pack, t->room[t->size + pack]);
+}
+
 static int fill_stream(const lengthgen_source_t *src, room_tree_t *t,
-                       lengthgen_rng_t *rng, stream_t *s) {
+                       int64_t *count, lengthgen_rng_t *rng, stream_t *s) {
   for (int misses = 0; misses < LENGTHGEN_MAX_MISSES;) {
     int64_t len = lengthgen_draw(src, rng);
     int32_t pack = tree_first_fit(t, len);
@@ -279,6 +288,7 @@ static int fill_stream(const lengthgen_source_t *src, room_tree_t *t,
     misses = 0;
     tree_take(t, pack, len);
     if (stream_push(s, len, pack) < 0) return -1;
+    close_if_full(src, t, count, pack);
   }
   return 0;
 }
@@ -326,9 +336,16 @@ int lengthgen_pack(const lengthgen_source_t *src, int32_t packs,
   if (packs < 1 || packs > (INT32_C(1) << 30) || src->pack < 1) return -1;
   room_tree_t tree;
   if (tree_init(&tree, packs, src->pack) < 0) return -1;
+  int64_t *count = NULL;
+  if (src->max_per_pack > 0 &&
+      !(count = calloc((size_t)packs, sizeof *count))) {
+    free(tree.room);
+    return -1;
+  }
   stream_t s = {0};
-  int rc = fill_stream(src, &tree, rng, &s);
+  int rc = fill_stream(src, &tree, count, rng, &s);
   if (rc == 0) rc = group_by_pack(&s, packs, out);
+  free(count);
   free(tree.room);
   free(s.len);
   free(s.pack);

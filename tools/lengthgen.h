@@ -9,7 +9,9 @@
  *   - lengthgen_file_load(): lengths read from a file, one per line, drawn
  *     uniformly with replacement;
  *   - lengthgen_pack(): a random stream first-fit into P packs, one per rank,
- *     as a packing data loader does; the result is grouped by pack.
+ *     as a packing data loader does; the result is grouped by pack;
+ *   - a hook (lengthgen_source_t.draw) for other distributions: the random
+ *     length mixes of lengthmix.h pack through it.
  *
  *   lengthgen_rng_t rng;
  *   lengthgen_batch_t batch = {0};
@@ -78,14 +80,24 @@ void lengthgen_file_free(lengthgen_file_t *f);
 
 /* ---- packing ------------------------------------------------------------- */
 
-/* Where lengths come from: `table` when non-NULL, else the log-normal. Every
- * length is clamped to `pack`, as a loader cannot place a longer sample. */
+/* A length drawn by the caller's own distribution (a length mix): any
+ * integer, clamped to the pack like the others. */
+typedef int64_t (*lengthgen_draw_fn)(const void *ctx, lengthgen_rng_t *rng);
+
+/* Where lengths come from: `draw` when non-NULL, else `table` when
+ * non-NULL, else the log-normal. Every length is clamped to `pack`, as a
+ * loader cannot place a longer sample. */
 typedef struct lengthgen_source {
   int64_t pack;
   double median, sigma;
   int64_t max;
   const int64_t *table;
   size_t ntable;
+  lengthgen_draw_fn draw;
+  const void *draw_ctx;
+  /* The most samples a pack takes before the loader closes it; 0 = no
+   * limit (only tokens close a pack). Small instances for exact solvers. */
+  int64_t max_per_pack;
 } lengthgen_source_t;
 
 lengthgen_source_t lengthgen_source_profile(const lengthgen_profile_t *p);
@@ -103,7 +115,8 @@ typedef struct lengthgen_batch {
   int64_t cap_; /* private: allocated length of the arrays */
 } lengthgen_batch_t;
 
-/* Draws lengths and puts each in the lowest-index pack with room, until 64
+/* Draws lengths and puts each in the lowest-index pack with room (and, with
+ * src->max_per_pack, fewer samples than that), until 64
  * samples in a row fit nowhere (a real loader would carry them to the next
  * batch). Every pack ends non-empty. O(log packs) per sample. Returns 0, or
  * -1 when out of memory, or packs outside 1..2^30, or src->pack < 1. */
