@@ -5,16 +5,19 @@
  * like; one JSON object per (profile, ranks, algorithm), aggregated over the
  * seeds, then a default-vs-seed summary when both ran. Output is a pure
  * function of the options, except the solve times. */
+#include <errno.h>
 #include <float.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "dpshim/solver.h"
 #include "lengthgen.h"
+#include "lengthmix.h"
 #include "timeutil.h"
 
 #define PROG "dpshim-solve-bench"
@@ -29,10 +32,25 @@
 #define ROWS_SIGMA 1.2
 #define ROWS_MAX 65536
 #define SKIP_REASONS (DPSHIM_SKIP_CAPACITY + 1)
+#define MIXES_DEFAULT 50
+#define MIXES_MAX 100000
+#define DUMP_FORMAT "dpshim-instance-1"
+
+/* One item of --profile: a named profile, or mixes first..first+count-1 of
+ * the length-mix family ("mix", "mix:K", "mixN"). */
+typedef struct profile_spec {
+  const lengthgen_profile_t *profile; /* NULL: mixes */
+  int32_t mix_first, mix_count;
+} profile_spec_t;
 
 typedef struct options {
-  const lengthgen_profile_t *profile[MAX_LIST];
+  profile_spec_t profile[MAX_LIST];
   int nprofiles, profile_given;
+  uint64_t mix_seed;
+  int describe_mixes;
+  const char *dump_dir; /* NULL: no dump */
+  int algos_given;
+  int64_t max_samples; /* per pack; 0: no limit */
   int32_t ranks[MAX_LIST];
   int nranks;
   dpshim_algo_t algo[MAX_LIST];
@@ -71,17 +89,42 @@ static long parse_count(const char *opt, const char *arg) {
   return (long)v;
 }
 
+/* "mix" (the first 50 mixes), "mix:K" (the first K) or "mixN" (mix N
+ * alone, to re-run one); 0 when the item is none of them. */
+static int parse_mix_item(const char *item, profile_spec_t *spec) {
+  int64_t v;
+  if (strncmp(item, "mix", 3) != 0) return 0;
+  const char *rest = item + 3;
+  if (*rest == '\0') {
+    *spec = (profile_spec_t){NULL, 1, MIXES_DEFAULT};
+    return 1;
+  }
+  if (*rest == ':' && cli_int(rest + 1, 1, MIXES_MAX, &v) == 0) {
+    *spec = (profile_spec_t){NULL, 1, (int32_t)v};
+    return 1;
+  }
+  if (*rest >= '0' && *rest <= '9' && cli_int(rest, 1, MIXES_MAX, &v) == 0) {
+    *spec = (profile_spec_t){NULL, (int32_t)v, 1};
+    return 1;
+  }
+  return 0;
+}
+
 static void parse_profiles(const char *arg, options_t *o) {
-  char item[64], err[192], accepted[160];
+  char item[64], err[192], accepted[256];
   snprintf(accepted, sizeof accepted, "a list of up to 64 of: ");
   lengthgen_profile_names(accepted + strlen(accepted),
                           sizeof accepted - strlen(accepted));
+  strncat(accepted, ", mix, mix:K (K in 1..100000), mixN (mix N alone)",
+          sizeof accepted - strlen(accepted) - 1);
   o->nprofiles = 0;
   for (const char *c = arg; cli_next_item(&c, item, sizeof item);) {
-    if (o->nprofiles == MAX_LIST ||
-        !(o->profile[o->nprofiles++] =
-              lengthgen_profile_find(item, err, sizeof err)))
-      bad_value("profile", item, accepted);
+    if (o->nprofiles == MAX_LIST) bad_value("profile", item, accepted);
+    profile_spec_t *spec = &o->profile[o->nprofiles++];
+    if (parse_mix_item(item, spec)) continue;
+    *spec = (profile_spec_t){.profile = lengthgen_profile_find(item, err,
+                                                               sizeof err)};
+    if (!spec->profile) bad_value("profile", item, accepted);
   }
 }
 
@@ -135,8 +178,14 @@ static void usage(FILE *f) {
 "the token cap, which is higher when the cap binds (kk ignores the cap and can\n"
 "go below it). moved_bytes_fraction: bytes that change rank / all bytes.\n"
 "\n"
-"  --profile NAME[,NAME...]  length profiles (sft, long, fewlong)\n"
+"  --profile NAME[,NAME...]  length profiles (sft, long, fewlong), or random\n"
+"                            length mixes: mix (mixes 1..50), mix:K (1..K),\n"
+"                            mixN (mix N alone, printed as profile \"mixN\")\n"
 "                            [default: sft,long,fewlong]\n"
+"  --mix-seed S              the seed the mixes are drawn from [default: 1]\n"
+"  --describe-mixes          print the --profile mixes, one JSON line each\n"
+"                            (pack; components: kind, weight, parameters),\n"
+"                            and exit\n"
 "  --ranks N[,N...]          rank counts, 1..65536 [default: 8,32,128,1024,4096]\n"
 "  --algos LIST              default, seed, kk, none, kk-cap\n"
 "                            [default: none,seed,kk,default]\n"
@@ -145,8 +194,12 @@ static void usage(FILE *f) {
 "                            [default: 5]\n"
 "  --lengths FILE            draw lengths from FILE (one per line, '#' comments)\n"
 "                            instead of a profile; reported as profile \"file\"\n"
-"  --pack TOKENS             pack size: tokens per rank before balancing\n"
-"                            [default: the profile's; 32768 with --lengths]\n"
+"  --pack TOKENS             pack size: tokens per rank before balancing;\n"
+"                            longer lengths are clamped to it [default: the\n"
+"                            profile's or mix's; 32768 with --lengths]\n"
+"  --max-samples N           the loader closes a pack once it holds N samples\n"
+"                            (small instances for exact solvers)\n"
+"                            [default: 0: no limit]\n"
 "  --cost a,b,c              cost(len) = a*len^2 + b*len + c [default: 1,8000,0]\n"
 "  --cap-ratio X | none      per-rank token cap = X * mean tokens [default: 1.2]\n"
 "  --threshold X             skip when imbalance is below X [default: 0: always\n"
@@ -162,12 +215,16 @@ static void usage(FILE *f) {
 "                            [default: none]\n"
 "  --per-instance            also print one line per instance and algorithm\n"
 "                            (\"instance\":seed; no aggregation)\n"
+"  --dump-instances DIR      write each instance to DIR/<profile>-P<ranks>-\n"
+"                            s<seed>.json (format dpshim-instance-1, see the\n"
+"                            README); solves only when --algos is given, and\n"
+"                            then adds each algorithm's plan; DIR is created\n"
 "  --help                    this text\n");
 }
 
 static void set_defaults(options_t *o) {
   *o = (options_t){.seeds = 5, .reps = 5, .model = {1, 8000, 0},
-                   .cap_ratio = 1.2};
+                   .cap_ratio = 1.2, .mix_seed = 1};
   parse_profiles("sft,long,fewlong", o);
   parse_ranks("8,32,128,1024,4096", o);
   parse_algos("none,seed,kk,default", o);
@@ -178,7 +235,7 @@ static void apply_option(int c, const char *arg, options_t *o) {
   switch (c) {
   case 'P': parse_profiles(arg, o); o->profile_given = 1; break;
   case 'r': parse_ranks(arg, o); break;
-  case 'a': parse_algos(arg, o); break;
+  case 'a': parse_algos(arg, o); o->algos_given = 1; break;
   case 's': o->seeds = parse_count("seeds", arg); break;
   case 'R': o->reps = parse_count("reps", arg); break;
   case 'l': o->lengths = arg; break;
@@ -186,6 +243,20 @@ static void apply_option(int c, const char *arg, options_t *o) {
     if (cli_int(arg, 1, INT64_C(1) << 30, &v) < 0)
       bad_value("pack", arg, "an integer in 1..1073741824");
     o->pack = v;
+    break;
+  case 'n':
+    if (cli_int(arg, 0, INT64_C(1) << 30, &v) < 0)
+      bad_value("max-samples", arg, "an integer in 0..1073741824 (0 = no limit)");
+    o->max_samples = v;
+    break;
+  case 'm':
+    if (cli_int(arg, 0, INT64_MAX, &v) < 0)
+      bad_value("mix-seed", arg, "an integer >= 0");
+    o->mix_seed = (uint64_t)v;
+    break;
+  case 'd':
+    if (!*arg) bad_value("dump-instances", arg, "a directory");
+    o->dump_dir = arg;
     break;
   case 'c': parse_cost(arg, o); break;
   case 'C': o->cap_ratio = parse_ratio("cap-ratio", arg); break;
@@ -216,6 +287,10 @@ static void parse_options(int argc, char **argv, options_t *o) {
       {"image-rows", required_argument, NULL, 'i'},
       {"rows-cap-ratio", required_argument, NULL, 'x'},
       {"per-instance", no_argument, NULL, 'I'},
+      {"mix-seed", required_argument, NULL, 'm'},
+      {"describe-mixes", no_argument, NULL, 'D'},
+      {"max-samples", required_argument, NULL, 'n'},
+      {"dump-instances", required_argument, NULL, 'd'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   set_defaults(o);
@@ -230,6 +305,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
       exit(2);
     }
     if (c == 'I') o->per_instance = 1;
+    else if (c == 'D') o->describe_mixes = 1;
     else apply_option(c, optarg, o);
   }
   if (optind < argc) {
@@ -239,6 +315,13 @@ static void parse_options(int argc, char **argv, options_t *o) {
   }
   if (o->lengths && o->profile_given)
     bad_value("lengths", o->lengths, "a file, without --profile");
+  /* The dump format has no rows caps: refuse rather than write instances
+   * the checker would solve without them. */
+  if (o->dump_dir && o->rows_cap_ratio > 0)
+    bad_value("dump-instances", o->dump_dir,
+              "no --rows-cap-ratio (the format has no rows caps)");
+  /* Dumping alone must be cheap: solve only when asked to. */
+  if (o->dump_dir && !o->algos_given) o->nalgos = 0;
 }
 
 /* ---- small statistics ---------------------------------------------------- */
@@ -258,7 +341,7 @@ static double median(double *v, size_t n) {
 
 /* Where lengths come from, and the name printed for it. */
 typedef struct workload {
-  const char *name;
+  char name[32];
   lengthgen_source_t src;
 } workload_t;
 
@@ -424,6 +507,97 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
   describe(in, plan, out);
 }
 
+/* ---- --dump-instances ---------------------------------------------------- */
+
+/* The token cap as dpshim_plan_solve() computes it, the same expression in
+ * the same order, so the dump holds the solver's own cap; -1 for none. */
+static int64_t token_cap(const options_t *o, const instance_t *in) {
+  if (o->cap_ratio <= 0) return -1;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < in->n; i++) tokens += in->samples[i].len;
+  return (int64_t)floor(o->cap_ratio * (double)tokens / in->ranks);
+}
+
+static double plan_max_load(const dpshim_plan_t *plan, int32_t ranks) {
+  double max = plan->load_after[0];
+  for (int32_t r = 1; r < ranks; r++)
+    if (plan->load_after[r] > max) max = plan->load_after[r];
+  return max;
+}
+
+static _Noreturn void dump_failed(const char *what, const char *path) {
+  fprintf(stderr, PROG ": --dump-instances: cannot %s '%s': %s\n", what, path,
+          strerror(errno));
+  exit(1);
+}
+
+static void dump_dir_create(const char *dir) {
+  if (mkdir(dir, 0777) < 0 && errno != EEXIST) dump_failed("create", dir);
+}
+
+/* %.17g: every double reads back as itself. */
+static void dump_header(FILE *f, const options_t *o, const char *profile,
+                        const instance_t *in, long seed, int64_t cap) {
+  const dpshim_cost_model_t *m = &o->model;
+  fprintf(f, "{\"format\": \"" DUMP_FORMAT "\", \"profile\": \"%s\", "
+          "\"ranks\": %d, \"seed\": %ld,\n", profile, in->ranks, seed);
+  if (cap < 0) fprintf(f, " \"cap_ratio\": null, \"cap_tokens\": null,\n");
+  else fprintf(f, " \"cap_ratio\": %.17g, \"cap_tokens\": %lld,\n",
+               o->cap_ratio, (long long)cap);
+  fprintf(f, " \"model\": {\"a\": %.17g, \"b\": %.17g, \"c\": %.17g, "
+          "\"d\": %.17g, \"e\": %.17g},\n \"threshold\": %.17g,\n",
+          m->a, m->b, m->c, m->d, m->e, o->threshold);
+}
+
+static void dump_samples(FILE *f, const instance_t *in) {
+  fprintf(f, " \"samples\": [");
+  for (int64_t i = 0; i < in->n; i++) {
+    const dpshim_sample_t *s = &in->samples[i];
+    fprintf(f, "%s\n  [%lld, %lld, %d]", i ? "," : "", (long long)s->len,
+            (long long)s->bytes, s->origin);
+  }
+  fprintf(f, "]");
+}
+
+/* Each algorithm's plan, when the bench solved the instance. A drift
+ * between the dumped cap and the solver's would make the checker solve
+ * another problem: stop rather than write it. */
+static void dump_plans(FILE *f, const options_t *o, const instance_t *in,
+                       const dpshim_plan_t *plan, int64_t cap) {
+  if (o->nalgos == 0) return;
+  fprintf(f, ",\n \"plans\": {");
+  for (int a = 0; a < o->nalgos; a++) {
+    if (plan[a].cap_tokens != cap) {
+      fprintf(stderr, PROG ": --dump-instances: token cap %lld, the solver's "
+              "%lld: expected the same\n", (long long)cap,
+              (long long)plan[a].cap_tokens);
+      exit(1);
+    }
+    fprintf(f, "%s\n  \"%s\": {\"max_load\": %.17g, \"bytes_moved\": %lld, "
+            "\"applied\": %s}", a ? "," : "", dpshim_algo_name(o->algo[a]),
+            plan_max_load(&plan[a], in->ranks), (long long)plan[a].bytes_moved,
+            plan[a].decision == DPSHIM_DECISION_APPLY ? "true" : "false");
+  }
+  fprintf(f, "}");
+}
+
+/* DIR/<profile>-P<ranks>-s<seed>.json, format dpshim-instance-1. */
+static void dump_instance(const options_t *o, const char *profile,
+                          const instance_t *in, long seed,
+                          const dpshim_plan_t *plan) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s-P%d-s%ld.json", o->dump_dir, profile,
+           in->ranks, seed);
+  FILE *f = fopen(path, "w");
+  if (!f) dump_failed("write", path);
+  int64_t cap = token_cap(o, in);
+  dump_header(f, o, profile, in, seed, cap);
+  dump_samples(f, in);
+  dump_plans(f, o, in, plan, cap);
+  fprintf(f, "}\n");
+  if (ferror(f) | fclose(f)) dump_failed("write", path);
+}
+
 /* ---- one cell: (workload, ranks) over all seeds -------------------------- */
 
 typedef struct cell {
@@ -584,6 +758,7 @@ typedef struct bench {
   cell_t cell[MAX_LIST];
   outcome_t result[MAX_LIST];
   summary_t summary;
+  int64_t dumped; /* instance files written */
 } bench_t;
 
 static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
@@ -605,9 +780,11 @@ static void run_cell(bench_t *b, const workload_t *w, int32_t ranks) {
                        &b->result[a]);
     }
     summary_add(&b->summary, b->result);
+    if (o->dump_dir) dump_instance(o, w->name, &b->in, s + 1, b->plan);
   }
   for (int a = 0; a < o->nalgos; a++)
     print_cell(o, w->name, ranks, o->seeds, samples, o->algo[a], &b->cell[a]);
+  b->dumped += o->dump_dir ? o->seeds : 0;
   fflush(stdout);
 }
 
@@ -644,20 +821,74 @@ static void bench_free(bench_t *b) {
   lengthgen_batch_free(&b->in.batch);
 }
 
-/* The workloads the options name: the lengths file, or each profile. */
-static int workloads(const options_t *o, const lengthgen_file_t *file,
-                     workload_t *w) {
+/* The workloads the options name, and the mixes their sources draw from
+ * (which must outlive them). */
+typedef struct workloads {
+  workload_t *w;
+  int64_t n;
+  lengthmix_t *mix;
+  int64_t nmix;
+} workloads_t;
+
+static int64_t mixes_named(const options_t *o) {
+  int64_t n = 0;
+  for (int p = 0; p < o->nprofiles; p++)
+    if (!o->profile[p].profile) n += o->profile[p].mix_count;
+  return n;
+}
+
+static void add_mixes(const options_t *o, const profile_spec_t *spec,
+                      workloads_t *ws) {
+  for (int32_t k = 0; k < spec->mix_count; k++) {
+    lengthmix_t *mix = &ws->mix[ws->nmix++];
+    lengthmix_make(o->mix_seed, spec->mix_first + k, mix);
+    workload_t *w = &ws->w[ws->n++];
+    snprintf(w->name, sizeof w->name, "mix%d", mix->index);
+    w->src = lengthmix_source(mix);
+  }
+}
+
+static void workloads_make(const options_t *o, const lengthgen_file_t *file,
+                           workloads_t *ws) {
+  int64_t nmix = mixes_named(o);
+  *ws = (workloads_t){.w = grow(NULL, (size_t)(o->nprofiles + nmix) *
+                                          sizeof *ws->w),
+                      .mix = grow(NULL, (size_t)nmix * sizeof *ws->mix)};
   if (o->lengths) {
     int64_t pack = o->pack ? o->pack : FILE_PACK_DEFAULT;
-    w[0] = (workload_t){"file", lengthgen_source_file(file, pack)};
-    return 1;
+    ws->w[ws->n++] = (workload_t){"file", lengthgen_source_file(file, pack)};
   }
-  for (int p = 0; p < o->nprofiles; p++) {
-    w[p] = (workload_t){o->profile[p]->name,
-                        lengthgen_source_profile(o->profile[p])};
-    if (o->pack) w[p].src.pack = o->pack;
+  for (int p = 0; !o->lengths && p < o->nprofiles; p++) {
+    const profile_spec_t *spec = &o->profile[p];
+    if (!spec->profile) {
+      add_mixes(o, spec, ws);
+      continue;
+    }
+    workload_t *w = &ws->w[ws->n++];
+    snprintf(w->name, sizeof w->name, "%s", spec->profile->name);
+    w->src = lengthgen_source_profile(spec->profile);
   }
-  return o->nprofiles;
+  for (int64_t k = 0; k < ws->n; k++) {
+    if (o->pack) ws->w[k].src.pack = o->pack;
+    ws->w[k].src.max_per_pack = o->max_samples;
+  }
+}
+
+static void workloads_free(workloads_t *ws) {
+  free(ws->w);
+  free(ws->mix);
+  *ws = (workloads_t){0};
+}
+
+/* --describe-mixes: one JSON line per mix the options name. */
+static void describe_mixes(const workloads_t *ws) {
+  char line[1024];
+  for (int64_t k = 0; k < ws->nmix; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "mix%d", ws->mix[k].index);
+    lengthmix_describe(&ws->mix[k], name, line, sizeof line);
+    printf("%s\n", line);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -669,14 +900,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, PROG ": --lengths: %s\n", err);
     return 2;
   }
-  workload_t w[MAX_LIST];
-  int nw = workloads(&o, &file, w);
+  workloads_t ws;
+  workloads_make(&o, &file, &ws);
+  if (o.describe_mixes) {
+    describe_mixes(&ws);
+    workloads_free(&ws);
+    lengthgen_file_free(&file);
+    return 0;
+  }
+  if (o.dump_dir) dump_dir_create(o.dump_dir);
   bench_t b;
-  bench_init(&b, &o, (int64_t)nw * o.nranks * o.seeds);
-  for (int p = 0; p < nw; p++)
-    for (int r = 0; r < o.nranks; r++) run_cell(&b, &w[p], o.ranks[r]);
+  bench_init(&b, &o, ws.n * o.nranks * o.seeds);
+  for (int64_t p = 0; p < ws.n; p++)
+    for (int r = 0; r < o.nranks; r++) run_cell(&b, &ws.w[p], o.ranks[r]);
   print_summary(&b.summary);
+  if (o.dump_dir)
+    printf("{\"dump_instances\":\"%s\",\"files\":%lld}\n", o.dump_dir,
+           (long long)b.dumped);
   bench_free(&b);
+  workloads_free(&ws);
   lengthgen_file_free(&file);
   return 0;
 }
