@@ -81,6 +81,17 @@ void lengthmix_make(uint64_t seed, int32_t index, lengthmix_t *mix) {
   draw_weights(&rng, mix);
 }
 
+void lengthmix_rescale(lengthmix_t *mix, int64_t pack) {
+  double f = (double)pack / (double)mix->pack;
+  for (int k = 0; k < mix->ncomponents; k++) {
+    lengthmix_component_t *c = &mix->component[k];
+    c->median = fmax(1.0, round(c->median * f));
+    c->lo = clamp_len(round((double)c->lo * f), pack);
+    c->hi = clamp_len(round((double)c->hi * f), pack);
+  }
+  mix->pack = pack;
+}
+
 /* The last component takes what rounding leaves of the unit interval. */
 static int pick_component(const lengthmix_t *mix, lengthgen_rng_t *rng) {
   double u = lengthgen_uniform(rng), acc = 0;

@@ -58,6 +58,11 @@ typedef struct lengthmix {
 /* Mix `index` of the family drawn from `seed`. */
 void lengthmix_make(uint64_t seed, int32_t index, lengthmix_t *mix);
 
+/* The same shape at another pack size: every length parameter times
+ * pack / mix->pack (rounded, at least 1), so small instances keep the
+ * mix's proportions instead of clamping its long samples to the pack. */
+void lengthmix_rescale(lengthmix_t *mix, int64_t pack);
+
 /* One length in [1, mix->pack]; *component (when non-NULL) gets the index
  * of the component it came from. */
 int64_t lengthmix_draw(const lengthmix_t *mix, lengthgen_rng_t *rng,

@@ -195,8 +195,10 @@ static void usage(FILE *f) {
 "  --lengths FILE            draw lengths from FILE (one per line, '#' comments)\n"
 "                            instead of a profile; reported as profile \"file\"\n"
 "  --pack TOKENS             pack size: tokens per rank before balancing;\n"
-"                            longer lengths are clamped to it [default: the\n"
-"                            profile's or mix's; 32768 with --lengths]\n"
+"                            longer lengths are clamped to it; a mix is\n"
+"                            rescaled to it (its lengths x TOKENS / its pack)\n"
+"                            [default: the profile's or mix's; 32768 with\n"
+"                            --lengths]\n"
 "  --max-samples N           the loader closes a pack once it holds N samples\n"
 "                            (small instances for exact solvers)\n"
 "                            [default: 0: no limit]\n"
@@ -842,6 +844,7 @@ static void add_mixes(const options_t *o, const profile_spec_t *spec,
   for (int32_t k = 0; k < spec->mix_count; k++) {
     lengthmix_t *mix = &ws->mix[ws->nmix++];
     lengthmix_make(o->mix_seed, spec->mix_first + k, mix);
+    if (o->pack) lengthmix_rescale(mix, o->pack);
     workload_t *w = &ws->w[ws->n++];
     snprintf(w->name, sizeof w->name, "mix%d", mix->index);
     w->src = lengthmix_source(mix);

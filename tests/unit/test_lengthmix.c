@@ -180,3 +180,25 @@ Test(lengthmix, describe_names_the_mix) {
   cr_assert_eq(lengthmix_describe(&m, "mix3", small, sizeof small), n);
   cr_assert_eq(strlen(small), sizeof small - 1);
 }
+
+Test(lengthmix, rescaled_mix_keeps_within_the_new_pack) {
+  lengthgen_batch_t batch = {0};
+  for (int32_t i = 1; i <= 30; i++) {
+    lengthmix_t m, orig;
+    lengthmix_make(1, i, &m);
+    orig = m;
+    lengthmix_rescale(&m, 8192);
+    cr_assert_eq(m.pack, 8192);
+    for (int k = 0; k < m.ncomponents; k++) {
+      const lengthmix_component_t *c = &m.component[k];
+      cr_assert_eq(c->weight, orig.component[k].weight);
+      cr_assert(c->lo <= c->hi && c->hi <= 8192 && c->median >= 1);
+    }
+    lengthgen_source_t src = lengthmix_source(&m);
+    lengthgen_rng_t rng;
+    lengthgen_seed(&rng, 9);
+    cr_assert_eq(lengthgen_pack(&src, 8, &rng, &batch), 0);
+    check_batch(&batch, 8, 8192, 0);
+  }
+  lengthgen_batch_free(&batch);
+}
