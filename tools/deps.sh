@@ -12,6 +12,7 @@ packages=(
   libnlopt-dev                  # bounded optimiser for the seed fit
   libcriterion-dev              # unit tests
   python3                       # the MPI tests' driver (meson needs it too)
+  python3-scipy                 # tools/dpshim-optcheck (MILP, HiGHS)
 )
 [ "${1:-}" = demo ] && packages+=(gnuplot-nox)  # the demo's plots
 
