@@ -32,7 +32,10 @@
  * (default_rows.c); a plan still above a cap is skipped by plan.c.
  * A rank keeps at least one sample; every move checks the cap (only a sample
  * sent home can cross it, if home has meanwhile been filled: not seen in the
- * property tests); the plan is applied only if it lowers the maximum load. */
+ * property tests); the plan is applied only if it lowers the maximum load.
+ * Then default_finish.c: seed's plan as a second start where this one
+ * stays above the bound, and every moved sample sent home that fits there
+ * under the maximum. */
 #include <math.h>
 
 #include "default_state.h"
@@ -280,8 +283,8 @@ int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   if (rc < 0) return rc;
   double before = dpshim__max_load(ctx->load0, ctx->ranks);
   int over = over_rows_caps(&s), reason = judge(&s, before);
-  if (!ctx->rows_cap || over_rows_cap_before(ctx) ||
-      (reason == DPSHIM_SKIP_NONE && !over))
-    return reason;
-  return descend_from_origins(&s, before);
+  if (ctx->rows_cap && !over_rows_cap_before(ctx) &&
+      (reason != DPSHIM_SKIP_NONE || over))
+    reason = descend_from_origins(&s, before);
+  return dpshim__default_finish(ctx, reason);
 }

@@ -55,6 +55,9 @@ int dpshim__algo_default(const dpshim__ctx_t *ctx);
 int dpshim__algo_seed(const dpshim__ctx_t *ctx);
 int dpshim__algo_kk(const dpshim__ctx_t *ctx);
 int dpshim__algo_kk_cap(const dpshim__ctx_t *ctx);
+/* `default`'s second start (seed's) and its send-home pass, on the plan in
+ * ctx->dest whose decision is `reason`: returns the decision after them. */
+int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason);
 
 void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
 int dpshim__arena_reset(dpshim__arena_t *a);

@@ -326,3 +326,53 @@ Test(plan_default, small_instances_under_rows_caps) {
           worse, compared);
   dpshim_plan_free(&pl);
 }
+
+/* Few ranks, few samples of a heavy-tailed mix, an instance per seed: where
+ * seed's plan applies, default's maximum load is never above it (its
+ * second start), and no moved sample of default's plan could have gone
+ * home without raising the maximum (the send-home pass). */
+Test(plan_default, never_above_seed_and_nothing_left_to_send_home) {
+  int compared = 0;
+  for (uint64_t seed_no = 1; seed_no <= 1500; seed_no++) {
+    prng_t g = {seed_no * 7919};
+    int32_t ranks = (int32_t)prng_range(&g, 2, 16);
+    int64_t n = 0;
+    for (int32_t r = 0; r < ranks; r++)
+      for (int64_t k = prng_range(&g, 2, 8); k > 0; k--, n++) {
+        int64_t len = prng_unit(&g) < 0.05 ? prng_range(&g, 1500, 4000)
+                                          : prng_range(&g, 20, 900);
+        s[n] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), r, 0, 0, 0};
+      }
+    dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
+    in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
+    in.cap_ratio = 2.0;
+    dpshim_plan_t def, seed;
+    dpshim_plan_init(&def);
+    dpshim_plan_init(&seed);
+    cr_assert_eq(dpshim_plan_solve(&in, &def), 0, "%s", def.message);
+    in.algo = DPSHIM_ALGO_SEED;
+    cr_assert_eq(dpshim_plan_solve(&in, &seed), 0, "%s", seed.message);
+    double dmax = max_of(def.load_after, ranks);
+    if (seed.decision == DPSHIM_DECISION_APPLY) {
+      compared++;
+      cr_assert(dmax <= max_of(seed.load_after, ranks), "instance %llu: "
+                "default %.17g above seed %.17g", (unsigned long long)seed_no,
+                dmax, max_of(seed.load_after, ranks));
+    }
+    for (int64_t i = 0; def.decision == DPSHIM_DECISION_APPLY && i < n; i++) {
+      int32_t r = def.dest[i], o = s[i].origin;
+      if (r == o) continue;
+      int64_t tokens[RANKS], count = 0;
+      tokens_of(&in, def.dest, tokens);
+      for (int64_t j = 0; j < n; j++) count += def.dest[j] == r;
+      double cost = (double)s[i].len * (double)s[i].len + 1000.0 * s[i].len;
+      cr_assert(count < 2 || def.load_after[o] + cost > dmax ||
+                    tokens[o] + s[i].len > def.cap_tokens,
+                "instance %llu: sample %lld could go home",
+                (unsigned long long)seed_no, (long long)i);
+    }
+    dpshim_plan_free(&def);
+    dpshim_plan_free(&seed);
+  }
+  cr_assert_gt(compared, 50, "seed applied on %d instances", compared);
+}

@@ -1,0 +1,198 @@
+/* `default`'s last two steps, on the plan in ctx->dest:
+ *   1. a second start: where the plan stays above its bound (no rows caps,
+ *      at most 32 ranks), the original's LPT and Move/Swap is run too, and
+ *      the plan with the lower maximum load kept, so that `default` is
+ *      never worse than `seed` there. Which rank gets
+ *      which of seed's groups is free (ranks differ only by their
+ *      history): each group goes to the rank whose samples it holds most
+ *      bytes of, greedily, so that most of its bytes stay;
+ *   2. sending home: every moved sample, costliest first, whose origin can
+ *      take it back without raising the plan's maximum load (and within the
+ *      caps, and leaving its rank a sample) goes home: fewer bytes, the same
+ *      makespan. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Above this many ranks seed's solve is no longer cheap beside default's
+ * (and rarely better): no second start. */
+#define SECOND_START_RANKS 32
+
+/* Per rank: load (history included), tokens, rows, samples of a plan. */
+typedef struct tally {
+  double *load;
+  int64_t *tokens, *rows, *count;
+} tally_t;
+
+static int tally_init(const dpshim__ctx_t *ctx, tally_t *t) {
+  t->load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  t->tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  t->rows = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  t->count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  return t->load && t->tokens && t->rows && t->count ? 0 : DPSHIM_ENOMEM;
+}
+
+/* Summed in index order, as plan.c sums the loads it reports. */
+static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
+                     tally_t *t) {
+  for (int32_t r = 0; r < ctx->ranks; r++) {
+    t->load[r] = ctx->history[r];
+    t->tokens[r] = t->rows[r] = t->count[r] = 0;
+  }
+  for (int64_t i = 0; i < ctx->nsamples; i++) {
+    int32_t r = dest[i];
+    t->load[r] += ctx->cost[i];
+    t->tokens[r] += ctx->samples[i].len;
+    t->rows[r] += ctx->samples[i].rows;
+    t->count[r]++;
+  }
+}
+
+/* Whether a plan keeps every rank within the token cap and holding a
+ * sample. */
+static int acceptable(const dpshim__ctx_t *ctx, const tally_t *t) {
+  for (int32_t r = 0; r < ctx->ranks; r++)
+    if (t->tokens[r] > ctx->cap || t->count[r] == 0) return 0;
+  return 1;
+}
+
+/* One group's bytes from one origin. */
+typedef struct share {
+  int32_t group, origin;
+  int64_t bytes;
+} share_t;
+
+static int by_group_origin(const void *a, const void *b) {
+  const share_t *x = a, *y = b;
+  if (x->group != y->group) return x->group < y->group ? -1 : 1;
+  return (x->origin > y->origin) - (x->origin < y->origin);
+}
+
+/* Most bytes first; ties by group, then origin: the same order everywhere. */
+static int by_bytes_desc(const void *a, const void *b) {
+  const share_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return by_group_origin(a, b);
+}
+
+/* Each sample's (group, origin) merged into shares; returns how many. */
+static int64_t shares_of(const dpshim__ctx_t *ctx, share_t *sh) {
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    sh[i] = (share_t){ctx->dest[i], ctx->samples[i].origin,
+                      ctx->samples[i].bytes};
+  qsort(sh, (size_t)ctx->nsamples, sizeof *sh, by_group_origin);
+  int64_t n = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) {
+    if (n > 0 && sh[n - 1].group == sh[i].group &&
+        sh[n - 1].origin == sh[i].origin)
+      sh[n - 1].bytes += sh[i].bytes;
+    else
+      sh[n++] = sh[i];
+  }
+  return n;
+}
+
+/* Relabels the groups of ctx->dest onto ranks, most bytes kept first. */
+static int relabel(const dpshim__ctx_t *ctx) {
+  share_t *sh = DPSHIM__ALLOC(ctx, share_t, ctx->nsamples);
+  int32_t *rank_of = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
+  uint8_t *taken = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks);
+  if (!sh || !rank_of || !taken) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) rank_of[r] = -1, taken[r] = 0;
+  int64_t n = shares_of(ctx, sh);
+  qsort(sh, (size_t)n, sizeof *sh, by_bytes_desc);
+  for (int64_t k = 0; k < n; k++)
+    if (rank_of[sh[k].group] < 0 && !taken[sh[k].origin])
+      rank_of[sh[k].group] = sh[k].origin, taken[sh[k].origin] = 1;
+  int32_t free_rank = 0;
+  for (int32_t g = 0; g < ctx->ranks; g++) {
+    if (rank_of[g] >= 0) continue;
+    while (taken[free_rank]) free_rank++;
+    rank_of[g] = free_rank;
+    taken[free_rank] = 1;
+  }
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    ctx->dest[i] = rank_of[ctx->dest[i]];
+  return 0;
+}
+
+static int has_history(const dpshim__ctx_t *ctx) {
+  for (int32_t r = 0; r < ctx->ranks; r++)
+    if (ctx->history[r] != 0) return 1;
+  return 0;
+}
+
+/* Step 1. Returns the decision for the plan left in ctx->dest. */
+static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t) {
+  double bound = ctx->lower_bound_cap, before = dpshim__max_load(ctx->load0,
+                                                                 ctx->ranks);
+  double best = before;
+  if (reason == DPSHIM_SKIP_NONE) {
+    tally_of(ctx, ctx->dest, t);
+    best = dpshim__max_load(t->load, ctx->ranks);
+  }
+  if (ctx->rows_cap || best <= bound) return reason;
+  int32_t *mine = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!mine) return DPSHIM_ENOMEM;
+  for (int64_t i = 0; i < ctx->nsamples; i++) mine[i] = ctx->dest[i];
+  int seed = dpshim__algo_seed(ctx);
+  if (seed == DPSHIM_SKIP_NONE && !has_history(ctx)) seed = relabel(ctx);
+  if (seed < 0) return seed;
+  if (seed == DPSHIM_SKIP_NONE) {
+    tally_of(ctx, ctx->dest, t);
+    if (acceptable(ctx, t) && dpshim__max_load(t->load, ctx->ranks) < best)
+      return DPSHIM_SKIP_NONE;
+  }
+  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
+  return reason;
+}
+
+/* One pass of step 2 over the moved samples (cost descending); returns
+ * how many went home. */
+static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
+                         int64_t n, double limit, tally_t *t) {
+  int64_t sent = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = moved[k];
+    const dpshim_sample_t *s = &ctx->samples[i];
+    int32_t r = ctx->dest[i], o = s->origin;
+    if (r == o || t->count[r] < 2 || t->load[o] + ctx->cost[i] > limit ||
+        t->tokens[o] + s->len > ctx->cap ||
+        !dpshim__rows_fit(ctx, o, t->rows[o], s->rows))
+      continue;
+    ctx->dest[i] = o;
+    t->load[r] -= ctx->cost[i], t->load[o] += ctx->cost[i];
+    t->tokens[r] -= s->len, t->tokens[o] += s->len;
+    t->rows[r] -= s->rows, t->rows[o] += s->rows;
+    t->count[r]--, t->count[o]++;
+    sent++;
+  }
+  return sent;
+}
+
+/* Step 2, until a pass sends nothing: a sample gone home lightens the
+ * rank it left, which may be another's home. */
+static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
+  int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  if (!moved) return DPSHIM_ENOMEM;
+  tally_of(ctx, ctx->dest, t);
+  double limit = dpshim__max_load(t->load, ctx->ranks);
+  int64_t n = 0;
+  for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
+    int64_t i = ctx->order[k];
+    if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
+  }
+  while (home_pass(ctx, moved, n, limit, t) > 0) {
+  }
+  return 0;
+}
+
+int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
+  tally_t t;
+  if (reason < 0 || tally_init(ctx, &t) < 0) return reason < 0 ? reason
+                                                                : DPSHIM_ENOMEM;
+  if (ctx->ranks <= SECOND_START_RANKS) reason = second_start(ctx, reason, &t);
+  if (reason != DPSHIM_SKIP_NONE) return reason;
+  int rc = send_home(ctx, &t);
+  return rc < 0 ? rc : reason;
+}
