@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 from check_vlm import same_digests, vlmtrain
-from mpitest import check, check_plans_applied, failures, read_jsonl
+from mpitest import check, check_plans_applied, failures, intact, read_jsonl
 
 # Rare images, one per image sample, each one tile (InternVL) or any size
 # (Qwen); no videos, which have buffers of their own.
@@ -38,16 +38,6 @@ ROWS_CAP = ["--video-fraction", "0"]
 # pack's: packs then fill up with images before tokens.
 PACK_ROWS_SHARE = 0.5
 ROOMY = "4"  # image buffer of the run without a binding cap, in packs
-
-
-def intact(what, *results):
-    """Every run re-derived cleanly; False when a run gave no result."""
-    if not all(results):
-        return False
-    for res in results:
-        check(res["check_errors"] == 0, "%s: check_errors %d"
-              % (what, res["check_errors"]))
-    return True
 
 
 def scenario_one_image(args):

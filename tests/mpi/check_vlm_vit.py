@@ -56,7 +56,7 @@ import time
 
 from check_vlm import (STEPS, SHIM_ENV, dp_size, encoder_keys, same_digests,
                        vlmtrain)
-from mpitest import check, failures, read_jsonl
+from mpitest import check, failures, intact, read_jsonl
 
 VIT_ENV = dict(SHIM_ENV, DPSHIM_VIT_BALANCE="1", DPSHIM_VIT_COEFS="1,0,0",
                DPSHIM_VERBOSE="1")
@@ -129,16 +129,6 @@ def fault(args, kind):
 
 def digests_of(args, extra):
     return tuple(encoder_keys(extra)) + ("consumed_digest", "images_digest")
-
-
-def intact(what, *results):
-    """Every run gave a result with check_errors 0."""
-    if not all(results):
-        return False
-    for res in results:
-        check(res["check_errors"] == 0, "%s: check_errors %d"
-              % (what, res["check_errors"]))
-    return True
 
 
 def scenario_balanced(args, name, extra, env=None, stats=None):

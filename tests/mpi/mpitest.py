@@ -107,3 +107,14 @@ def check_plans_applied(entries, at_least, what):
                   what, e["step"], e["imbalance_after"], e["imbalance_before"]))
         check(max(e["load_after"]) <= max(e["load_before"]),
               "%s, step %d: max load rose" % (what, e["step"]))
+
+
+def intact(what, *results):
+    """Every run gave a result with check_errors 0 (its items re-derived
+    cleanly); False when a run gave none."""
+    if not all(results):
+        return False
+    for res in results:
+        check(res["check_errors"] == 0, "%s: check_errors %d"
+              % (what, res["check_errors"]))
+    return True

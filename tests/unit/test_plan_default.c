@@ -36,17 +36,24 @@ static void check_no_empty_rank(const dpshim_plan_t *pl, int64_t n, int32_t p) {
   for (int32_t r = 0; r < p; r++) cr_assert(count[r] > 0, "rank %d emptied", r);
 }
 
+/* default's and seed's plans of `in` (its algo is overwritten). */
+static void solve_both(dpshim_plan_input_t *in, dpshim_plan_t *def,
+                       dpshim_plan_t *seed) {
+  dpshim_plan_init(def);
+  dpshim_plan_init(seed);
+  in->algo = DPSHIM_ALGO_DEFAULT;
+  cr_assert_eq(dpshim_plan_solve(in, def), 0, "%s", def->message);
+  in->algo = DPSHIM_ALGO_SEED;
+  cr_assert_eq(dpshim_plan_solve(in, seed), 0, "%s", seed->message);
+}
+
 Test(plan_default, moves_far_less_than_seed) {
   int64_t n = packed_instance(42);
   dpshim_plan_input_t in = plan_input(RANKS, s, n, DPSHIM_ALGO_DEFAULT);
   in.model = (dpshim_cost_model_t){1, 8000, 0, 0, 0};
   in.cap_ratio = 1.2;
   dpshim_plan_t def, seed;
-  dpshim_plan_init(&def);
-  dpshim_plan_init(&seed);
-  cr_assert_eq(dpshim_plan_solve(&in, &def), 0, "%s", def.message);
-  in.algo = DPSHIM_ALGO_SEED;
-  cr_assert_eq(dpshim_plan_solve(&in, &seed), 0, "%s", seed.message);
+  solve_both(&in, &def, &seed);
   /* Equal tokens but quadratic cost: the input is unbalanced, so both act. */
   cr_assert_eq(def.decision, DPSHIM_DECISION_APPLY, "%s", def.message);
   cr_assert_eq(seed.decision, DPSHIM_DECISION_APPLY, "%s", seed.message);
@@ -347,11 +354,7 @@ Test(plan_default, never_above_seed_and_nothing_left_to_send_home) {
     in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
     in.cap_ratio = 2.0;
     dpshim_plan_t def, seed;
-    dpshim_plan_init(&def);
-    dpshim_plan_init(&seed);
-    cr_assert_eq(dpshim_plan_solve(&in, &def), 0, "%s", def.message);
-    in.algo = DPSHIM_ALGO_SEED;
-    cr_assert_eq(dpshim_plan_solve(&in, &seed), 0, "%s", seed.message);
+    solve_both(&in, &def, &seed);
     double dmax = max_of(def.load_after, ranks);
     if (seed.decision == DPSHIM_DECISION_APPLY) {
       compared++;
