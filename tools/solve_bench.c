@@ -567,6 +567,10 @@ static void dump_samples(FILE *f, const instance_t *in) {
 static void dump_plans(FILE *f, const options_t *o, const instance_t *in,
                        const dpshim_plan_t *plan, int64_t cap) {
   if (o->nalgos == 0) return;
+  /* The solver's bounds, the same for every algorithm. */
+  fprintf(f, ",\n \"solver_bounds\": {\"lower_bound\": %.17g, "
+          "\"lower_bound_cap\": %.17g}", plan[0].lower_bound,
+          plan[0].lower_bound_cap);
   fprintf(f, ",\n \"plans\": {");
   for (int a = 0; a < o->nalgos; a++) {
     if (plan[a].cap_tokens != cap) {

@@ -60,7 +60,7 @@ def check_instance(fname, inst):
     m = NAME.match(fname)
     if not m:
         fail("%s: name not <profile>-P<ranks>-s<seed>.json" % fname)
-    if set(inst) - {"plans"} != KEYS:
+    if set(inst) - {"plans", "solver_bounds"} != KEYS:
         fail("%s: keys %s" % (fname, sorted(inst)))
     if inst["format"] != "dpshim-instance-1":
         fail("%s: format %r" % (fname, inst["format"]))
@@ -92,6 +92,12 @@ def check_plans(fname, inst, algos):
     plans = inst.get("plans")
     if plans is None or list(plans) != algos:
         fail("%s: plans %r, expected %r" % (fname, plans, algos))
+    # The solver's bounds ride with its plans: no plan goes below them.
+    b = inst.get("solver_bounds", {})
+    if not 0 <= b.get("lower_bound", -1) <= b.get("lower_bound_cap", -2) or any(
+            p["max_load"] < b["lower_bound"] * (1 - 1e-12)
+            for p in plans.values()):
+        fail("%s: solver_bounds %r" % (fname, b))
     for algo, p in plans.items():
         if set(p) != {"max_load", "bytes_moved", "applied"} or \
                 not isinstance(p["applied"], bool):
@@ -120,9 +126,11 @@ def main():
                       "--reps", "1")
         for fname, inst in solved.items():
             plans = inst.pop("plans", None)
+            bounds = inst.pop("solver_bounds", None)
             if inst != plain[fname]:
                 fail("%s: another instance when the bench solves" % fname)
             inst["plans"] = plans
+            inst["solver_bounds"] = bounds
             check_plans(fname, inst, algos)
         alone = os.path.join(tmp, "alone")
         bench("--dump-instances", alone, "--profile", "mix2", "--ranks", "8",
