@@ -1,8 +1,6 @@
 /* The encoder's entry points; see include/dpshim/encoder.h. Every call
  * goes through the state's one dpshim__vit_t, one at a time: balanced over
  * the DP group while the ViT balance is on, else where it is made. */
-#include <stdio.h>
-
 #include "dpshim/encoder.h"
 #include "shim.h"
 
