@@ -11,8 +11,8 @@ ranks of N TP ranks each, DPSHIM_TP_SIZE=N), every run with --check. The
 shim runs have check_vlm.py's SHIM_ENV (the LLM-level balance on) plus
 DPSHIM_VIT_BALANCE=1, DPSHIM_VIT_COEFS=1,0,0 and DPSHIM_VERBOSE=1. "Applied"
 below means "[DP Balance][ViT] APPLY" on stderr, or a finalize summary
-"dpshim: ViT: N calls, M applied" with M > 0: a ViT balance that never
-applied fails the scenario. "The digests" are the consumed, images,
+"dpshim:   ViT: N encoder calls balanced: M applied" with M > 0: a ViT
+balance that never applied fails the scenario. "The digests" are the consumed, images,
 embeddings and ViT-gradient digests, and the patch-gradient digest where
 the encoder is asked for patch gradients.
   - mixed: multi-image samples (and videos for Qwen), 2 micro-batches,
@@ -104,14 +104,14 @@ def with_shim(args, extra, what, env=None):
 def vit_applied(err):
     """ViT balances applied: the verbose lines, or the summary's count."""
     lines = err.count("[DP Balance][ViT] APPLY")
-    m = re.search(r"ViT: \d+ calls, (\d+) applied", err)
+    m = re.search(r"ViT: \d+ encoder calls balanced: (\d+) applied", err)
     return max(lines, int(m.group(1)) if m else 0)
 
 
 def check_applied(what, err):
     check(vit_applied(err) > 0, "%s: the ViT balance never applied (no "
-          "'[DP Balance][ViT] APPLY', no 'ViT: N calls, M applied' with "
-          "M > 0)" % what)
+          "'[DP Balance][ViT] APPLY', no 'ViT: N encoder calls balanced: M "
+          "applied' with M > 0)" % what)
 
 
 def out_of_step_lines(err):
