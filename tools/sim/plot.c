@@ -23,10 +23,22 @@ static int algos_of(const sim_result_t *res, int n, sim_algo_t *out) {
   return k;
 }
 
+/* What the runs drew: a VLM layout and preset, a lengths file or a text
+ * profile. */
+static void workload_name(const sim_config_t *c, char *out, size_t len) {
+  static const char *const layout[] = {"internvl", "qwen2vl", "qwen3vl"};
+  if (c->vision)
+    snprintf(out, len, "%s, %s", layout[c->vlm.layout], c->model.name);
+  else
+    snprintf(out, len, "%s", c->lengths ? "lengths file" : c->profile);
+}
+
 static void write_script(FILE *g, const char *path, const sim_result_t *res,
                          int n, const sim_config_t *c) {
   sim_algo_t algos[SIM_MAX_LIST];
   int k = algos_of(res, n, algos);
+  char workload[128];
+  workload_name(c, workload, sizeof workload);
   fprintf(g,
           "set terminal png size 900,600\n"
           "set output '%s'\n"
@@ -36,7 +48,7 @@ static void write_script(FILE *g, const char *path, const sim_result_t *res,
           "set ylabel 'TGS (tokens per GPU per second)'\n"
           "set key bottom left\n"
           "set grid\n",
-          path, c->lengths ? "lengths file" : c->profile, c->time_scale);
+          path, workload, c->time_scale);
   /* Room at both ends so the outer tics show; TGS from 0 so that gains
    * look their true size. */
   int32_t lo = res[0].ranks, hi = res[0].ranks;
