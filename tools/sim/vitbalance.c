@@ -8,8 +8,8 @@
  * embeddings' gradients go to the encoding rank.
  *
  * Modelled: the plan (real solver, wall time measured), which rank encodes
- * what, one allgather of the images' sizes per call (an 8-byte header per
- * rank and 16 B per image: L and its bytes), three alltoallvs per call
+ * what, one allgather of the images' sizes per call (a 48-byte header per
+ * rank and 72 B per image, as the shim's), three alltoallvs per call
  * (inputs, embeddings, embedding gradients) priced as the LLM level's, and
  * the copies in and out of them. Not modelled: the patch gradients' way
  * back (only when the trainer asks for them; vlmtrain does not), the
@@ -25,8 +25,9 @@
 #include "sim.h"
 #include "vit_route.h"
 
-#define VIT_HEADER_BYTES 8 /* per rank in the gather: its image count */
-#define VIT_META_BYTES 16  /* per image in the gather: L and its bytes */
+/* As shim/vit_balance.c's: its header_t and wire_t. */
+#define VIT_HEADER_BYTES 48 /* per rank and call: the header round */
+#define VIT_META_BYTES 72   /* per image in the gather */
 
 struct sim_vit {
   const sim_config_t *c;
