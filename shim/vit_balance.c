@@ -60,6 +60,7 @@ struct dpshim__vit {
   int64_t *first;    /* [size + 1] */
   size_t *counts;    /* [2 * size]: send, receive */
   wire_t *wire;      /* gathered images */
+  wire_t *mine;      /* this rank's, to send (apart from the receive) */
   dpshim__vit_image_t *images;
   int32_t *dest;
   size_t images_cap;
@@ -114,11 +115,17 @@ dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
   return NULL;
 }
 
+/* Back to a pass that moved nothing: what a failed exchange left freed. */
+static void pass_clear(pass_t *p) {
+  free(p->wire);
+  for (int32_t k = 0; k < MAX_IN; k++) free(p->sent[k]);
+  memset(p, 0, sizeof *p);
+}
+
 static void pass_free(void *data) {
   pass_t *p = data;
   if (!p) return;
-  free(p->wire);
-  for (int32_t k = 0; k < MAX_IN; k++) free(p->sent[k]);
+  pass_clear(p);
   free(p);
 }
 
@@ -128,6 +135,7 @@ void dpshim__vit_free(dpshim__vit_t *v) {
   dpshim__vit_planner_free(&v->planner);
   free_rank_arrays(v);
   free(v->wire);
+  free(v->mine);
   free(v->images);
   free(v->dest);
   free(v);
@@ -370,8 +378,10 @@ static int reserve_images(dpshim__vit_t *v, int64_t n,
   for (int32_t r = 0; r < v->size; r++)
     if (v->headers[r].room < room) room = v->headers[r].room;
   if (n <= room) return 1;
-  size_t want = (size_t)(n + n / 2), cap = v->images_cap, c2 = cap, c3 = cap;
+  size_t want = (size_t)(n + n / 2), cap = v->images_cap, c2 = cap, c3 = cap,
+         c4 = cap;
   int rc = grow(&v->wire, &cap, want, sizeof *v->wire) |
+           grow(&v->mine, &c4, want, sizeof *v->mine) |
            grow(&v->images, &c2, want, sizeof *v->images) |
            grow(&v->dest, &c3, want, sizeof *v->dest);
   if (rc == 0) v->images_cap = want;
@@ -391,16 +401,10 @@ static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
   if (!reserve_images(v, n, rep)) return 0;
   for (int32_t r = 0; r < v->size; r++)
     v->counts[r] = (size_t)v->headers[r].count * sizeof(wire_t);
-  /* The send buffer may not overlap the receive buffer. */
-  wire_t *send = malloc((size_t)c->count * sizeof *send + 1);
-  int rc = send ? 0 : DPSHIM_ENOMEM;
-  if (agree(v, rc, "out of memory for the gathered images", rep)) {
-    free(send);
-    return 0;
-  }
-  for (int32_t i = 0; i < c->count; i++) send[i] = wire_of(c, i);
-  rc = v->comm->ops->allgatherv(v->comm, send, v->wire, v->counts);
-  free(send);
+  /* v->mine holds as many as v->wire: room for this rank's, whose count
+   * is part of n, without an agreement of its own. */
+  for (int32_t i = 0; i < c->count; i++) v->mine[i] = wire_of(c, i);
+  int rc = v->comm->ops->allgatherv(v->comm, v->mine, v->wire, v->counts);
   if (rc < 0) return comm_failed(v, rc, rep), 0;
   for (int64_t i = 0; i < n; i++) {
     const wire_t *w = &v->wire[i];
@@ -823,11 +827,11 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     void *saved;
     real = run_forward(v, enc, NULL, &saved, rep);
     if (p) {
-      pass_free(p);
-      p = calloc(1, sizeof *p);
+      pass_clear(p);
+      p->saved = saved;
+    } else if (real == 0) {
+      enc->release(enc->ctx, saved);
     }
-    if (p) p->saved = saved;
-    else if (real == 0) enc->release(enc->ctx, saved);
   }
   if (real != 0 || !p) {
     pass_free(p);
