@@ -307,6 +307,16 @@ static void run_fault(scenario_t *s, mock_stats_t *stats, int fail_rank,
 
 static void run(scenario_t *s, mock_stats_t *stats) { run_fault(s, stats, -1, 0); }
 
+/* Runs s (with the fault, if fail_rank >= 0) and checks every rank's
+ * outputs against libvit's without the shim. */
+static void run_and_check(scenario_t *s, mock_stats_t *stats, int fail_rank,
+                          int fail_call) {
+  expected_t *e = expect(s);
+  run_fault(s, stats, fail_rank, fail_call);
+  check_same(s, e);
+  free(e);
+}
+
 /* ---- tests ------------------------------------------------------------------ */
 
 TestSuite(shim_vit);
@@ -316,16 +326,13 @@ Test(shim_vit, outputs_equal_the_unbalanced_ones) {
   for (int ranks = 1; ranks <= MAXR; ranks++)
     for (uint64_t seed = 1; seed <= 6; seed++) {
       scenario_t *s = new_scenario(ranks, seed);
-      expected_t *e = expect(s);
-      run(s, NULL);
-      check_same(s, e);
+      run_and_check(s, NULL, -1, 0);
       for (int r = 0; r < ranks; r++) {
         cr_assert_eq(s->message[r][0], 0, "rank %d: %s", r, s->message[r]);
         cr_assert_eq(s->applied[r], s->applied[0], "plans agree");
       }
       applied += s->applied[0];
       free(s);
-      free(e);
     }
   cr_assert_gt(applied, 20, "the balance moved images (%d calls)", applied);
 }
@@ -336,12 +343,9 @@ Test(shim_vit, all_forwards_then_backwards_in_reverse) {
     scenario_t *s = new_scenario(4, seed);
     s->micro = MAXM;
     s->afab = 1;
-    expected_t *e = expect(s);
-    run(s, NULL);
-    check_same(s, e);
+    run_and_check(s, NULL, -1, 0);
     applied += s->applied[0];
     free(s);
-    free(e);
   }
   cr_assert_gt(applied, 3);
 }
@@ -360,29 +364,23 @@ Test(shim_vit, patch_gradients_only_when_asked) {
 Test(shim_vit, warm_up_moves_nothing) {
   scenario_t *s = new_scenario(4, 2);
   s->ready = 0;
-  expected_t *e = expect(s);
   mock_stats_t stats;
-  run(s, &stats);
-  check_same(s, e);
+  run_and_check(s, &stats, -1, 0);
   cr_assert_eq(s->applied[0], 0);
   cr_assert_eq(stats.ops[MOCK_ALLTOALLV], 0, "no exchange in warm-up");
   free(s);
-  free(e);
 }
 
 Test(shim_vit, a_call_one_rank_cannot_describe_fails_on_every_rank) {
   scenario_t *s = new_scenario(4, 5);
   s->invalid_rank = 2;
-  expected_t *e = expect(s);
-  run(s, NULL);
-  check_same(s, e);
+  run_and_check(s, NULL, -1, 0);
   for (int r = 0; r < 4; r++) {
     cr_assert(strstr(s->message[r], "rank 2: broken here"), "rank %d: %s", r,
               s->message[r]);
     cr_assert_eq(s->off_at_end[r], 0, "the next call balances again");
   }
   free(s);
-  free(e);
 }
 
 Test(shim_vit, the_encoder_failing_on_what_it_was_sent_falls_back) {
@@ -390,12 +388,9 @@ Test(shim_vit, the_encoder_failing_on_what_it_was_sent_falls_back) {
   for (uint64_t seed = 1; seed <= 8; seed++) {
     scenario_t *s = new_scenario(4, seed);
     s->odd_rank = 1;
-    expected_t *e = expect(s);
-    run(s, NULL);
-    check_same(s, e); /* rank 1 gets libvit's refusal, the others theirs */
+    run_and_check(s, NULL, -1, 0); /* rank 1 gets libvit's refusal, the others theirs */
     failed_somewhere |= s->message[0][0] != 0;
     free(s);
-    free(e);
   }
   cr_assert(failed_somewhere, "an odd image was sent to another rank");
 }
@@ -404,10 +399,8 @@ Test(shim_vit, an_extra_forward_puts_ranks_out_of_step) {
   for (uint64_t seed = 1; seed <= 4; seed++) {
     scenario_t *s = new_scenario(4, seed);
     s->extra_rank = 3;
-    expected_t *e = expect(s);
     mock_stats_t stats;
-    run(s, &stats);
-    check_same(s, e);
+    run_and_check(s, &stats, -1, 0);
     for (int r = 0; r < 4; r++) {
       cr_assert(s->out_of_step[r], "rank %d saw it", r);
       cr_assert(strstr(s->message[r], "out of step"), "%s", s->message[r]);
@@ -415,7 +408,6 @@ Test(shim_vit, an_extra_forward_puts_ranks_out_of_step) {
     }
     cr_assert_eq(stats.mismatch, 0);
     free(s);
-    free(e);
   }
 }
 
@@ -428,13 +420,10 @@ Test(shim_vit, backwards_after_the_balance_went_off_are_exact) {
     s->afab = 1;
     s->micro = MAXM;
     s->handoff_rank = 0; /* rank 0 at a hand-off, the others at a backward */
-    expected_t *e = expect(s);
-    run(s, NULL);
-    check_same(s, e);
+    run_and_check(s, NULL, -1, 0);
     cr_assert(s->off_at_end[1]);
     applied += s->applied[0];
     free(s);
-    free(e);
   }
   cr_assert_gt(applied, 3, "forwards moved images before it went off");
 }
@@ -475,15 +464,12 @@ Test(shim_vit, a_failing_collective_turns_the_balance_off_without_loss) {
     scenario_t *s = new_scenario(4, 4);
     s->afab = 1;
     s->micro = MAXM;
-    expected_t *e = expect(s);
     mock_stats_t stats;
-    run_fault(s, &stats, 1, call);
-    check_same(s, e);
+    run_and_check(s, &stats, 1, call);
     faulted += stats.faulted;
     if (stats.faulted)
       for (int r = 0; r < 4; r++) cr_assert(s->off_at_end[r], "rank %d", r);
     free(s);
-    free(e);
   }
   cr_assert_gt(faulted, 8, "the faults fired");
 }
