@@ -184,14 +184,25 @@ def scenario_schedules(args):
         scenario_balanced(args, "3 micro-batches, " + name, extra)
 
 
-def scenario_grid(args):
-    what = "%s, grid fault on rank %d" % (args.layout, fault_rank(args))
-    extra = ONE_F_ONE_B + fault(args, "grid")
+def fault_runs(args, kind, title):
+    """A fault of `kind` at step 5, 1f1b: (what, its vlmtrain options, the
+    run without the fault, with it, with it under the shim, the shim run's
+    stderr), or None when a run gave no result."""
+    what = "%s, %s on rank %d" % (args.layout, title, fault_rank(args))
+    extra = ONE_F_ONE_B + fault(args, kind)
     base = plain(args, ONE_F_ONE_B, what + ", no fault")
     faulted = plain(args, extra, what)
     on, err = with_shim(args, extra, what)
     if not intact(what, base, faulted, on):
+        return None
+    return what, extra, base, faulted, on, err
+
+
+def scenario_grid(args):
+    runs = fault_runs(args, "grid", "grid fault")
+    if not runs:
         return
+    what, extra, base, faulted, on, err = runs
     for variant, res in (("without the shim", faulted), ("with it", on)):
         check(res.get("vit_faults_seen") == 1, "%s, %s: vit_faults_seen %r, "
               "expected 1" % (what, variant, res.get("vit_faults_seen")))
@@ -209,13 +220,10 @@ def scenario_grid(args):
 
 
 def scenario_extra(args):
-    what = "%s, extra forward on rank %d" % (args.layout, fault_rank(args))
-    extra = ONE_F_ONE_B + fault(args, "extra")
-    base = plain(args, ONE_F_ONE_B, what + ", no fault")
-    faulted = plain(args, extra, what)
-    on, err = with_shim(args, extra, what)
-    if not intact(what, base, faulted, on):
+    runs = fault_runs(args, "extra", "extra forward")
+    if not runs:
         return
+    what, extra, base, faulted, on, err = runs
     same_digests(what, on, faulted, digests_of(args, extra),
                  than="without the shim, with the fault,")
     same_digests(what + ", without the shim", faulted, base,
