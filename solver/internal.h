@@ -58,6 +58,14 @@ int dpshim__algo_kk_cap(const dpshim__ctx_t *ctx);
 /* `default`'s second start (seed's) and its send-home pass, on the plan in
  * ctx->dest whose decision is `reason`: returns the decision after them. */
 int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason);
+/* `default`'s exact search at small scale (where _applies) from the plan in
+ * ctx->dest, whose maximum load is max: a lower maximum, down to _stop, or
+ * (bytes_mode) fewer bytes with every load at most max, left in ctx->dest.
+ * Returns 1 when it proved the maximum left optimal, 0, or ENOMEM. */
+int dpshim__default_search_applies(const dpshim__ctx_t *ctx);
+double dpshim__default_search_stop(const dpshim__ctx_t *ctx);
+int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
+                           double max);
 
 void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
 int dpshim__arena_reset(dpshim__arena_t *a);

@@ -580,9 +580,13 @@ static void dump_plans(FILE *f, const options_t *o, const instance_t *in,
       exit(1);
     }
     fprintf(f, "%s\n  \"%s\": {\"max_load\": %.17g, \"bytes_moved\": %lld, "
-            "\"applied\": %s}", a ? "," : "", dpshim_algo_name(o->algo[a]),
-            plan_max_load(&plan[a], in->ranks), (long long)plan[a].bytes_moved,
+            "\"applied\": %s,\n   \"dest\": [", a ? "," : "",
+            dpshim_algo_name(o->algo[a]), plan_max_load(&plan[a], in->ranks),
+            (long long)plan[a].bytes_moved,
             plan[a].decision == DPSHIM_DECISION_APPLY ? "true" : "false");
+    for (int64_t i = 0; i < in->n; i++)
+      fprintf(f, "%s%d", i ? "," : "", plan[a].dest[i]);
+    fprintf(f, "]}");
   }
   fprintf(f, "}");
 }

@@ -4,7 +4,8 @@ format dpshim-instance-1 and parses; its samples add up (every rank holds
 some, no more than --max-samples; the cap is the solver's); the instances are
 the same whether the bench solves or not, and a mix re-run alone gives the
 same instances; with --algos, `none`'s max_load is the largest rank load
-recomputed from the samples and the cost model.
+recomputed from the samples and the cost model, and every plan's dest adds
+up to its max_load and bytes_moved.
 
     check_dump.py BENCH     BENCH: the dpshim-solve-bench executable
 """
@@ -49,10 +50,11 @@ def cost(model, length):
     return model["a"] * length * length + model["b"] * length + model["c"]
 
 
-def loads(inst):
+def loads(inst, dest=None):
+    """Per-rank loads with sample i on dest[i] (default: its origin)."""
     load = [0.0] * inst["ranks"]
-    for length, _, origin in inst["samples"]:
-        load[origin] += cost(inst["model"], length)
+    for i, (length, _, origin) in enumerate(inst["samples"]):
+        load[origin if dest is None else dest[i]] += cost(inst["model"], length)
     return load
 
 
@@ -99,9 +101,22 @@ def check_plans(fname, inst, algos):
             for p in plans.values()):
         fail("%s: solver_bounds %r" % (fname, b))
     for algo, p in plans.items():
-        if set(p) != {"max_load", "bytes_moved", "applied"} or \
+        if set(p) != {"max_load", "bytes_moved", "applied", "dest"} or \
                 not isinstance(p["applied"], bool):
             fail("%s: plan %s %r" % (fname, algo, p))
+            continue
+        # The plan itself adds up to its figures.
+        n, P = len(inst["samples"]), inst["ranks"]
+        if len(p["dest"]) != n or not all(0 <= r < P for r in p["dest"]):
+            fail("%s: plan %s: dest %r" % (fname, algo, p["dest"]))
+            continue
+        moved = sum(b for (_, b, o), r in zip(inst["samples"], p["dest"])
+                    if r != o)
+        top = max(loads(inst, p["dest"]))
+        if moved != p["bytes_moved"] or abs(top - p["max_load"]) > 1e-9 * top:
+            fail("%s: plan %s: dest moves %d bytes to a max of %r, the file "
+                 "says %d, %r" % (fname, algo, moved, top, p["bytes_moved"],
+                                  p["max_load"]))
     before = max(loads(inst))
     none = plans["none"]
     if none["applied"] or none["bytes_moved"] != 0 or \

@@ -172,6 +172,28 @@ def main():
                and a["bad"]["max_over_opt"] == 2.0,
                "home: plan ratios %s" % a)
         expect("inf" in r.stdout, "home: no 'inf' in the table")
+    # Plans with dest: the checker recomputes their figures (a plan whose
+    # dest disagrees fails the run, named), and --fewest-at-plan gives the
+    # fewest bytes at the plan's own maximum. On "equal" with a cap of 25
+    # tokens, a plan two and two on the ranks is optimal and moves 200.
+    two = instance(2, [[10, 100, 0]] * 4, cap=25, plans={
+        "good": {"max_load": 2 * cost(10), "bytes_moved": 200,
+                 "applied": True, "dest": [0, 0, 1, 1]},
+        "lies": {"max_load": cost(10), "bytes_moved": 200, "applied": True,
+                 "dest": [0, 0, 1, 1]}})
+    path = os.path.join(tmp, "dest.json")
+    with open(path, "w") as f:
+        json.dump(two, f)
+    r = run([path, "--json", out, "--fewest-at-plan", "good"])
+    expect(r.returncode == 1 and "lies: dest gives max load" in r.stdout,
+           "dest: exit %d, stdout %r" % (r.returncode, r.stdout))
+    if r.returncode == 1:
+        x = json.load(open(out))["instances"][0]
+        g = x["algos"]["good"]
+        expect(g["fewest_at_plan"]["value"] == 200 and
+               g["bytes_over_fewest_at_plan"] == 1.0 and
+               len(x["plan_errors"]) == 1,
+               "dest: figures %s, errors %s" % (g, x.get("plan_errors")))
     # A malformed file: one line naming the file and the field.
     bad = dict(home, samples=[[10, 100, 0], [10, 100, 2]])
     path = os.path.join(tmp, "bad.json")

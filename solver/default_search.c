@@ -1,0 +1,435 @@
+/* `default`'s exact search at small scale (at most SEARCH_RANKS ranks and
+ * SEARCH_SAMPLES samples, no rows caps). Its core is a depth-first branch
+ * and bound that re-deals the samples of a set of ranks among those ranks,
+ * costliest first, on a work budget, in one of two modes:
+ *   - makespan: a lower maximum load over the set. Children least-loaded
+ *     rank first (the first leaf is LPT's plan); of ranks in the same
+ *     state only the first is tried;
+ *   - bytes: the fewest bytes moved with every load at most a limit.
+ *     Children home first, then the plan's rank, then by load; the bound
+ *     counts the samples whose home cannot take them now, and per home the
+ *     cheapest fractional cover of what its samples exceed its room by.
+ * Both prune on the room left below the limit (in cost and tokens) and on
+ * ranks that would be left empty; a sample the same as the one before
+ * takes no earlier rank of the set.
+ * It runs on all ranks at once; where that leaves the budget unspent, the
+ * tree was searched whole (a makespan so found is optimal). Else on
+ * neighbourhoods (a large neighbourhood search): the busiest rank with one,
+ * then two others, for the makespan; each rank with a home of its guests
+ * and the least loaded rank, for bytes; until no neighbourhood improves or
+ * the budget is spent. Each improvement is exact for its set; the plan
+ * never gets worse. Budgets count work (per node, the ranks of the set,
+ * plus its samples in bytes mode; per set, its set-up), not time: the same
+ * plan on every rank. */
+#include <math.h>
+
+#include "internal.h"
+
+#define SEARCH_RANKS 32
+#define SEARCH_SAMPLES 256
+#define FULL_WORK 150000  /* the search over all ranks */
+#define LOCAL_WORK 30000  /* one neighbourhood */
+#define TOTAL_WORK 300000 /* one mode, all searches: about 1 ms */
+/* Makespan: stop this close to the bound; count a plan only this much
+ * lower as better (not an artefact of summation order). */
+#define STOP_ABOVE_BOUND 1e-4
+#define BETTER 1e-9
+/* Loads summed in search order may differ from the plan's by rounding:
+ * bytes mode allows that much in the search, and checks each plan it
+ * keeps on loads summed as the plan's are. */
+#define ROUNDING 1e-12
+
+typedef struct search {
+  const dpshim__ctx_t *ctx;
+  int bytes_mode;
+  int64_t work, node_work, budget, spent;
+  int done, out_of_budget;
+  /* The set searched: ranks, and their samples costliest first. */
+  int32_t *set, nset;
+  int64_t *items, n;
+  int64_t *by_ratio;    /* [n] depths by bytes per cost, for the bound */
+  uint8_t *stays;       /* [n] scratch: whether home could take it now */
+  double limit; /* makespan: loads stay below it; bytes: at most it */
+  double stop;
+  double *load;
+  int64_t *tokens, *count;
+  int32_t empty;        /* ranks of the set holding no sample yet */
+  int32_t *at;          /* [nsamples] where the search put each sample */
+  int32_t *kids;        /* [n * nset] children per depth */
+  double *rest_cost;    /* [n + 1] cost of items[k..] */
+  int64_t *rest_tokens; /* [n + 1] tokens of items[k..] */
+  int64_t bytes, best_bytes;
+  uint8_t *in_set;      /* [ranks] */
+  int32_t *pos;         /* [ranks] place in the set */
+  double *exact;        /* [ranks] scratch */
+  uint8_t *hosts;       /* [ranks * ranks] bytes mode: r holds o's samples */
+} search_t;
+
+static inline int fits(const search_t *s, int32_t r, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  double load = s->load[r] + ctx->cost[i];
+  if (ctx->samples[i].len > ctx->cap - s->tokens[r]) return 0;
+  return s->bytes_mode ? load <= s->limit * (1 + ROUNDING) : load < s->limit;
+}
+
+/* Whether the samples from depth k on can still fill the room left. */
+static int room_left(const search_t *s, int64_t k) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  if (s->empty > s->n - k) return 0;
+  double room = 0;
+  int64_t token_room = 0;
+  for (int32_t j = 0; j < s->nset; j++) {
+    int32_t r = s->set[j];
+    if (s->load[r] < s->limit) room += s->limit - s->load[r];
+    if (ctx->cap != DPSHIM__NO_CAP) token_room += ctx->cap - s->tokens[r];
+  }
+  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * s->limit) return 0;
+  return ctx->cap == DPSHIM__NO_CAP || token_room >= s->rest_tokens[k];
+}
+
+/* A bound on the bytes still to move: the samples from depth k on whose
+ * home is outside the set or cannot take them now, and, per home, the
+ * bytes of the cheapest fractional cover of what its other samples exceed
+ * its room by (loads only grow), taken by bytes per cost. */
+static int64_t bytes_bound(const search_t *s, int64_t k) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  double *need = s->exact, bound = 0;
+  for (int32_t j = 0; j < s->nset; j++)
+    need[s->set[j]] = s->load[s->set[j]] - s->limit;
+  for (int64_t q = k; q < s->n; q++) {
+    int64_t i = s->items[q];
+    int32_t o = ctx->samples[i].origin;
+    s->stays[q] = s->in_set[o] && fits(s, o, i);
+    if (s->stays[q]) need[o] += ctx->cost[i];
+    else bound += (double)ctx->samples[i].bytes;
+  }
+  for (int64_t q = 0; q < s->n; q++) {
+    int64_t d = s->by_ratio[q];
+    if (d < k || !s->stays[d]) continue;
+    int64_t i = s->items[d];
+    int32_t o = ctx->samples[i].origin;
+    if (need[o] <= 0) continue;
+    double part = need[o] < ctx->cost[i] ? need[o] / ctx->cost[i] : 1;
+    bound += part * (double)ctx->samples[i].bytes;
+    need[o] -= ctx->cost[i];
+  }
+  return (int64_t)ceil(bound * (1 - ROUNDING));
+}
+
+/* Depths ordered by bytes per cost, ascending (zero cost last). */
+static void order_by_ratio(search_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t q = 0; q < s->n; q++) {
+    int64_t i = s->items[q], k = q;
+    for (; k > 0; k--) {
+      int64_t j = s->items[s->by_ratio[k - 1]];
+      double lhs = (double)ctx->samples[j].bytes * ctx->cost[i];
+      double rhs = (double)ctx->samples[i].bytes * ctx->cost[j];
+      if (lhs <= rhs) break;
+      s->by_ratio[k] = s->by_ratio[k - 1];
+    }
+    s->by_ratio[k] = q;
+  }
+}
+
+/* Whether samples i and j are interchangeable in this mode. */
+static int same_sample(const search_t *s, int64_t i, int64_t j) {
+  const dpshim_sample_t *a = &s->ctx->samples[i], *b = &s->ctx->samples[j];
+  if (s->ctx->cost[i] != s->ctx->cost[j] || a->len != b->len) return 0;
+  return !s->bytes_mode || (a->bytes == b->bytes && a->origin == b->origin);
+}
+
+/* Children of the sample at depth k, in the mode's order, into kids;
+ * returns how many. A sample the same as the one before goes to a rank no
+ * earlier in the set than that one's (any plan can swap them so); else, in
+ * makespan mode, of ranks in the same state only the first is kept (any
+ * plan can swap their samples from here on). */
+static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t i = s->items[k];
+  int32_t n = 0, origin = ctx->samples[i].origin, now = ctx->dest[i];
+  int twin = k > 0 && same_sample(s, s->items[k - 1], i);
+  int32_t from = twin ? s->pos[s->at[s->items[k - 1]]] : 0;
+  if (s->bytes_mode) {
+    if (s->in_set[origin] && s->pos[origin] >= from && fits(s, origin, i))
+      kids[n++] = origin;
+    if (now != origin && s->pos[now] >= from && fits(s, now, i))
+      kids[n++] = now;
+  }
+  int32_t first = n;
+  for (int32_t j = from; j < s->nset; j++) {
+    int32_t r = s->set[j];
+    if (s->bytes_mode && (r == origin || r == now)) continue;
+    if (!fits(s, r, i)) continue;
+    int32_t q = n++;
+    /* Insertion by load, home first among equals, then rank. */
+    for (; q > first; q--) {
+      int32_t p = kids[q - 1];
+      if (s->load[p] < s->load[r] ||
+          (s->load[p] == s->load[r] && (p == origin || r != origin)))
+        break;
+      kids[q] = p;
+    }
+    kids[q] = r;
+  }
+  if (s->bytes_mode || twin) return n;
+  int32_t kept = 0;
+  for (int32_t c = 0; c < n; c++) {
+    int32_t r = kids[c], p = kept ? kids[kept - 1] : -1;
+    if (p >= 0 && s->load[p] == s->load[r] && s->tokens[p] == s->tokens[r] &&
+        (s->count[p] == 0) == (s->count[r] == 0))
+      continue;
+    kids[kept++] = r;
+  }
+  return kept;
+}
+
+/* Whether the set's loads, summed in index order as plan.c sums them, are
+ * within the limit. */
+static int within_limit(search_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int32_t j = 0; j < s->nset; j++)
+    s->exact[s->set[j]] = ctx->history[s->set[j]];
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    if (s->in_set[ctx->dest[i]]) s->exact[s->at[i]] += ctx->cost[i];
+  for (int32_t j = 0; j < s->nset; j++)
+    if (s->exact[s->set[j]] > s->limit) return 0;
+  return 1;
+}
+
+/* A complete re-deal of the set: if better, it becomes the plan. */
+static void leaf(search_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  if (s->empty > 0) return;
+  if (s->bytes_mode) {
+    if (s->bytes >= s->best_bytes || !within_limit(s)) return;
+    s->best_bytes = s->bytes;
+  } else {
+    double max = 0;
+    for (int32_t j = 0; j < s->nset; j++)
+      if (s->load[s->set[j]] > max) max = s->load[s->set[j]];
+    if (max >= s->limit * (1 - BETTER)) return;
+    s->limit = max;
+    s->done = max <= s->stop;
+  }
+  for (int64_t k = 0; k < s->n; k++) ctx->dest[s->items[k]] = s->at[s->items[k]];
+}
+
+static void place(search_t *s, int64_t i, int32_t r, int sign) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  s->tokens[r] += sign * ctx->samples[i].len;
+  if (sign > 0 && s->count[r]++ == 0) s->empty--;
+  if (sign < 0 && --s->count[r] == 0) s->empty++;
+  if (r != ctx->samples[i].origin) s->bytes += sign * ctx->samples[i].bytes;
+  s->at[i] = r;
+}
+
+static void dfs(search_t *s, int64_t k) {
+  if (s->done) return;
+  if ((s->work += s->node_work) > s->budget) {
+    s->done = s->out_of_budget = 1;
+    return;
+  }
+  if (k == s->n) {
+    leaf(s);
+    return;
+  }
+  if (!room_left(s, k)) return;
+  if (s->bytes_mode && s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t i = s->items[k];
+  int32_t *kids = s->kids + k * s->nset;
+  int32_t n = children(s, k, kids);
+  for (int32_t c = 0; c < n && !s->done; c++) {
+    int32_t r = kids[c];
+    if (!fits(s, r, i)) continue; /* the limit fell meanwhile */
+    if (s->bytes_mode && r != ctx->samples[i].origin &&
+        s->bytes + ctx->samples[i].bytes >= s->best_bytes)
+      continue;
+    double old = s->load[r];
+    s->load[r] = old + ctx->cost[i];
+    place(s, i, r, +1);
+    dfs(s, k + 1);
+    place(s, i, r, -1);
+    s->load[r] = old; /* restored exactly, not by subtraction */
+  }
+}
+
+/* Searches the ranks in s->set (nset of them) on at most `budget` work;
+ * returns whether the plan in ctx->dest improved. `max` is the plan's
+ * maximum load over all ranks. */
+static int search_set(search_t *s, int64_t budget, double max) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int32_t j = 0; j < s->nset; j++) {
+    int32_t r = s->set[j];
+    s->in_set[r] = 1;
+    s->pos[r] = j;
+    s->load[r] = ctx->history[r];
+    s->tokens[r] = s->count[r] = 0;
+  }
+  s->n = 0;
+  s->best_bytes = 0;
+  double set_max = 0;
+  for (int64_t k = 0; k < ctx->nsamples; k++) {
+    int64_t i = ctx->order[k];
+    int32_t r = ctx->dest[i];
+    if (!s->in_set[r]) continue;
+    s->items[s->n++] = i;
+    if (r != ctx->samples[i].origin) s->best_bytes += ctx->samples[i].bytes;
+  }
+  for (int32_t j = 0; j < s->nset; j++) {
+    double load = ctx->history[s->set[j]];
+    for (int64_t k = 0; k < s->n; k++)
+      if (ctx->dest[s->items[k]] == s->set[j]) load += ctx->cost[s->items[k]];
+    if (load > set_max) set_max = load;
+  }
+  s->rest_cost[s->n] = 0;
+  s->rest_tokens[s->n] = 0;
+  for (int64_t k = s->n - 1; k >= 0; k--) {
+    int64_t i = s->items[k];
+    s->rest_cost[k] = s->rest_cost[k + 1] + ctx->cost[i];
+    s->rest_tokens[k] = s->rest_tokens[k + 1] + ctx->samples[i].len;
+  }
+  int64_t bytes_before = s->best_bytes;
+  if (s->bytes_mode) order_by_ratio(s);
+  s->limit = s->bytes_mode ? max : set_max;
+  s->empty = s->nset;
+  s->bytes = 0;
+  s->work = 0;
+  s->node_work = s->nset + (s->bytes_mode ? s->n : 0);
+  s->budget = budget;
+  s->done = s->out_of_budget = 0;
+  if (!s->bytes_mode || s->best_bytes > 0) dfs(s, 0);
+  s->spent += s->work + ctx->nsamples + s->nset * s->n; /* and the set-up */
+  for (int32_t j = 0; j < s->nset; j++) s->in_set[s->set[j]] = 0;
+  return s->bytes_mode ? s->best_bytes < bytes_before : s->limit < set_max;
+}
+
+/* ---- neighbourhoods ------------------------------------------------------ */
+
+static void loads_now(const search_t *s, double *load) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int32_t r = 0; r < ctx->ranks; r++) load[r] = ctx->history[r];
+  for (int64_t i = 0; i < ctx->nsamples; i++) load[ctx->dest[i]] += ctx->cost[i];
+}
+
+/* Ranks by load ascending into by_load (ties: rank), the busiest last. */
+static void sort_by_load(const dpshim__ctx_t *ctx, const double *load,
+                         int32_t *by_load) {
+  for (int32_t r = 0; r < ctx->ranks; r++) {
+    int32_t k = r;
+    for (; k > 0 && load[by_load[k - 1]] > load[r]; k--) by_load[k] = by_load[k - 1];
+    by_load[k] = r;
+  }
+}
+
+/* The busiest rank with one other, then with two, least loaded first:
+ * returns at the first set that improves. */
+static int makespan_step(search_t *s, double *load, int32_t *by_load) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  loads_now(s, load);
+  sort_by_load(ctx, load, by_load);
+  s->spent += ctx->nsamples + ctx->ranks * ctx->ranks;
+  int32_t others = ctx->ranks - 1;
+  double max = load[by_load[others]];
+  if (max <= s->stop) return 0;
+  s->set[0] = by_load[others];
+  s->nset = 2;
+  for (int32_t a = 0; a < others && s->spent < TOTAL_WORK; a++) {
+    s->set[1] = by_load[a];
+    if (search_set(s, LOCAL_WORK, max)) return 1;
+  }
+  s->nset = 3;
+  for (int32_t a = 0; a < others; a++)
+    for (int32_t b = a + 1; b < others && s->spent < TOTAL_WORK; b++) {
+      s->set[1] = by_load[a];
+      s->set[2] = by_load[b];
+      if (search_set(s, LOCAL_WORK, max)) return 1;
+    }
+  return 0;
+}
+
+/* Each rank holding guests with one of their homes (the pairs as the pass
+ * starts), and the least loaded rank for room: returns whether any set
+ * moved fewer bytes. */
+static int bytes_pass(search_t *s, double max, double *load, int32_t *by_load) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int32_t P = ctx->ranks;
+  for (int32_t k = 0; k < P * P; k++) s->hosts[k] = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    s->hosts[ctx->dest[i] * P + ctx->samples[i].origin] = 1;
+  int improved = 0;
+  for (int32_t k = 0; k < P * P && s->spent < TOTAL_WORK; k++) {
+    int32_t r = k / P, o = k % P;
+    if (!s->hosts[k] || r == o) continue;
+    loads_now(s, load);
+    sort_by_load(ctx, load, by_load);
+    s->spent += ctx->nsamples + P * P;
+    s->set[0] = r;
+    s->set[1] = o;
+    s->nset = 2;
+    for (int32_t j = 0; j < P && s->nset < 3; j++)
+      if (by_load[j] != r && by_load[j] != o) s->set[s->nset++] = by_load[j];
+    improved |= search_set(s, LOCAL_WORK, max);
+  }
+  return improved;
+}
+
+static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
+  int64_t n = ctx->nsamples;
+  *s = (search_t){.ctx = ctx,
+                  .set = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
+                  .items = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .by_ratio = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .stays = DPSHIM__ALLOC(ctx, uint8_t, n),
+                  .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+                  .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                  .count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
+                  .at = DPSHIM__ALLOC(ctx, int32_t, n),
+                  .kids = DPSHIM__ALLOC(ctx, int32_t, n * ctx->ranks),
+                  .rest_cost = DPSHIM__ALLOC(ctx, double, n + 1),
+                  .rest_tokens = DPSHIM__ALLOC(ctx, int64_t, n + 1),
+                  .in_set = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks),
+                  .pos = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
+                  .exact = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+                  .hosts = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks * ctx->ranks)};
+  if (!s->set || !s->items || !s->by_ratio || !s->stays || !s->load ||
+      !s->tokens || !s->count || !s->at || !s->kids || !s->rest_cost ||
+      !s->rest_tokens || !s->in_set || !s->pos || !s->exact || !s->hosts)
+    return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
+  s->stop = dpshim__default_search_stop(ctx);
+  return 0;
+}
+
+int dpshim__default_search_applies(const dpshim__ctx_t *ctx) {
+  return ctx->ranks <= SEARCH_RANKS && ctx->nsamples <= SEARCH_SAMPLES &&
+         !ctx->rows_cap;
+}
+
+double dpshim__default_search_stop(const dpshim__ctx_t *ctx) {
+  return ctx->lower_bound_cap * (1 + STOP_ABOVE_BOUND);
+}
+
+int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
+                           double max) {
+  if (!dpshim__default_search_applies(ctx)) return 0;
+  search_t s;
+  double *load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  int32_t *by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
+  if (!load || !by_load || search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
+  s.bytes_mode = bytes_mode;
+  if (!bytes_mode && max <= s.stop) return 0;
+  for (int32_t r = 0; r < ctx->ranks; r++) s.set[r] = r;
+  s.nset = ctx->ranks;
+  search_set(&s, FULL_WORK, max);
+  if (!s.out_of_budget) /* the whole tree searched */
+    return !bytes_mode && s.limit > s.stop;
+  if (bytes_mode)
+    while (s.spent < TOTAL_WORK && bytes_pass(&s, max, load, by_load)) {
+    }
+  else
+    while (makespan_step(&s, load, by_load)) {
+    }
+  return 0;
+}
