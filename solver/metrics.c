@@ -167,6 +167,26 @@ double dpshim__cap_lower_bound(const dpshim__ctx_t *ctx, double from) {
   return lo; /* no plan within the cap has a maximum load of lo or less */
 }
 
+/* Pigeonholes over the costliest samples: of the k*P + m costliest (k >= 1,
+ * 1 <= m <= P), at least m ranks hold k + 1 each, so those m ranks hold at
+ * least the m*(k+1) cheapest of them, and the busiest of the m at least
+ * that over m. The best over k and m, histories aside. O(N): the sums come
+ * from one running sum over the samples, costliest first. */
+static double stacked_bound(const dpshim__ctx_t *ctx) {
+  int64_t n = ctx->nsamples, P = ctx->ranks;
+  double *sum = dpshim__arena_alloc(ctx->arena, sizeof *sum * (size_t)(n + 1));
+  if (!sum) return 0; /* no memory: the other bounds stand alone */
+  sum[0] = 0;
+  for (int64_t k = 0; k < n; k++) sum[k + 1] = sum[k] + ctx->cost[ctx->order[k]];
+  double best = 0;
+  for (int64_t k = 1; k * P + 1 <= n; k++)
+    for (int64_t m = 1; m <= P && k * P + m <= n; m++) {
+      int64_t top = k * P + m, from = k * (P - m);
+      best = max2(best, (sum[top] - sum[from]) / (double)m);
+    }
+  return best;
+}
+
 double dpshim__lower_bound(const dpshim__ctx_t *ctx) {
   double work = ctx->work, max_cost = ctx->cost[ctx->order[0]],
          min_cost = ctx->cost[ctx->order[ctx->nsamples - 1]];
@@ -180,7 +200,8 @@ double dpshim__lower_bound(const dpshim__ctx_t *ctx) {
                                 : dpshim__water_level(ctx, ctx->history,
                                                       ctx->ranks, work);
   /* The costliest sample lands somewhere; every rank receives a sample. */
-  return max2(level, max2(min_h + max_cost, max_h + min_cost));
+  double bound = max2(level, max2(min_h + max_cost, max_h + min_cost));
+  return max2(bound, min_h + stacked_bound(ctx));
 }
 
 int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,

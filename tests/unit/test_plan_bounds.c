@@ -1,5 +1,6 @@
 /* The lower bounds every plan is measured against: the plain one (water
- * level, costliest sample) and the token cap's, worked out by hand. */
+ * level, costliest sample, pigeonholes) and the token cap's and the rows
+ * caps', worked out by hand, then against brute force. */
 #include <criterion/criterion.h>
 
 #include "plan_fixture.h"
@@ -78,14 +79,15 @@ Test(plan_bounds, sample_longer_than_the_cap_gives_no_cap_bound) {
 }
 
 Test(plan_bounds, rows_cap_of_zero_raises_the_bound) {
-  /* cost = len, 4 ranks. Six 20-token samples with 5 rows each, two of 10
-   * tokens without rows: work 140, plain LB = max(35, 20) = 35. Rank 3's
-   * rows cap is 0, so the 120 of samples with rows share ranks 0-2: 40,
-   * which default reaches, rank 3 taking the two without rows. */
+  /* cost = len, 4 ranks, twenty 7-token samples: work 140, plain LB 35
+   * (five a rank). Fourteen have rows (ten on rank 0, four on rank 1),
+   * six have none (ranks 2, 3). Ranks 2 and 3 have a rows cap of 0, so
+   * the 98 of samples with rows share ranks 0 and 1: 49, which default
+   * reaches. */
   int64_t n = 0;
-  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){20, 20, k % 2, 5, 0, 0};
-  for (int k = 0; k < 2; k++) s[n++] = (dpshim_sample_t){10, 10, 2 + k, 0, 0, 0};
-  int64_t caps[4] = {100, 100, 100, 0};
+  for (int k = 0; k < 14; k++) s[n++] = (dpshim_sample_t){7, 7, k < 10 ? 0 : 1, 5, 0, 0};
+  for (int k = 0; k < 6; k++) s[n++] = (dpshim_sample_t){7, 7, 2 + k % 2, 0, 0, 0};
+  int64_t caps[4] = {100, 100, 0, 0};
   dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_DEFAULT);
   in.rows_cap = caps;
   in.rows_cap_len = 4;
@@ -93,13 +95,30 @@ Test(plan_bounds, rows_cap_of_zero_raises_the_bound) {
   dpshim_plan_init(&pl);
   cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
   cr_assert(close_to(pl.lower_bound, 35), "LB %g", pl.lower_bound);
-  cr_assert(close_to(pl.lower_bound_cap, 40), "rows LB %g", pl.lower_bound_cap);
+  cr_assert(close_to(pl.lower_bound_cap, 49), "rows LB %g", pl.lower_bound_cap);
   cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
-  cr_assert(close_to(max_of(pl.load_after, 4), 40), "max %g", max_of(pl.load_after, 4));
-  for (int64_t i = 0; i < 6; i++) cr_assert_neq(pl.dest[i], 3, "sample %lld", (long long)i);
+  cr_assert(close_to(max_of(pl.load_after, 4), 49), "max %g", max_of(pl.load_after, 4));
+  for (int64_t i = 0; i < 14; i++) cr_assert_lt(pl.dest[i], 2, "sample %lld", (long long)i);
   in.rows_cap = NULL;
   cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
   cr_assert(close_to(pl.lower_bound_cap, 35), "no cap: %g", pl.lower_bound_cap);
+  dpshim_plan_free(&pl);
+}
+
+/* The pigeonhole bounds: of the k*P + m costliest samples at least m ranks
+ * hold k + 1. cost = len, 3 ranks, samples 10, 10, 10, 9, 1, 1, 1: the
+ * mean is 14, the costliest 10, but of the four costliest one rank holds
+ * two (k = 1, m = 1): at least 9 + 10 = 19, which is the optimum. */
+Test(plan_bounds, pigeonholes_raise_the_bound) {
+  static const int64_t lens[] = {10, 10, 10, 9, 1, 1, 1};
+  int64_t n = 0;
+  for (; n < 7; n++) s[n] = (dpshim_sample_t){lens[n], lens[n], (int32_t)(n % 3), 0, 0, 0};
+  dpshim_plan_input_t in = plan_input(3, s, n, DPSHIM_ALGO_DEFAULT);
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert(close_to(pl.lower_bound, 19), "LB %g", pl.lower_bound);
+  cr_assert(close_to(max_of(pl.load_after, 3), 19), "max %g", max_of(pl.load_after, 3));
   dpshim_plan_free(&pl);
 }
 
