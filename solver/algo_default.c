@@ -276,6 +276,15 @@ static int descend_from_origins(dpshim__dstate_t *s, double before) {
   return judge(s, before);
 }
 
+int dpshim__default_aim(const dpshim__ctx_t *ctx, double target) {
+  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = ctx->samples[i].origin;
+  dpshim__dstate_t s;
+  int rc = dpshim__dstate_init(&s, ctx);
+  if (rc < 0) return rc;
+  s.target = target;
+  return shed_place_repair(&s);
+}
+
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   dpshim__dstate_t s;
   int rc = dpshim__dstate_init(&s, ctx);

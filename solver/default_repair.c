@@ -13,6 +13,7 @@
 #define SWAP_SCAN 32         /* its swap partners per sample, by cost */
 #define EVEN_SWEEPS 3        /* rounds of evening all pairs, then repair */
 #define EVEN_MIN 1e-6        /* smallest worthwhile evening, in B^2 */
+#define EVEN_WORK 200000     /* exchanges all sweeps may weigh (~1 ms) */
 #define SCANS_PER_RANK 2     /* unlock/best_elsewhere calls per rank */
 #define FAR_FROM_BOUND 0.003 /* above (1 + this) B, scans run at any rank count */
 
@@ -426,9 +427,11 @@ static void pick(const dpshim__dstate_t *s, int32_t a, int32_t b, int64_t i,
   if (v > best->value) *best = (evening_pick_t){i, j, v};
 }
 
-/* The best evening move or swap from a to b, applied; 0 if none helps. */
-static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b) {
+/* The best evening move or swap from a to b, applied; 0 if none helps.
+ * Each exchange weighed is taken from *work. */
+static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b, int64_t *work) {
   evening_pick_t best = {-1, -1, EVEN_MIN * s->bound * s->bound};
+  *work -= s->count[a] * (s->count[b] + 1);
   for (int64_t i = s->head[a]; i >= 0; i = s->next[i]) {
     if (s->count[a] > 1) pick(s, a, b, i, -1, &best);
     for (int64_t j = s->head[b]; j >= 0; j = s->next[j]) pick(s, a, b, i, j, &best);
@@ -439,29 +442,33 @@ static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b) {
   return 1;
 }
 
-/* One sweep over all ordered pairs: the repair's moves all start at the
- * busiest rank, and can be left with no receiver that fits; evening every
- * pair a little makes room that the next repair can use. */
-static int even_all_pairs(dpshim__dstate_t *s) {
+/* One sweep over all ordered pairs, while *work lasts: the repair's moves
+ * all start at the busiest rank, and can be left with no receiver that
+ * fits; evening every pair a little makes room that the next repair can
+ * use. */
+static int even_all_pairs(dpshim__dstate_t *s, int64_t *work) {
   int changed = 0;
   for (int32_t a = 0; a < s->ctx->ranks; a++)
-    for (int32_t b = 0; b < s->ctx->ranks; b++)
-      if (s->load[a] > s->load[b]) changed |= even_pair(s, a, b);
+    for (int32_t b = 0; b < s->ctx->ranks && *work > 0; b++)
+      if (s->load[a] > s->load[b]) changed |= even_pair(s, a, b, work);
   return changed;
 }
 
 static int repair_busiest(dpshim__dstate_t *s);
 
-/* Evening all pairs costs P^2 exchanges per sweep: worth it only while the
- * plan is far from the bound (the cap binds), not for the last ~1e-3. */
+/* Evening all pairs weighs every exchange between every two ranks: worth
+ * it only while the plan is far from the bound (the cap binds), not for
+ * the last ~1e-3, and only within EVEN_WORK: where the bound is loose (a
+ * few long samples per rank) sweeps would go on without gain. */
 int dpshim__default_repair(dpshim__dstate_t *s) {
   int rc = repair_busiest(s);
-  for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS &&
+  int64_t work = EVEN_WORK;
+  for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS && work > 0 &&
                       s->ctx->ranks <= POLISH_MAX_RANKS &&
                       dpshim__max_load(s->load, s->ctx->ranks) >
                           s->bound * (1 + FAR_FROM_BOUND);
        sweep++) {
-    if (!even_all_pairs(s)) break;
+    if (!even_all_pairs(s, &work)) break;
     rc = repair_busiest(s);
   }
   return rc;

@@ -58,6 +58,9 @@ int dpshim__algo_kk_cap(const dpshim__ctx_t *ctx);
 /* `default`'s second start (seed's) and its send-home pass, on the plan in
  * ctx->dest whose decision is `reason`: returns the decision after them. */
 int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason);
+/* `default`'s shed, place and repair from the origins, aiming at `target`
+ * (not just above the bound): the plan in ctx->dest, not yet judged. */
+int dpshim__default_aim(const dpshim__ctx_t *ctx, double target);
 /* `default`'s exact search at small scale (where _applies) from the plan in
  * ctx->dest, whose maximum load is max: a lower maximum, down to _stop, or
  * (bytes_mode) fewer bytes with every load at most max, left in ctx->dest.
