@@ -8,23 +8,6 @@
 #define MAKE_ROOM_TRIES 16 /* least-loaded ranks asked first to make room */
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
 
-/* Whether rank r could fit sample i by shedding its own smaller samples. */
-static int can_make_room(const dpshim__dstate_t *s, int32_t r, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  double load = s->load[r];
-  int64_t tokens = s->tokens[r], rows = s->rows[r];
-  for (int64_t k = s->start[r]; k < s->start[r + 1]; k++) {
-    int64_t j = s->group[k];
-    if (ctx->dest[j] != r || ctx->size[j] >= ctx->size[i]) continue;
-    load -= ctx->cost[j];
-    tokens -= ctx->samples[j].len;
-    rows -= ctx->samples[j].rows;
-  }
-  return load + ctx->cost[i] <= s->target &&
-         tokens + ctx->samples[i].len <= ctx->cap &&
-         dpshim__rows_fit(ctx, r, rows, ctx->samples[i].rows);
-}
-
 /* Rank r sheds its own samples smaller than i, largest first, until i fits;
  * they come later in order[] and are placed in their turn. */
 static void make_room(dpshim__dstate_t *s, int32_t r, int64_t i) {
@@ -41,11 +24,59 @@ static void make_room(dpshim__dstate_t *s, int32_t r, int64_t i) {
  * may have room for a later one: such ranks wait in `blocked` (fewest tokens
  * first) with an infinite key in the `open` tree, instead of being looked at
  * again for every sample. */
+/* What a rank could shed for a sample of some size: its own samples still
+ * on it that are smaller (its group, from pos on). */
+typedef struct sheddable {
+  int64_t version; /* the rank's, when summed */
+  int64_t size, pos, tokens, rows;
+  double cost;
+} sheddable_t;
+
 typedef struct placer {
   dpshim__rank_tree_t open;    /* least key first */
   double *key;                 /* load, or +inf while blocked */
   dpshim__rank_heap_t blocked; /* by tokens */
+  sheddable_t *shed;           /* [ranks] */
 } placer_t;
+
+static void shed_add(const dpshim__ctx_t *ctx, sheddable_t *c, int64_t j,
+                     int sign) {
+  c->cost += sign * ctx->cost[j];
+  c->tokens += sign * ctx->samples[j].len;
+  c->rows += sign * ctx->samples[j].rows;
+}
+
+/* Rank r's sheddable samples for sample i. Samples are placed largest
+ * first, so the size only falls: while r's samples stay as they were, the
+ * sums shrink from the front of its group, not summed again (the slow
+ * path asks every rank for every big sample that fits nowhere). */
+static const sheddable_t *sheddable(const dpshim__dstate_t *s, placer_t *pl,
+                                    int32_t r, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  sheddable_t *c = &pl->shed[r];
+  int64_t size = ctx->size[i], end = s->start[r + 1];
+  if (c->version != s->version[r] || size > c->size) {
+    *c = (sheddable_t){s->version[r], size, s->start[r], 0, 0, 0};
+    while (c->pos < end && ctx->size[s->group[c->pos]] >= size) c->pos++;
+    for (int64_t k = c->pos; k < end; k++)
+      if (ctx->dest[s->group[k]] == r) shed_add(ctx, c, s->group[k], +1);
+    return c;
+  }
+  for (; c->pos < end && ctx->size[s->group[c->pos]] >= size; c->pos++)
+    if (ctx->dest[s->group[c->pos]] == r) shed_add(ctx, c, s->group[c->pos], -1);
+  c->size = size;
+  return c;
+}
+
+/* Whether rank r could fit sample i by shedding its own smaller samples. */
+static int can_make_room(const dpshim__dstate_t *s, placer_t *pl, int32_t r,
+                         int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  const sheddable_t *c = sheddable(s, pl, r, i);
+  return s->load[r] - c->cost + ctx->cost[i] <= s->target &&
+         s->tokens[r] - c->tokens + ctx->samples[i].len <= ctx->cap &&
+         dpshim__rows_fit(ctx, r, s->rows[r] - c->rows, ctx->samples[i].rows);
+}
 
 static void set_key(placer_t *pl, int32_t r, double key) {
   pl->key[r] = key;
@@ -108,10 +139,11 @@ static int32_t least_loaded_fitting(const dpshim__dstate_t *s, placer_t *pl,
 
 /* The least-loaded rank of all that can shed shorter samples to fit i, or
  * -1: the slow path when the few least loaded hold long samples. */
-static int32_t any_room_maker(const dpshim__dstate_t *s, int64_t i) {
+static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
+                              int64_t i) {
   int32_t best = -1;
   for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
+    if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
   return best;
 }
 
@@ -130,11 +162,11 @@ static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
     blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
   for (int32_t p = 0; p < no + nb; p++) {
     int32_t r = p < no ? open[p] : blocked[p - no];
-    if (lighter(s, r, best) && can_make_room(s, r, i)) best = r;
+    if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
   }
   for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
   for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
-  if (best < 0) best = any_room_maker(s, i);
+  if (best < 0) best = any_room_maker(s, pl, i);
   if (best >= 0) make_room(s, best, i);
   return best;
 }
@@ -162,9 +194,13 @@ int dpshim__default_place(dpshim__dstate_t *s) {
   placer_t pl = {
       .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
-                  s->token_key}};
-  if (!pl.key || !pl.blocked.e) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) pl.key[r] = s->load[r];
+                  s->token_key},
+      .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks)};
+  if (!pl.key || !pl.blocked.e || !pl.shed) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) {
+    pl.key[r] = s->load[r];
+    pl.shed[r].version = -1;
+  }
   int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
   for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
