@@ -376,57 +376,63 @@ typedef struct row {
 #define BOOL_TEXT "0/1, true/false, yes/no, on/off"
 #define SIZE_TEXT "an integer in 1..1048576"
 
+/* A variable whose value is a switch, a single value, or a list. */
+#define SWITCH(name, flag) {name, "0", BOOL_TEXT, flag, DPSHIM__FORM_SWITCH}
+#define VALUE(name, def, accepted, flag) \
+  {name, def, accepted, flag, DPSHIM__FORM_VALUE}
+
 static const row_t rows[] = {
-    {{DPSHIM_ENV_ENABLE, "0", BOOL_TEXT, "--use-vlm-dp-balance"},
-     parse_enabled, format_enabled},
+    {SWITCH(DPSHIM_ENV_ENABLE, "--use-vlm-dp-balance"), parse_enabled,
+     format_enabled},
     {{DPSHIM_ENV_WARMUP, "2-11",
       "steps and ranges like '2-11' or '2,4,6-9' within 1..4096, at least "
       "2 steps (the first is dropped), or 'none'",
-      "--vlm-dp-balance-warmup-iters"},
+      "--vlm-dp-balance-warmup-iters", DPSHIM__FORM_LIST},
      parse_warmup, format_warmup},
-    {{DPSHIM_ENV_MAX_LEN_RATIO, "1.2", "a number > 0 or 'none'",
-      "--dp-balance-max-len-ratio-vlm"},
+    {VALUE(DPSHIM_ENV_MAX_LEN_RATIO, "1.2", "a number > 0 or 'none'",
+           "--dp-balance-max-len-ratio-vlm"),
      parse_max_len_ratio, format_max_len_ratio},
-    {{DPSHIM_ENV_THRESHOLD, "0.2", "a number >= 0",
-      "--dp-balance-trigger-threshold-vlm"},
+    {VALUE(DPSHIM_ENV_THRESHOLD, "0.2", "a number >= 0",
+           "--dp-balance-trigger-threshold-vlm"),
      parse_threshold, format_threshold},
-    {{DPSHIM_ENV_VERBOSE, "0", BOOL_TEXT, "--dp-balance-verbose"},
-     parse_verbose, format_verbose},
-    {{DPSHIM_ENV_SOLVER, "default", "'default', 'seed', 'kk', 'kk-cap' or 'none'", NULL},
+    {SWITCH(DPSHIM_ENV_VERBOSE, "--dp-balance-verbose"), parse_verbose,
+     format_verbose},
+    {VALUE(DPSHIM_ENV_SOLVER, "default",
+           "'default', 'seed', 'kk', 'kk-cap' or 'none'", NULL),
      parse_algo, format_algo},
-    {{DPSHIM_ENV_FIT, "ranks", "'ranks' or 'seed'", NULL}, parse_fit,
+    {VALUE(DPSHIM_ENV_FIT, "ranks", "'ranks' or 'seed'", NULL), parse_fit,
      format_fit},
-    {{DPSHIM_ENV_COEFS, NULL,
-      "a,b,c or a,b,c,d,e: numbers >= 0, not all 0, with "
-      "a*L^2+b*L+c+d*L^2+e*L finite at L = 2147483647",
-      NULL},
+    {VALUE(DPSHIM_ENV_COEFS, NULL,
+           "a,b,c or a,b,c,d,e: numbers >= 0, not all 0, with "
+           "a*L^2+b*L+c+d*L^2+e*L finite at L = 2147483647",
+           NULL),
      parse_coefs, format_coefs},
-    {{DPSHIM_ENV_TP, "1", SIZE_TEXT, "--tensor-model-parallel-size"},
+    {VALUE(DPSHIM_ENV_TP, "1", SIZE_TEXT, "--tensor-model-parallel-size"),
      parse_tp, format_tp},
-    {{DPSHIM_ENV_PP, "1", SIZE_TEXT, "--pipeline-model-parallel-size"},
+    {VALUE(DPSHIM_ENV_PP, "1", SIZE_TEXT, "--pipeline-model-parallel-size"),
      parse_pp, format_pp},
-    {{DPSHIM_ENV_CP, "1", SIZE_TEXT, "--context-parallel-size"}, parse_cp,
-     format_cp},
-    {{DPSHIM_ENV_SYNC_OPS, "allreduce",
-      "a comma list of allreduce, alltoall, reduce_scatter, "
-      "reduce_scatter_block, allgather, reduce, bcast, barrier",
-      NULL},
+    {VALUE(DPSHIM_ENV_CP, "1", SIZE_TEXT, "--context-parallel-size"),
+     parse_cp, format_cp},
+    {VALUE(DPSHIM_ENV_SYNC_OPS, "allreduce",
+           "a comma list of allreduce, alltoall, reduce_scatter, "
+           "reduce_scatter_block, allgather, reduce, bcast, barrier",
+           NULL),
      parse_sync_ops, format_sync_ops},
-    {{DPSHIM_ENV_LOG, NULL, "a path under 4096 bytes", NULL}, parse_log,
+    {VALUE(DPSHIM_ENV_LOG, NULL, "a path under 4096 bytes", NULL), parse_log,
      format_log},
-    {{DPSHIM_ENV_VERIFY, "0", BOOL_TEXT, NULL}, parse_verify, format_verify},
-    {{DPSHIM_ENV_LOADER_THREAD, "0", BOOL_TEXT, NULL}, parse_loader_thread,
+    {SWITCH(DPSHIM_ENV_VERIFY, NULL), parse_verify, format_verify},
+    {SWITCH(DPSHIM_ENV_LOADER_THREAD, NULL), parse_loader_thread,
      format_loader_thread},
-    {{DPSHIM_ENV_VIT, "0", BOOL_TEXT, "--use-vit-dp-balance"}, parse_vit,
-     format_vit},
-    {{DPSHIM_ENV_VIT_THRESHOLD, "0.1", "a number >= 0", NULL},
+    {SWITCH(DPSHIM_ENV_VIT, "--use-vit-dp-balance"), parse_vit, format_vit},
+    {VALUE(DPSHIM_ENV_VIT_THRESHOLD, "0.1", "a number >= 0", NULL),
      parse_vit_threshold, format_vit_threshold},
-    {{DPSHIM_ENV_VIT_COEFS, NULL,
-      "a,b,c: numbers >= 0, not all 0, with a*L^2+b*L+c finite at "
-      "L = 2147483647",
-      NULL},
+    {VALUE(DPSHIM_ENV_VIT_COEFS, NULL,
+           "a,b,c: numbers >= 0, not all 0, with a*L^2+b*L+c finite at "
+           "L = 2147483647",
+           NULL),
      parse_vit_coefs, format_vit_coefs},
-    {{DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "2", "a number > 0 or 'none'", NULL},
+    {VALUE(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "2", "a number > 0 or 'none'",
+           NULL),
      parse_vit_max_patch_ratio, format_vit_max_patch_ratio},
 };
 #define NROWS ((int32_t)(sizeof rows / sizeof *rows))

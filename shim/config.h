@@ -64,12 +64,23 @@ typedef char *(*dpshim__getenv_fn)(const char *name); /* as getenv */
 int dpshim__config_parse(dpshim__getenv_fn get, dpshim__config_t *cfg,
                          char *msg, size_t msglen);
 
+/* How a command line gives a variable's value (dpshim-run): a switch is on
+ * when named (`--flag`, or `--flag=VALUE`); a value follows its flag; a
+ * list is one or more values (the original's warm-up steps: `2 3 4`), joined
+ * with commas. */
+typedef enum dpshim__var_form {
+  DPSHIM__FORM_VALUE,
+  DPSHIM__FORM_SWITCH,
+  DPSHIM__FORM_LIST
+} dpshim__var_form_t;
+
 /* One variable of the table, read-only (the tests hold the README to it). */
 typedef struct dpshim__config_var {
   const char *name;     /* the environment variable, from env.h */
   const char *def;      /* its default as text; NULL: unset */
   const char *accepted; /* the "expected ..." part of its error line */
   const char *flag;     /* the original's command-line flag; NULL: none */
+  dpshim__var_form_t form;
 } dpshim__config_var_t;
 
 int32_t dpshim__config_nvars(void);

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""dpshim-run, the launcher:
+  dry runs   the original's flags (a switch, a list of steps, None), dpshim's
+             own and the --tp alias become one -x per variable after mpirun,
+             LD_PRELOAD first and ahead of one already set, DPSHIM_* from
+             the environment forwarded (a flag overrides it); `-np N prog`
+             implies mpirun; a command that is no launcher gets them as
+             `env` assignments;
+  refusals   a bad value: exit 2, one line naming the variable as the shim
+             says it, and the command never runs; an unknown flag, no
+             command: exit 2;
+  real runs  reftrain at 4 ranks through dpshim-run with the original's
+             flags: plans applied (DPSHIM_LOG), the digest of the run
+             without the shim; and the exit status is the command's.
+
+    check_run.py --run DPSHIM_RUN --shim LIBDPSHIM --reftrain REFTRAIN
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from mpitest import MPIRUN, check, check_plans_applied, failures, read_jsonl, run
+
+TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
+         "--seed", "5", "--steps", "10", "--check"]
+
+
+def launcher(args, *argv, env=None):
+    """dpshim-run with argv; returns (rc, stdout, stderr)."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("DPSHIM_") and k != "LD_PRELOAD"}
+    full.update({"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    full.update(env or {})
+    p = subprocess.run([args.run, "--lib", args.shim] + list(argv), env=full,
+                       capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def exports(words):
+    """The -x NAME=VALUE pairs of a command, in order."""
+    return [words[i + 1] for i, w in enumerate(words[:-1]) if w == "-x"]
+
+
+def dry_runs(args):
+    rc, out, err = launcher(
+        args, "--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters", "2",
+        "3", "4", "--dp-balance-max-len-ratio-vlm", "None", "--solver=seed",
+        "--tp", "2", "--dry-run", "-np", "8", "./trainer", "--lr", "1e-4",
+        env={"DPSHIM_SOLVER": "kk", "DPSHIM_VERIFY": "1",
+             "LD_PRELOAD": "/opt/other.so"})
+    words = shlex.split(out)
+    check(rc == 0 and words[:1] == ["mpirun"] and
+          words[-5:] == ["-np", "8", "./trainer", "--lr", "1e-4"],
+          "dry run: rc %d, %r %r" % (rc, out, err))
+    want = ["LD_PRELOAD=%s:/opt/other.so" % args.shim,
+            "DPSHIM_VLM_BALANCE=1", "DPSHIM_WARMUP_ITERS=2,3,4",
+            "DPSHIM_MAX_LEN_RATIO=none", "DPSHIM_SOLVER=seed",
+            "DPSHIM_TP_SIZE=2", "DPSHIM_VERIFY=1"]
+    check(exports(words) == want, "dry run: exports %s, expected %s"
+          % (exports(words), want))
+    rc, out, _ = launcher(args, "--verbose", "--dry-run", "--", "./trainer",
+                          "a b")
+    check(rc == 0 and shlex.split(out) == [
+        "env", "LD_PRELOAD=" + args.shim, "DPSHIM_VERBOSE=1", "./trainer",
+        "a b"], "dry run of a plain command: %r" % out)
+
+
+def refusals(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        marker = os.path.join(tmp, "ran")
+        rc, out, err = launcher(args, "--dp-balance-trigger-threshold-vlm",
+                                "abc", "--", "touch", marker)
+        lines = err.strip().splitlines()
+        check(rc == 2 and len(lines) == 1 and
+              "DPSHIM_TRIGGER_THRESHOLD='abc': expected a number >= 0"
+              in lines[0] and not os.path.exists(marker),
+              "bad value: rc %d, stderr %r, ran: %s"
+              % (rc, err, os.path.exists(marker)))
+        rc, _, err = launcher(args, "--", "touch", marker,
+                              env={"DPSHIM_SOLVER": "fast"})
+        check(rc == 2 and "DPSHIM_SOLVER='fast'" in err and
+              not os.path.exists(marker),
+              "bad value from the environment: rc %d, %r" % (rc, err))
+    for argv in (["--bogus", "-np", "2", "true"], ["--solver", "seed"]):
+        rc, _, err = launcher(args, *argv)
+        check(rc == 2 and len(err.strip().splitlines()) == 1,
+              "%s: rc %d, stderr %r" % (" ".join(argv), rc, err))
+
+
+def real_runs(args):
+    rc, out, err = run(MPIRUN + ["-np", "4", args.reftrain] + TRAIN)
+    plain = [l for l in out.splitlines() if l.startswith("{")]
+    check(rc == 0 and len(plain) == 1, "without the shim: rc %d %r"
+          % (rc, err[-300:]))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "log.jsonl")
+        rc, out, err = launcher(
+            args, "--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters",
+            "2", "3", "4", "--log", log, "--verify", "--",
+            *MPIRUN, "-np", "4", args.reftrain, *TRAIN)
+        lines = [l for l in out.splitlines() if l.startswith("{")]
+        check(rc == 0 and len(lines) == 1, "through dpshim-run: rc %d %r"
+              % (rc, err[-300:]))
+        if plain and lines:
+            a, b = json.loads(plain[0]), json.loads(lines[0])
+            check(b.get("check_errors") == 0 and
+                  a.get("consumed_digest") == b.get("consumed_digest"),
+                  "through dpshim-run: check_errors %s, digest %s != %s" % (
+                      b.get("check_errors"), b.get("consumed_digest"),
+                      a.get("consumed_digest")))
+        entries = read_jsonl(log)
+        check_plans_applied(entries, 3, "through dpshim-run")
+    rc, _, _ = launcher(args, "--", *MPIRUN, "-np", "2", "false")
+    check(rc != 0, "mpirun -np 2 false through dpshim-run: rc %d" % rc)
+    rc, _, _ = launcher(args, "--", "sh", "-c", "exit 7")
+    check(rc == 7, "sh -c 'exit 7' through dpshim-run: rc %d" % rc)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--shim", required=True)
+    ap.add_argument("--reftrain", required=True)
+    args = ap.parse_args()
+    dry_runs(args)
+    refusals(args)
+    real_runs(args)
+    print("%d failures" % len(failures) if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

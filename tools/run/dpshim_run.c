@@ -1,0 +1,339 @@
+/* dpshim-run: launch an MPI job with libdpshim.so preloaded and its
+ * settings given as command-line flags: the original's (--use-vlm-dp-balance,
+ * ...) or dpshim's own (--solver, --log, --tp, ...; every DPSHIM_* variable
+ * as --name). The whole configuration is checked first by the shim's own
+ * parser, with its messages; then mpirun runs with -x LD_PRELOAD=... and one
+ * -x per setting (another command gets them in its environment). The exit
+ * status is the command's. See dpshim-run(1). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define PROG "dpshim-run"
+#define NVARS_MAX 64
+
+/* A setting per variable: from the environment, then the command line. */
+typedef struct settings {
+  const char *value[NVARS_MAX]; /* NULL: unset */
+  char *owned[NVARS_MAX];       /* joined lists */
+} settings_t;
+
+typedef struct options {
+  settings_t set;
+  const char *lib;
+  int dry_run;
+  char **command; /* NULL-terminated */
+  int ncommand;
+  int shorthand; /* `-np N prog`: mpirun is implied */
+} options_t;
+
+static _Noreturn void usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, PROG ": ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (see " PROG " --help)\n");
+  exit(2);
+}
+
+static void help(void) {
+  printf("usage: " PROG " [OPTION]... -- COMMAND [ARG]...\n"
+         "       " PROG " [OPTION]... -np N PROGRAM [ARG]...   (mpirun implied)\n"
+         "\n"
+         "Runs COMMAND (mpirun ...) with libdpshim.so preloaded on every rank\n"
+         "and the settings below given to it. The configuration is checked\n"
+         "first, as the shim checks it; a bad value stops here.\n"
+         "\n"
+         "Settings (each sets one variable; see dpshim(7)):\n");
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    char own[128];
+    snprintf(own, sizeof own, "--%s", v->name + strlen("DPSHIM_"));
+    for (char *p = own + 2; *p; p++) *p = *p == '_' ? '-' : (char)(*p | 0x20);
+    const char *arg = v->form == DPSHIM__FORM_SWITCH ? "[=BOOL]"
+                      : v->form == DPSHIM__FORM_LIST ? " STEPS" : " VALUE";
+    printf("  %s%s%s%s\n      %s (default %s): %s\n", own, arg,
+           v->flag ? ", " : "", v->flag ? v->flag : "", v->name,
+           v->def ? v->def : "unset", v->accepted);
+  }
+  printf("  --tp N, --pp N, --cp N\n"
+         "      the same as --tp-size, --pp-size, --cp-size\n"
+         "\n"
+         "Options:\n"
+         "  --lib PATH   the libdpshim.so to preload [default: %s when run\n"
+         "               from the build tree, else %s]\n"
+         "  --dry-run    print the command with its settings; run nothing\n"
+         "  --help       this text\n"
+         "\n"
+         "DPSHIM_* variables already in the environment count too; a flag\n"
+         "overrides one. The exit status is the command's (2: bad usage or\n"
+         "configuration, 127: the command could not be run).\n",
+         DPSHIM_BUILD_LIB, DPSHIM_INSTALLED_LIB);
+}
+
+/* ---- flags --------------------------------------------------------------- */
+
+/* "--solver" for DPSHIM_SOLVER, "--tp-size" for DPSHIM_TP_SIZE. */
+static int is_own_name(const dpshim__config_var_t *v, const char *flag) {
+  const char *n = v->name + strlen("DPSHIM_");
+  if (strncmp(flag, "--", 2)) return 0;
+  for (flag += 2; *n && *flag; n++, flag++)
+    if ((*n == '_' ? '-' : (*n | 0x20)) != *flag) return 0;
+  return !*n && !*flag;
+}
+
+/* The variable a flag names (its part before '='), or -1. */
+static int32_t var_of(const char *flag, size_t len) {
+  static const struct { const char *alias, *name; } aliases[] = {
+      {"--tp", "DPSHIM_TP_SIZE"}, {"--pp", "DPSHIM_PP_SIZE"},
+      {"--cp", "DPSHIM_CP_SIZE"}};
+  char name[128];
+  if (len >= sizeof name) return -1;
+  memcpy(name, flag, len);
+  name[len] = 0;
+  for (size_t a = 0; a < sizeof aliases / sizeof *aliases; a++)
+    if (!strcmp(name, aliases[a].alias))
+      for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+        if (!strcmp(dpshim__config_var(i)->name, aliases[a].name)) return i;
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const dpshim__config_var_t *v = dpshim__config_var(i);
+    if (is_own_name(v, name) || (v->flag && !strcmp(v->flag, name))) return i;
+  }
+  return -1;
+}
+
+static int is_int(const char *s) {
+  if (*s == '-' || *s == '+') s++;
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9') return 0;
+  return 1;
+}
+
+/* The values of a list flag: argv[k..] while they are integers, joined. */
+static char *join_list(char **argv, int argc, int *k) {
+  size_t len = 1;
+  int first = *k;
+  while (*k < argc && is_int(argv[*k])) len += strlen(argv[(*k)++]) + 1;
+  char *out = malloc(len);
+  if (!out) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(2);
+  }
+  out[0] = 0;
+  for (int j = first; j < *k; j++) {
+    if (j > first) strcat(out, ",");
+    strcat(out, argv[j]);
+  }
+  return out;
+}
+
+/* One setting flag at argv[*k]; advances *k past its values. */
+static void setting_flag(options_t *o, char **argv, int argc, int *k) {
+  const char *flag = argv[*k], *eq = strchr(flag, '=');
+  size_t len = eq ? (size_t)(eq - flag) : strlen(flag);
+  int32_t i = var_of(flag, len);
+  if (i < 0) usage_error("unknown option '%s'", flag);
+  const dpshim__config_var_t *v = dpshim__config_var(i);
+  int is_original = v->flag && !strncmp(flag, v->flag, len) && !v->flag[len];
+  (*k)++;
+  free(o->set.owned[i]);
+  o->set.owned[i] = NULL;
+  if (eq) {
+    o->set.value[i] = eq + 1;
+  } else if (v->form == DPSHIM__FORM_SWITCH) {
+    o->set.value[i] = "1";
+  } else if (v->form == DPSHIM__FORM_LIST && is_original) {
+    if (*k >= argc || !is_int(argv[*k]))
+      usage_error("%s: expected one or more step numbers", flag);
+    o->set.value[i] = o->set.owned[i] = join_list(argv, argc, k);
+  } else {
+    if (*k >= argc) usage_error("%s: expected a value", flag);
+    o->set.value[i] = argv[(*k)++];
+  }
+  /* The original's float-or-None flags: None is 'none' here. */
+  if (is_original && !strcmp(o->set.value[i], "None")) o->set.value[i] = "none";
+}
+
+static void from_environment(settings_t *set) {
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+    const char *v = getenv(dpshim__config_var(i)->name);
+    if (v && *v) set->value[i] = v;
+  }
+}
+
+static void parse_args(options_t *o, int argc, char **argv) {
+  int k = 1;
+  while (k < argc) {
+    const char *a = argv[k];
+    if (!strcmp(a, "--")) {
+      k++;
+      break;
+    }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      help();
+      exit(0);
+    }
+    if (!strcmp(a, "--dry-run")) {
+      o->dry_run = 1;
+      k++;
+    } else if (!strcmp(a, "--lib") || !strncmp(a, "--lib=", 6)) {
+      o->lib = a[5] == '=' ? a + 6 : (k + 1 < argc ? argv[++k] : NULL);
+      if (!o->lib || !*o->lib) usage_error("%s: expected a path", "--lib");
+      k++;
+    } else if (!strncmp(a, "--", 2)) {
+      setting_flag(o, argv, argc, &k);
+    } else {
+      o->shorthand = 1; /* -np 64 ./trainer: mpirun's arguments */
+      break;
+    }
+  }
+  if (k >= argc) usage_error("%s", "no command: give '-- mpirun ...' or "
+                                   "'-np N PROGRAM'");
+  o->command = argv + k;
+  o->ncommand = argc - k;
+}
+
+/* ---- validation and the library ------------------------------------------ */
+
+/* The settings go into this process's environment (the launcher and a
+ * plain command inherit them), where the shim's parser reads them. */
+static void validate(const settings_t *set) {
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+    if (set->value[i]) setenv(dpshim__config_var(i)->name, set->value[i], 1);
+  dpshim__config_t cfg;
+  char msg[512];
+  if (dpshim__config_parse(getenv, &cfg, msg, sizeof msg) < 0) {
+    fprintf(stderr, PROG ": %s\n", msg);
+    exit(2);
+  }
+}
+
+/* The build tree's library when this is the build tree's dpshim-run, else
+ * the installed one. */
+static const char *find_lib(const char *given) {
+  if (given) return given;
+  char self[PATH_MAX], *built = realpath(DPSHIM_BUILD_RUN, NULL);
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = 0;
+  int in_build = built && !strcmp(self, built);
+  free(built);
+  return in_build ? DPSHIM_BUILD_LIB : DPSHIM_INSTALLED_LIB;
+}
+
+/* ---- the command ----------------------------------------------------------- */
+
+static int is_launcher(const char *cmd) {
+  const char *base = strrchr(cmd, '/');
+  base = base ? base + 1 : cmd;
+  return !strcmp(base, "mpirun") || !strcmp(base, "mpiexec") ||
+         !strcmp(base, "orterun") || !strcmp(base, "prterun");
+}
+
+static char *format(const char *fmt, const char *a, const char *b) {
+  size_t len = strlen(fmt) + strlen(a) + strlen(b) + 1;
+  char *out = malloc(len);
+  if (!out) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(2);
+  }
+  snprintf(out, len, fmt, a, b);
+  return out;
+}
+
+/* LD_PRELOAD for the ranks: the shim first, then what was there. */
+static char *preload_value(const char *lib) {
+  const char *old = getenv("LD_PRELOAD");
+  return old && *old ? format("%s:%s", lib, old) : format("%s%s", lib, "");
+}
+
+/* argv to exec: the launcher with -x per setting, or the command as given
+ * (its settings then go in the environment). */
+static char **build_argv(const options_t *o, const char *lib) {
+  int n = o->ncommand + 2 * (dpshim__config_nvars() + 1) + 2, m = 0;
+  char **argv = calloc((size_t)n, sizeof *argv);
+  if (!argv) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(2);
+  }
+  int k = 0;
+  if (o->shorthand) argv[m++] = "mpirun";
+  else argv[m++] = o->command[k++];
+  if (is_launcher(argv[0])) {
+    argv[m++] = "-x";
+    argv[m++] = format("LD_PRELOAD=%s%s", preload_value(lib), "");
+    for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
+      if (!o->set.value[i]) continue;
+      argv[m++] = "-x";
+      argv[m++] = format("%s=%s", dpshim__config_var(i)->name, o->set.value[i]);
+    }
+  }
+  for (; k < o->ncommand; k++) argv[m++] = o->command[k];
+  argv[m] = NULL;
+  return argv;
+}
+
+/* A word as a POSIX shell reads it back. */
+static void print_quoted(const char *w) {
+  if (*w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789-_./=:,+@%") == strlen(w)) {
+    fputs(w, stdout);
+    return;
+  }
+  putchar('\'');
+  for (; *w; w++) {
+    if (*w == '\'') fputs("'\\''", stdout);
+    else putchar(*w);
+  }
+  putchar('\'');
+}
+
+static void print_command(const options_t *o, const char *lib, char **argv) {
+  int first = 1;
+  if (!is_launcher(argv[0])) {
+    printf("env ");
+    print_quoted(format("LD_PRELOAD=%s%s", preload_value(lib), ""));
+    for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+      if (o->set.value[i]) {
+        putchar(' ');
+        print_quoted(format("%s=%s", dpshim__config_var(i)->name,
+                            o->set.value[i]));
+      }
+    first = 0;
+  }
+  for (char **a = argv; *a; a++, first = 0) {
+    if (!first) putchar(' ');
+    print_quoted(*a);
+  }
+  putchar('\n');
+}
+
+int main(int argc, char **argv) {
+  options_t o = {0};
+  if (dpshim__config_nvars() > NVARS_MAX) {
+    fprintf(stderr, PROG ": built for at most %d variables\n", NVARS_MAX);
+    return 2;
+  }
+  from_environment(&o.set);
+  parse_args(&o, argc, argv);
+  validate(&o.set);
+  const char *lib = find_lib(o.lib);
+  if (access(lib, R_OK) != 0) {
+    fprintf(stderr, PROG ": cannot read %s: %s (give --lib PATH)\n", lib,
+            strerror(errno));
+    return 2;
+  }
+  char **cmd = build_argv(&o, lib);
+  if (o.dry_run) {
+    print_command(&o, lib, cmd);
+    return 0;
+  }
+  if (!is_launcher(cmd[0])) setenv("LD_PRELOAD", preload_value(lib), 1);
+  fflush(stdout);
+  execvp(cmd[0], cmd);
+  fprintf(stderr, PROG ": cannot run '%s': %s\n", cmd[0], strerror(errno));
+  return 127;
+}
