@@ -13,6 +13,7 @@ packages=(
   libcriterion-dev              # unit tests
   python3                       # the MPI tests' driver (meson needs it too)
   python3-scipy                 # tools/dpshim-optcheck (MILP, HiGHS)
+  help2man                      # the tools' man pages, from their --help
 )
 [ "${1:-}" = demo ] && packages+=(gnuplot-nox)  # the demo's plots
 
