@@ -312,23 +312,23 @@ static int search_run(const dpshim__ctx_t *ctx, int bytes_mode, double *max,
 /* Plans this close to the optimum count as equally good (the issue's
  * 10^-3, with a margin): the bytes run may raise the maximum load up to
  * there, from the optimum where the makespan run proved it, else from the
- * bound; never above seed's maximum, and always at least BYTES_GAIN below
- * the maximum before (a plan must gain). */
+ * bound, never above seed's maximum. Where the samples as they lie are
+ * that good already, no plan is worth its bytes. */
 #define BYTES_SLACK 9e-4
-#define BYTES_GAIN 1e-9
+#define BYTES_GAIN 1e-9 /* a plan applied lowers the maximum at least this */
 
-static int bytes_limit(const dpshim__ctx_t *ctx, int optimal, double *limit,
-                       double *seed_max, int32_t *mine, tally_t *t) {
+/* The level every plan up to which is as good: *slack. */
+static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
+                        double *seed_max, int32_t *mine, tally_t *t,
+                        double *slack) {
   if (isnan(*seed_max)) {
     for (int64_t i = 0; i < ctx->nsamples; i++) mine[i] = ctx->dest[i];
     int rc = seed_plan(ctx, t, seed_max);
     for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
     if (rc < 0) return rc;
   }
-  double from = optimal ? *limit : ctx->lower_bound_cap;
-  double before = dpshim__max_load(ctx->load0, ctx->ranks);
-  double slack = fmin(from * (1 + BYTES_SLACK), *seed_max);
-  *limit = fmax(*limit, fmin(slack, before * (1 - BYTES_GAIN)));
+  double from = optimal ? max : ctx->lower_bound_cap;
+  *slack = fmin(from * (1 + BYTES_SLACK), *seed_max);
   return 0;
 }
 
@@ -344,12 +344,20 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
     for (int64_t i = 0; i < ctx->nsamples; i++)
       ctx->dest[i] = ctx->samples[i].origin;
   tally_of(ctx, ctx->dest, t);
-  double max = dpshim__max_load(t->load, ctx->ranks);
+  double max = dpshim__max_load(t->load, ctx->ranks), slack;
   int optimal, rc = search_run(ctx, 0, &max, mine, t, &optimal);
   if (rc > 0) reason = DPSHIM_SKIP_NONE;
   if (rc < 0 || reason != DPSHIM_SKIP_NONE) return rc < 0 ? rc : reason;
-  if ((rc = bytes_limit(ctx, optimal, &max, &seed_max, mine, t)) == 0)
-    rc = search_run(ctx, 1, &max, mine, t, &optimal);
+  if ((rc = equally_good(ctx, optimal, max, &seed_max, mine, t, &slack)) < 0)
+    return rc;
+  double before = dpshim__max_load(ctx->load0, ctx->ranks);
+  if (before <= slack) {
+    for (int64_t i = 0; i < ctx->nsamples; i++)
+      ctx->dest[i] = ctx->samples[i].origin;
+    return DPSHIM_SKIP_NO_GAIN;
+  }
+  max = fmax(max, fmin(slack, before * (1 - BYTES_GAIN)));
+  rc = search_run(ctx, 1, &max, mine, t, &optimal);
   return rc < 0 ? rc : reason;
 }
 
