@@ -5,11 +5,19 @@
  *      never worse than `seed` there. Which rank gets
  *      which of seed's groups is free (ranks differ only by their
  *      history): each group goes to the rank whose samples it holds most
- *      bytes of, greedily, so that most of its bytes stay;
+ *      bytes of, greedily, so that most of its bytes stay. Where seed's
+ *      plan wins, default's steps run again aiming at its maximum, and the
+ *      plan with fewer bytes is kept;
  *   2. at small scale, the exact search (default_search.c): a lower
  *      maximum load where the plan is above its bound, even where the
- *      steps before found no gain; then the fewest bytes for that maximum;
- *   3. sending home: every moved sample, costliest first, whose origin can
+ *      steps before found no gain; then the fewest bytes for any maximum
+ *      counted as equally good (within 9e-4 of the optimum or the bound,
+ *      never above seed's). Where the samples as they lie are that good,
+ *      no plan is applied;
+ *   3. at most 32 ranks: samples alike (cost, length, rows) trade places
+ *      so that each rank keeps as many of its own as it holds of their
+ *      kind;
+ *   4. sending home: every moved sample, costliest first, whose origin can
  *      take it back without raising the plan's maximum load (and within the
  *      caps, and leaving its rank a sample) goes home: fewer bytes, the same
  *      makespan. */
@@ -184,7 +192,7 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   return reason;
 }
 
-/* ---- 3. samples alike go home ------------------------------------------ */
+/* ---- 3. samples alike go home ------------------------------------------- */
 
 /* Samples alike (cost, length, rows) can trade places without changing a
  * load. Keys ordered by kind, then bytes descending, then index. */
@@ -246,7 +254,7 @@ static int alike_home(const dpshim__ctx_t *ctx) {
   return 0;
 }
 
-/* One pass of step 2 over the moved samples (cost descending); returns
+/* One pass of step 4 over the moved samples (cost descending); returns
  * how many went home. */
 static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
                          int64_t n, double limit, tally_t *t) {
@@ -269,7 +277,7 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
   return sent;
 }
 
-/* Step 2, until a pass sends nothing: a sample gone home lightens the
+/* Step 4, until a pass sends nothing: a sample gone home lightens the
  * rank it left, which may be another's home. */
 static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
