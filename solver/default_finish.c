@@ -192,107 +192,7 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   return reason;
 }
 
-/* ---- 3. samples alike go home ------------------------------------------- */
-
-/* Samples alike (cost, length, rows) can trade places without changing a
- * load. Keys ordered by kind, then bytes descending, then index. */
-typedef struct kind_key {
-  double cost;
-  int64_t len, rows, bytes, index;
-} kind_key_t;
-
-static int same_kind(const kind_key_t *x, const kind_key_t *y) {
-  return x->cost == y->cost && x->len == y->len && x->rows == y->rows;
-}
-
-static int by_kind(const void *a, const void *b) {
-  const kind_key_t *x = a, *y = b;
-  if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
-  if (x->len != y->len) return x->len < y->len ? -1 : 1;
-  if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
-  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
-  return (x->index > y->index) - (x->index < y->index);
-}
-
-/* Within one kind the places (ranks, with multiplicity) stay; each rank
- * keeps as many of its own samples of the kind as it has places, the
- * largest first, and the others fill the places left: the fewest bytes
- * for those places. */
-static void deal_kind(const dpshim__ctx_t *ctx, const kind_key_t *kind,
-                      int64_t m, int64_t *places) {
-  for (int64_t k = 0; k < m; k++) places[ctx->dest[kind[k].index]]++;
-  for (int64_t k = 0; k < m; k++) {
-    int64_t i = kind[k].index;
-    int32_t o = ctx->samples[i].origin;
-    ctx->dest[i] = places[o] > 0 ? (places[o]--, o) : -1;
-  }
-  int32_t r = 0;
-  for (int64_t k = 0; k < m; k++) {
-    int64_t i = kind[k].index;
-    if (ctx->dest[i] >= 0) continue;
-    while (places[r] == 0) r++;
-    ctx->dest[i] = r;
-    places[r]--;
-  }
-}
-
-static int alike_home(const dpshim__ctx_t *ctx) {
-  kind_key_t *key = DPSHIM__ALLOC(ctx, kind_key_t, ctx->nsamples);
-  int64_t *places = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  if (!key || !places) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) places[r] = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++) {
-    const dpshim_sample_t *smp = &ctx->samples[i];
-    key[i] = (kind_key_t){ctx->cost[i], smp->len, smp->rows, smp->bytes, i};
-  }
-  qsort(key, (size_t)ctx->nsamples, sizeof *key, by_kind);
-  for (int64_t k = 0, m; k < ctx->nsamples; k += m) {
-    for (m = 1; k + m < ctx->nsamples && same_kind(&key[k], &key[k + m]); m++) {
-    }
-    if (m > 1) deal_kind(ctx, key + k, m, places);
-  }
-  return 0;
-}
-
-/* One pass of step 4 over the moved samples (cost descending); returns
- * how many went home. */
-static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
-                         int64_t n, double limit, tally_t *t) {
-  int64_t sent = 0;
-  for (int64_t k = 0; k < n; k++) {
-    int64_t i = moved[k];
-    const dpshim_sample_t *s = &ctx->samples[i];
-    int32_t r = ctx->dest[i], o = s->origin;
-    if (r == o || t->count[r] < 2 || t->load[o] + ctx->cost[i] > limit ||
-        t->tokens[o] + s->len > ctx->cap ||
-        !dpshim__rows_fit(ctx, o, t->rows[o], s->rows))
-      continue;
-    ctx->dest[i] = o;
-    t->load[r] -= ctx->cost[i], t->load[o] += ctx->cost[i];
-    t->tokens[r] -= s->len, t->tokens[o] += s->len;
-    t->rows[r] -= s->rows, t->rows[o] += s->rows;
-    t->count[r]--, t->count[o]++;
-    sent++;
-  }
-  return sent;
-}
-
-/* Step 4, until a pass sends nothing: a sample gone home lightens the
- * rank it left, which may be another's home. */
-static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
-  int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
-  if (!moved) return DPSHIM_ENOMEM;
-  tally_of(ctx, ctx->dest, t);
-  double limit = dpshim__max_load(t->load, ctx->ranks);
-  int64_t n = 0;
-  for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
-    int64_t i = ctx->order[k];
-    if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
-  }
-  while (home_pass(ctx, moved, n, limit, t) > 0) {
-  }
-  return 0;
-}
+/* ---- 2. the exact search ----------------------------------------------- */
 
 /* Step 2: one run of the search, kept if its plan, summed afresh, is
  * acceptable and better (makespan) or no worse (bytes): returns 1 if
@@ -367,6 +267,110 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   max = fmax(max, fmin(slack, before * (1 - BYTES_GAIN)));
   rc = search_run(ctx, 1, &max, mine, t, &optimal);
   return rc < 0 ? rc : reason;
+}
+
+/* ---- 3. samples alike go home ------------------------------------------- */
+
+/* Samples alike (cost, length, rows) can trade places without changing a
+ * load. Keys ordered by kind, then bytes descending, then index. */
+typedef struct kind_key {
+  double cost;
+  int64_t len, rows, bytes, index;
+} kind_key_t;
+
+static int same_kind(const kind_key_t *x, const kind_key_t *y) {
+  return x->cost == y->cost && x->len == y->len && x->rows == y->rows;
+}
+
+static int by_kind(const void *a, const void *b) {
+  const kind_key_t *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Within one kind the places (ranks, with multiplicity) stay; each rank
+ * keeps as many of its own samples of the kind as it has places, the
+ * largest first, and the others fill the places left: the fewest bytes
+ * for those places. */
+static void deal_kind(const dpshim__ctx_t *ctx, const kind_key_t *kind,
+                      int64_t m, int64_t *places) {
+  for (int64_t k = 0; k < m; k++) places[ctx->dest[kind[k].index]]++;
+  for (int64_t k = 0; k < m; k++) {
+    int64_t i = kind[k].index;
+    int32_t o = ctx->samples[i].origin;
+    ctx->dest[i] = places[o] > 0 ? (places[o]--, o) : -1;
+  }
+  int32_t r = 0;
+  for (int64_t k = 0; k < m; k++) {
+    int64_t i = kind[k].index;
+    if (ctx->dest[i] >= 0) continue;
+    while (places[r] == 0) r++;
+    ctx->dest[i] = r;
+    places[r]--;
+  }
+}
+
+static int alike_home(const dpshim__ctx_t *ctx) {
+  kind_key_t *key = DPSHIM__ALLOC(ctx, kind_key_t, ctx->nsamples);
+  int64_t *places = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  if (!key || !places) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) places[r] = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) {
+    const dpshim_sample_t *smp = &ctx->samples[i];
+    key[i] = (kind_key_t){ctx->cost[i], smp->len, smp->rows, smp->bytes, i};
+  }
+  qsort(key, (size_t)ctx->nsamples, sizeof *key, by_kind);
+  for (int64_t k = 0, m; k < ctx->nsamples; k += m) {
+    for (m = 1; k + m < ctx->nsamples && same_kind(&key[k], &key[k + m]); m++) {
+    }
+    if (m > 1) deal_kind(ctx, key + k, m, places);
+  }
+  return 0;
+}
+
+/* ---- 4. sending home ---------------------------------------------------- */
+
+/* One pass of step 4 over the moved samples (cost descending); returns
+ * how many went home. */
+static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
+                         int64_t n, double limit, tally_t *t) {
+  int64_t sent = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = moved[k];
+    const dpshim_sample_t *s = &ctx->samples[i];
+    int32_t r = ctx->dest[i], o = s->origin;
+    if (r == o || t->count[r] < 2 || t->load[o] + ctx->cost[i] > limit ||
+        t->tokens[o] + s->len > ctx->cap ||
+        !dpshim__rows_fit(ctx, o, t->rows[o], s->rows))
+      continue;
+    ctx->dest[i] = o;
+    t->load[r] -= ctx->cost[i], t->load[o] += ctx->cost[i];
+    t->tokens[r] -= s->len, t->tokens[o] += s->len;
+    t->rows[r] -= s->rows, t->rows[o] += s->rows;
+    t->count[r]--, t->count[o]++;
+    sent++;
+  }
+  return sent;
+}
+
+/* Step 4, until a pass sends nothing: a sample gone home lightens the
+ * rank it left, which may be another's home. */
+static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
+  int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  if (!moved) return DPSHIM_ENOMEM;
+  tally_of(ctx, ctx->dest, t);
+  double limit = dpshim__max_load(t->load, ctx->ranks);
+  int64_t n = 0;
+  for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
+    int64_t i = ctx->order[k];
+    if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
+  }
+  while (home_pass(ctx, moved, n, limit, t) > 0) {
+  }
+  return 0;
 }
 
 int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
