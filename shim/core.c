@@ -303,6 +303,11 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
   last->imbalance_after = rep->imbalance_after;
   last->lower_bound = rep->lower_bound;
   last->bytes_total = (double)rep->bytes_total;
+  last->model = c->model;
+  last->model_source = c->cfg.have_coefs ? "coefs" : c->fitted ? "fit"
+                                                                : "linear";
+  last->fit_error_mean = c->fit.mean_rel_error;
+  last->fit_error_max = c->fit.max_rel_error;
   memcpy(last->load_before, rep->load_before, bytes);
   memcpy(last->load_after, rep->load_after, bytes);
   double moved = rep->applied ? (double)rep->bytes_moved : 0;

@@ -116,6 +116,17 @@ static void put_loads(FILE *f, const char *key, const double *v, int n) {
   fputc(']', f);
 }
 
+static void put_model(FILE *f, const dpshim__handoff_note_t *h) {
+  const dpshim_cost_model_t *m = &h->model;
+  fprintf(f, ",\"model\":{\"a\":%.6g,\"b\":%.6g,\"c\":%.6g,\"d\":%.6g,"
+          "\"e\":%.6g,\"source\":\"%s\"", m->a, m->b, m->c, m->d, m->e,
+          h->model_source);
+  if (!strcmp(h->model_source, "fit"))
+    fprintf(f, ",\"fit_error_mean\":%.6g,\"fit_error_max\":%.6g",
+            h->fit_error_mean, h->fit_error_max);
+  fputc('}', f);
+}
+
 /* The group's encoder calls of the step: counts, and the mean imbalance
  * before and after over those solved. */
 static void put_vit(FILE *f, const dpshim__vit_note_t *v) {
@@ -150,6 +161,7 @@ static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
               g->ranks);
     fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%.0f", h->bytes_moved,
             h->bytes_total);
+    put_model(f, h);
   }
   if (vit && vit->calls > 0) put_vit(f, vit);
   fclose(f);

@@ -31,6 +31,11 @@ typedef struct dpshim__handoff_note {
   double imbalance_before, imbalance_after, lower_bound;
   double bytes_moved, bytes_total; /* moved: summed over the step */
   double *load_before, *load_after; /* [ranks], owned */
+  /* The cost model the plan used, and where it came from: "fit" (with its
+   * prediction errors), "coefs" (DPSHIM_COEFS) or "linear" (no fit). */
+  dpshim_cost_model_t model;
+  const char *model_source;
+  double fit_error_mean, fit_error_max;
 } dpshim__handoff_note_t;
 
 /* What a step's line says about its encoder calls (the group's, agreed). */

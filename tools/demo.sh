@@ -121,7 +121,7 @@ mkdir -p "$out" || die "--out '$out': cannot create it"
 out=$(cd "$out" && pwd)
 
 echo "== set-up"
-tools/deps.sh demo
+tools/deps.sh
 [ -d build/meson-private ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 

@@ -452,6 +452,28 @@ plot '%s' index 1 using 1:2 with linespoints title 'before', \\
 """ % (os.path.join(out, "imbalance.png"), dp, data, data, data))
 
 
+def job_report(out, runs):
+    """dpshim-report on the log of `default` at the largest DP size: its
+    summary and plots (imbalance, per-rank loads, wait per rank) into
+    OUT/report-dpN/. Returns that directory, or None."""
+    dp = max(r["dp"] for r in runs)
+    log = os.path.join(out, "runs", "dp%d_default.log.jsonl" % dp)
+    where = os.path.join(out, "report-dp%d" % dp)
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "dpshim-report")
+    if not os.path.exists(log):
+        return None
+    r = subprocess.run([sys.executable, tool, log, "--out", where],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print("demo: dpshim-report failed (exit %d): %s" % (
+            r.returncode, r.stderr.strip()[-300:]))
+        return None
+    print("\ndpshim-report on default at DP %d:\n%s" % (dp, "".join(
+        l + "\n" for l in r.stdout.splitlines() if not l.startswith("wrote "))))
+    return where
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -511,6 +533,11 @@ def main():
         plot_tgs(args.out, runs)
         plot_imbalance(args.out, runs, args.warmup_last)
         wrote += ["tgs_vs_dp.png", "imbalance.png"]
+        report = job_report(args.out, runs)
+        if report:
+            wrote.append(os.path.relpath(report, args.out) +
+                         "/ (dpshim-report: summary.txt, imbalance.png, "
+                         "loads.png, wait.png)")
     if vlm and vlm["per_dp"]:
         plot_tgs(args.out, [r for d in vlm["per_dp"] for r in d["runs"]],
                  "vlm_tgs_vs_dp", "VLM (%s, %s): TGS against DP size "

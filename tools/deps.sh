@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dpshim needs, skipping those already present.
 # Run as root (or with sudo available) on Debian 12 or later.
-#   tools/deps.sh          build and test
-#   tools/deps.sh demo     also what tools/demo.sh plots with
+#   tools/deps.sh          what building, the tests, the tools and the demo
+#                          need
 set -euo pipefail
 
 packages=(
@@ -14,8 +14,8 @@ packages=(
   python3                       # the MPI tests' driver (meson needs it too)
   python3-scipy                 # tools/dpshim-optcheck (MILP, HiGHS)
   help2man                      # the tools' man pages, from their --help
+  gnuplot-nox                   # dpshim-report's and the demo's plots
 )
-[ "${1:-}" = demo ] && packages+=(gnuplot-nox)  # the demo's plots
 
 missing=()
 for p in "${packages[@]}"; do

@@ -21,6 +21,8 @@ import sys
 import tempfile
 
 failures = []
+TOOLS = ("dpshim-run", "dpshim-report", "dpshim-solve-bench", "dpshim-sim",
+         "dpshim-optcheck")
 
 
 def check(ok, what):
@@ -54,13 +56,9 @@ def main():
             "include": [os.path.join(incdir, "dpshim", h) for h in (
                 "dpshim.h", "solver.h", "fit.h", "batch.h", "adapter.h",
                 "vlm.h", "encoder.h")],
-            "bin": [os.path.join(bindir, t) for t in (
-                "dpshim-run", "dpshim-solve-bench", "dpshim-sim",
-                "dpshim-optcheck")],
+            "bin": [os.path.join(bindir, t) for t in TOOLS],
             "man": [os.path.join(mandir, "man7", "dpshim.7")] + [
-                os.path.join(mandir, "man1", t + ".1") for t in (
-                    "dpshim-run", "dpshim-solve-bench", "dpshim-sim",
-                    "dpshim-optcheck")]}
+                os.path.join(mandir, "man1", t + ".1") for t in TOOLS]}
         for kind, paths in files.items():
             for p in paths:
                 check(os.path.exists(root(p)), "not installed: %s" % p)

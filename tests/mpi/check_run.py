@@ -11,9 +11,11 @@
              command: exit 2;
   real runs  reftrain at 4 ranks through dpshim-run with the original's
              flags: plans applied (DPSHIM_LOG), the digest of the run
-             without the shim; and the exit status is the command's.
+             without the shim, dpshim-report's counts equal to the log's;
+             and the exit status is the command's.
 
     check_run.py --run DPSHIM_RUN --shim LIBDPSHIM --reftrain REFTRAIN
+                 --report DPSHIM_REPORT
 """
 import argparse
 import json
@@ -115,6 +117,15 @@ def real_runs(args):
                       a.get("consumed_digest")))
         entries = read_jsonl(log)
         check_plans_applied(entries, 3, "through dpshim-run")
+        # dpshim-report on this real log: its counts are the log's, and the
+        # model is the warm-up's fit.
+        applied = sum(e.get("decision") == "apply" for e in entries)
+        p = subprocess.run([sys.executable, args.report, log], text=True,
+                           capture_output=True, timeout=120)
+        check(p.returncode == 0 and "applied %d," % applied in p.stdout and
+              "cost model (fitted in warm-up)" in p.stdout,
+              "dpshim-report on the run's log: rc %d, %r %r (%d applied)" % (
+                  p.returncode, p.stdout, p.stderr, applied))
     rc, _, _ = launcher(args, "--", *MPIRUN, "-np", "2", "false")
     check(rc != 0, "mpirun -np 2 false through dpshim-run: rc %d" % rc)
     rc, _, _ = launcher(args, "--", "sh", "-c", "exit 7")
@@ -126,6 +137,7 @@ def main():
     ap.add_argument("--run", required=True)
     ap.add_argument("--shim", required=True)
     ap.add_argument("--reftrain", required=True)
+    ap.add_argument("--report", required=True)
     args = ap.parse_args()
     dry_runs(args)
     refusals(args)
