@@ -15,6 +15,8 @@ packages=(
   python3-scipy                 # tools/dpshim-optcheck (MILP, HiGHS)
   help2man                      # the tools' man pages, from their --help
   gnuplot-nox                   # dpshim-report's and the demo's plots
+  python3-numpy python3-torch python3-mpi4py  # the Python package's example
+                                              # trainer and its test
 )
 
 missing=()

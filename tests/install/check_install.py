@@ -9,7 +9,9 @@
   - the adapter example builds with `pkg-config dpshim` only (plus its
     loader's own header) and links the installed libdpshim.so;
   - the installed dpshim-run looks for the installed library, not the
-    build tree's, and with --lib prints the command.
+    build tree's, and with --lib prints the command;
+  - the Python package is installed, and imports from there (without the
+    preload: balancing not available).
 Prints each file's path and the outputs; exit 1 when a check fails.
 
     check_install.py BUILD SOURCE PREFIX LIBDIR BINDIR INCLUDEDIR MANDIR
@@ -109,6 +111,16 @@ def main():
                 check("libdpshim.so" in out, "adapter does not link "
                       "libdpshim.so: %s" % out)
                 print("adapter example: built, links libdpshim.so")
+        pkgs = [d for d, _, fs in os.walk(dest) if "__init__.py" in fs and
+                os.path.basename(d) == "dpshim"]
+        if check(len(pkgs) == 1, "the Python package: %s" % pkgs):
+            print("installed: %s" % pkgs[0][len(dest):])
+            rc, out, err = sh(["/usr/bin/python3", "-c", "import dpshim; "
+                               "print(dpshim.__file__, dpshim.available())"],
+                              env=dict(os.environ, PYTHONPATH=os.path.dirname(
+                                  pkgs[0])))
+            check(rc == 0 and out.startswith(pkgs[0]) and "False" in out,
+                  "import dpshim from the installed tree: %r %r" % (out, err))
         run = root(os.path.join(bindir, "dpshim-run"))
         installed = os.path.join(libdir, "libdpshim.so")
         rc, out, err = sh([run, "--dry-run", "-np", "2", "./trainer"])
