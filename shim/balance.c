@@ -39,6 +39,7 @@ size_t dpshim__balance_slot_bytes(size_t most) {
 
 struct dpshim__balancer {
   dpshim__balance_config_t cfg;
+  const int32_t *host; /* [size] each rank's host, or NULL */
   dpshim_plan_t plan;
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
@@ -120,6 +121,10 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model) {
   b->cfg.model = model;
+}
+
+void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host) {
+  b->host = host;
 }
 
 static int ensure_group(dpshim__balancer_t *b, int32_t size) {
@@ -547,6 +552,11 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
   rep->tokens = tokens;
   rep->bytes_moved = b->plan.bytes_moved;
   rep->bytes_total = b->plan.bytes_total;
+  rep->bytes_inter_host = 0;
+  for (int64_t i = 0; b->host && i < n; i++) {
+    int32_t from = b->samples[i].origin, to = b->plan.dest[i];
+    if (b->host[from] != b->host[to]) rep->bytes_inter_host += b->samples[i].bytes;
+  }
   rep->imbalance_before = b->plan.imbalance_before;
   rep->imbalance_after = b->plan.imbalance_after;
   rep->lower_bound = b->plan.lower_bound;

@@ -52,6 +52,7 @@ typedef struct dpshim__balance_report {
   char message[256];       /* the error every rank returned, or "" */
   int64_t samples, tokens; /* over the group */
   int64_t bytes_moved, bytes_total;
+  int64_t bytes_inter_host; /* of bytes_moved, between ranks on two hosts */
   double imbalance_before, imbalance_after, lower_bound;
   /* Seconds in the first collective: waiting for the other ranks to reach
    * the hand-off, time they would otherwise have waited at the sync. */
@@ -72,6 +73,9 @@ void dpshim__balancer_free(dpshim__balancer_t *b);
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size);
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model);
+/* Each group rank's host ([group size], kept, the caller's), for counting
+ * the bytes that cross hosts; NULL: one host. */
+void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host);
 
 /* Balances `batch`. Collective over comm, and over ho->peers. Returns 0 (applied or skipped; see rep) or the
  * negative DPSHIM_E* code that every rank returns. Skipped: "warmup" (not

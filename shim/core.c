@@ -34,12 +34,29 @@ int dpshim__core_warming(const dpshim__core_t *c, int64_t step) {
 
 static void free_core(dpshim__core_t *c) {
   dpshim__balancer_free(c->balancer);
+  free(c->host);
+  c->host = NULL;
   free(c->points);
   free(c->step.last.load_before);
   free(c->step.last.load_after);
   c->balancer = NULL;
   c->points = NULL;
   c->step.last.load_before = c->step.last.load_after = NULL;
+}
+
+/* Each DP rank's host, for the bytes that cross hosts: the balancer and
+ * the log read c->host. */
+static int copy_hosts(dpshim__core_t *c, const int32_t *host) {
+  c->nhosts = 1;
+  if (!host) return 0;
+  c->host = malloc((size_t)c->dp->size * sizeof *c->host);
+  if (!c->host) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < c->dp->size; r++) {
+    c->host[r] = host[r];
+    if (host[r] + 1 > c->nhosts) c->nhosts = host[r] + 1;
+  }
+  dpshim__balancer_set_hosts(c->balancer, c->host);
+  return 0;
 }
 
 static int alloc_loads(dpshim__handoff_note_t *h, int ranks) {
@@ -75,6 +92,7 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   c->opened_at = c->clock();
   int rc = c->balancer && c->points ? 0 : DPSHIM_ENOMEM;
   if (rc == 0) rc = dpshim__balancer_reserve(c->balancer, c->dp->size);
+  if (rc == 0) rc = copy_hosts(c, s->host);
   if (rc == 0) rc = alloc_loads(&c->step.last, c->dp->size);
   if (rc == 0)
     rc = dpshim__steplog_open(&c->log, c->cfg.log_path, c->dp->rank == 0,
@@ -311,7 +329,11 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
   memcpy(last->load_before, rep->load_before, bytes);
   memcpy(last->load_after, rep->load_after, bytes);
   double moved = rep->applied ? (double)rep->bytes_moved : 0;
+  double across = rep->applied ? (double)rep->bytes_inter_host : 0;
   last->bytes_moved += moved;
+  last->bytes_inter_host += across;
+  last->hosts = c->nhosts;
+  s->bytes_inter_host += across;
   s->solved++;
   s->imbalance_before += rep->imbalance_before;
   s->imbalance_after += rep->applied ? rep->imbalance_after
@@ -443,6 +465,7 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
   s->index = next;
   s->last = last;
   s->last.bytes_moved = 0;
+  s->last.bytes_inter_host = 0;
   atomic_store(&c->open_hint, 0);
   atomic_store(&c->sync_hint, 0);
   pthread_mutex_unlock(&c->lock);

@@ -59,7 +59,7 @@ typedef struct dpshim__step {
 typedef struct dpshim__stats {
   int64_t handoffs, applied, skipped, failed, solved;
   double imbalance_before, imbalance_after; /* sums over solved hand-offs */
-  double bytes_moved, bytes_total;
+  double bytes_moved, bytes_total, bytes_inter_host;
   /* [0]: steps before the cost model is final, [1]: after */
   double steps[2], wait[2], step_time[2];
   double shim_time, arrival_time;
@@ -73,6 +73,7 @@ typedef struct dpshim__core {
   dpshim__config_t cfg;
   dpshim__comm_t *world, *dp, *peers;
   int dp_group, ngroups;
+  int32_t *host, nhosts; /* [dp size] each DP rank's host; hosts spanned */
   double (*clock)(void);         /* seconds */
   void (*say)(const char *line); /* one diagnostic line */
   pthread_mutex_t lock;    /* steps and totals: sync and hand-off threads */
@@ -106,6 +107,9 @@ typedef struct dpshim__core_setup {
   dpshim__comm_t *world, *dp; /* dp: this rank's DP group */
   dpshim__comm_t *peers; /* its TP/CP peers, one per DP group; may be NULL */
   int dp_group, ngroups;
+  /* [dp size]: each DP rank's host, numbered from 0 in rank order; NULL:
+   * one host. Copied. */
+  const int32_t *host;
   double (*clock)(void);
   void (*say)(const char *line);
 } dpshim__core_setup_t;

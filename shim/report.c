@@ -172,7 +172,8 @@ void dpshim__report_no_fit(const dpshim__core_t *c) {
 enum {
   S_STEPS, S_STEPS_FIT, S_WAIT, S_WAIT_FIT, S_TIME, S_TIME_FIT, S_SHIM,
   S_ARRIVAL, S_WALL, S_APPLIED, S_SKIPPED, S_FAILED, S_SOLVED, S_IMB_BEFORE,
-  S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_VIT_CALLS, S_VIT_APPLIED,
+  S_IMB_AFTER, S_BYTES_MOVED, S_BYTES_TOTAL, S_BYTES_INTER_HOST,
+  S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
   S_COUNT
@@ -190,7 +191,7 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->failed, group * (double)s->solved,
       group * s->imbalance_before, group * s->imbalance_after,
       group * s->bytes_moved, group * s->bytes_total,
-      group * (double)s->vit.calls, group * (double)s->vit.applied,
+      group * s->bytes_inter_host, group * (double)s->vit.calls, group * (double)s->vit.applied,
       group * (double)s->vit.skipped, group * (double)s->vit.failed,
       group * (double)s->vit.solved, group * s->vit.imbalance_before,
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
@@ -271,6 +272,11 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    v[S_IMB_BEFORE] / solved, v[S_IMB_AFTER] / solved,
                    v[S_SOLVED], share(v[S_BYTES_MOVED], v[S_BYTES_TOTAL]),
                    v[S_BYTES_TOTAL] / 1e6);
+  if (c->nhosts > 1)
+    dpshim__core_say(c, "  of the bytes moved, %.1f%% across hosts (%d hosts "
+                     "in the DP group)",
+                     share(v[S_BYTES_INTER_HOST], v[S_BYTES_MOVED]),
+                     (int)c->nhosts);
   /* The wait includes the collective's own time: telling them apart
    * needs every rank's times per step, which DPSHIM_LOG has. */
   dpshim__core_say(c, "  time in the sync collective (straggler wait and the "

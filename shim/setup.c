@@ -134,15 +134,57 @@ static void start_vit(dpshim__state_t *st) {
                 "calls run where they are made");
 }
 
+/* Which host each DP rank is on: ranks that share memory
+ * (MPI_COMM_TYPE_SHARED) share a host, named by its lowest world rank;
+ * hosts numbered from 0 in DP rank order into host[dp size]. Collective
+ * over the world, then the DP group: every rank reaches it (open_core's
+ * step before is agreed). */
+static int learn_hosts(dpshim__state_t *st, int32_t *host) {
+  MPI_Comm node;
+  int key = st->world_rank;
+  MPI_Comm dp = dpshim__comm_mpi_handle(&st->dp_seam);
+  if (PMPI_Comm_split_type(st->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                           &node) != MPI_SUCCESS)
+    return DPSHIM_EMPI;
+  int ok = PMPI_Allreduce(MPI_IN_PLACE, &key, 1, MPI_INT, MPI_MIN, node) ==
+           MPI_SUCCESS;
+  PMPI_Comm_free(&node);
+  if (!ok || PMPI_Allgather(&key, 1, MPI_INT, host, 1, MPI_INT, dp) !=
+                 MPI_SUCCESS)
+    return DPSHIM_EMPI;
+  /* Keys (world ranks, >= 0) to host numbers in order of first
+   * appearance, -1 - id while in progress. Once, at MPI_Init. */
+  int32_t n = st->dp_seam.size, next = 0;
+  for (int32_t r = 0; r < n; r++) {
+    if (host[r] < 0) continue;
+    int32_t k = host[r];
+    for (int32_t q = r; q < n; q++)
+      if (host[q] == k) host[q] = -1 - next;
+    next++;
+  }
+  for (int32_t r = 0; r < n; r++) host[r] = -1 - host[r];
+  return 0;
+}
+
 static int open_core(dpshim__state_t *st) {
   int dp_group = 0;
   int rc = open_groups(st, &dp_group);
-  if (rc < 0) return rc;
-  dpshim__core_setup_t s = {&st->cfg, &st->world_seam, &st->dp_seam,
-                            &st->peers_seam, dp_group,
-                            st->world_size / st->dp_seam.size, dpshim__now,
-                            dpshim__say};
-  return dpshim__core_open(&st->core, &s);
+  int32_t *host = rc == 0 ? calloc((size_t)st->dp_seam.size, sizeof *host)
+                          : NULL;
+  if (rc == 0 && !host) rc = DPSHIM_ENOMEM;
+  if (PMPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MIN, st->world) !=
+      MPI_SUCCESS)
+    rc = DPSHIM_EMPI;
+  if (rc == 0) rc = learn_hosts(st, host);
+  if (rc == 0) {
+    dpshim__core_setup_t s = {&st->cfg, &st->world_seam, &st->dp_seam,
+                              &st->peers_seam, dp_group,
+                              st->world_size / st->dp_seam.size, host,
+                              dpshim__now, dpshim__say};
+    rc = dpshim__core_open(&st->core, &s);
+  }
+  free(host);
+  return rc;
 }
 
 void dpshim__on_init(void) {

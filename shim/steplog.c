@@ -159,8 +159,9 @@ static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
     put_loads(f, "load_before", h->load_before, g->ranks);
     put_loads(f, "load_after", applied ? h->load_after : h->load_before,
               g->ranks);
-    fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_total\":%.0f", h->bytes_moved,
-            h->bytes_total);
+    fprintf(f, ",\"bytes_moved\":%.0f,\"bytes_inter_host\":%.0f,"
+            "\"bytes_total\":%.0f,\"hosts\":%d", h->bytes_moved,
+            h->bytes_inter_host, h->bytes_total, (int)h->hosts);
     put_model(f, h);
   }
   if (vit && vit->calls > 0) put_vit(f, vit);

@@ -30,6 +30,8 @@ typedef struct dpshim__handoff_note {
   int solved;           /* loads and imbalances below are set */
   double imbalance_before, imbalance_after, lower_bound;
   double bytes_moved, bytes_total; /* moved: summed over the step */
+  double bytes_inter_host; /* of moved, between two hosts' ranks */
+  int32_t hosts;           /* hosts the group spans */
   double *load_before, *load_after; /* [ranks], owned */
   /* The cost model the plan used, and where it came from: "fit" (with its
    * prediction errors), "coefs" (DPSHIM_COEFS) or "linear" (no fit). */

@@ -46,7 +46,8 @@ def step(n, group, decision, imb=None, reason=None, moved=0, wait=None,
         e.update(imbalance_before=imb[0], imbalance_after=imb[1],
                  lower_bound=1.0, load_before=[1.0, 3.0],
                  load_after=[2.0, 2.0] if decision == "apply" else [1.0, 3.0],
-                 bytes_moved=moved, bytes_total=1000)
+                 bytes_moved=moved, bytes_inter_host=moved // 4,
+                 bytes_total=1000, hosts=2)
         if model:
             e["model"] = {"a": 1, "b": 2, "c": 3, "d": 0, "e": 0,
                           "source": "fit", "fit_error_mean": 0.01,
@@ -87,6 +88,7 @@ def main():
             "on the 2 steps applied: 0.4000 -> 0.1000",
             # 400 bytes, 200 per step applied, of 4000 solved over
             "bytes moved: 0.000 MB in all, 0.000 MB per step applied, 10.0%",
+            "of those, 25.0% across hosts (2 hosts)",
             # 7 lines x 2 ranks: compute 84, wait 32 (4 + null, 6 + 2,
             # then 2 + 2), shim 14, arrival 14: total 144
             "compute 58.3%, wait at the sync 22.2%, shim 9.7%, arrival 9.7%",

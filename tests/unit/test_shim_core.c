@@ -126,6 +126,7 @@ typedef struct run {
   fault_t fault;
   int fault_rank, fault_call;
   const char *log;
+  const int32_t *host; /* [DP size] each DP rank's host, or NULL */
   dpshim__config_t cfg;
   /* results, per world rank */
   int rc[MAXP][MAX_CALLS];
@@ -188,7 +189,7 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
   run_t *x = arg;
   dpshim__core_t c;
   dpshim__core_setup_t s = {&x->cfg, world, dp, peers, rank % x->ngroups,
-                            x->ngroups, now, capture};
+                            x->ngroups, x->host, now, capture};
   if (dpshim__core_open(&c, &s) < 0) return;
   for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
   x->fitted[rank] = c.fitted;
@@ -378,6 +379,42 @@ Test(shim_core, step_log_has_one_line_per_step) {
   run_go(x);
   cr_assert_eq(count_lines(path), x->calls);
   unlink(path);
+  free(x);
+}
+
+/* Ranks 0-1 on one host and 2-3 on another, as MPI_COMM_TYPE_SHARED
+ * tells setup.c: each log line counts the bytes that cross hosts apart
+ * (never above the bytes moved, some of them), and the summary gives
+ * their share. */
+Test(shim_core, bytes_across_hosts_counted_apart) {
+  static const int32_t host[] = {0, 0, 1, 1};
+  char path[] = "/tmp/dpshim-core-hosts-XXXXXX";
+  temp_path(path);
+  run_t *x = run_new(4, 1, 12);
+  x->log = path;
+  x->host = host;
+  run_go(x);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  static char line[1 << 16];
+  double moved = 0, across = 0;
+  while (fgets(line, sizeof line, f)) {
+    const char *m = strstr(line, "\"bytes_moved\":");
+    if (!m) continue;
+    double a, b;
+    int hosts = 0;
+    cr_assert_eq(sscanf(m, "\"bytes_moved\":%lf,\"bytes_inter_host\":%lf,",
+                        &a, &b), 2, "%s", line);
+    const char *h = strstr(line, "\"hosts\":");
+    cr_assert(h && sscanf(h, "\"hosts\":%d", &hosts) == 1 && hosts == 2,
+              "%s", line);
+    cr_assert_leq(b, a, "%s", line);
+    moved += a, across += b;
+  }
+  fclose(f);
+  unlink(path);
+  cr_assert_gt(across, 0, "no bytes crossed the hosts (%g moved)", moved);
+  cr_assert_eq(said_with("across hosts", "2 hosts"), 1);
   free(x);
 }
 
