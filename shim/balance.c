@@ -398,6 +398,8 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .algo = b->cfg.algo,
       .rows_cap = rows_cap,
       .rows_cap_len = rows_cap ? b->size : 0,
+      .host = b->host,
+      .host_len = b->host ? b->size : 0,
   };
   int rc = dpshim_plan_solve(&in, &b->plan);
   if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);
@@ -552,11 +554,7 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
   rep->tokens = tokens;
   rep->bytes_moved = b->plan.bytes_moved;
   rep->bytes_total = b->plan.bytes_total;
-  rep->bytes_inter_host = 0;
-  for (int64_t i = 0; b->host && i < n; i++) {
-    int32_t from = b->samples[i].origin, to = b->plan.dest[i];
-    if (b->host[from] != b->host[to]) rep->bytes_inter_host += b->samples[i].bytes;
-  }
+  rep->bytes_inter_host = b->plan.bytes_inter_host;
   rep->imbalance_before = b->plan.imbalance_before;
   rep->imbalance_after = b->plan.imbalance_after;
   rep->lower_bound = b->plan.lower_bound;

@@ -41,6 +41,9 @@
 #include "default_state.h"
 
 #define TOLERANCE 1e-4
+/* Told the hosts, the most makespan default gives up for moves within a
+ * host: its plan is kept if within this of the plan made without hosts. */
+#define TOPOLOGY_SLACK 1e-3
 #define FRINGE 0.01 /* share of B each rank offers as short samples */
 
 /* ---- 1. shed ------------------------------------------------------------ */
@@ -285,7 +288,9 @@ int dpshim__default_aim(const dpshim__ctx_t *ctx, double target) {
   return shed_place_repair(&s);
 }
 
-int dpshim__algo_default(const dpshim__ctx_t *ctx) {
+/* Steps 1-3 (and the rows fallback) on ctx->dest, from the origins;
+ * *max: the plan's maximum load (the one before when it skips). */
+static int core(const dpshim__ctx_t *ctx, double *max) {
   dpshim__dstate_t s;
   int rc = dpshim__dstate_init(&s, ctx);
   if (rc == 0) rc = shed_place_repair(&s);
@@ -295,5 +300,36 @@ int dpshim__algo_default(const dpshim__ctx_t *ctx) {
   if (ctx->rows_cap && !over_rows_cap_before(ctx) &&
       (reason != DPSHIM_SKIP_NONE || over))
     reason = descend_from_origins(&s, before);
+  *max = reason == DPSHIM_SKIP_NONE ? dpshim__max_load(s.load, ctx->ranks)
+                                    : before;
+  return reason;
+}
+
+/* Told the hosts, placing on the home's host may leave the repair further
+ * from the target: where the plan misses it, the plan made without hosts
+ * is kept instead if its maximum is more than TOPOLOGY_SLACK lower. */
+static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
+                                   double max) {
+  if (reason < 0 || !ctx->host ||
+      max <= ctx->lower_bound_cap * (1 + TOLERANCE))
+    return reason;
+  dpshim__ctx_t flat = *ctx;
+  flat.host = NULL;
+  flat.dest = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!flat.dest) return DPSHIM_ENOMEM;
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    flat.dest[i] = ctx->samples[i].origin;
+  double flat_max;
+  int flat_reason = core(&flat, &flat_max);
+  if (flat_reason < 0) return flat_reason;
+  if (flat_max * (1 + TOPOLOGY_SLACK) >= max) return reason;
+  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = flat.dest[i];
+  return flat_reason;
+}
+
+int dpshim__algo_default(const dpshim__ctx_t *ctx) {
+  double max;
+  int reason = core(ctx, &max);
+  reason = without_hosts_if_better(ctx, reason, max);
   return dpshim__default_finish(ctx, reason);
 }

@@ -1,6 +1,7 @@
 /* Step 2 of `default`: shed samples, longest first, go home or to the
  * least-loaded rank with room; a big one that fits nowhere makes room. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "default_state.h"
 #include "rank_heap.h"
@@ -37,6 +38,7 @@ typedef struct placer {
   double *key;                 /* load, or +inf while blocked */
   dpshim__rank_heap_t blocked; /* by tokens */
   sheddable_t *shed;           /* [ranks] */
+  int32_t *host_ring;          /* [ranks] the next rank on the same host */
 } placer_t;
 
 static void shed_add(const dpshim__ctx_t *ctx, sheddable_t *c, int64_t j,
@@ -171,14 +173,57 @@ static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   return best;
 }
 
-/* Home if it has room; else the least-loaded rank with room; else, for a
- * big sample, a rank that makes room; else the least-loaded within the
- * cap; else home. */
+/* Ranks on one host in a ring (host_ring[r]: the next rank on r's host),
+ * by host then rank. NULL without hosts. */
+typedef struct host_rank {
+  int32_t host, rank;
+} host_rank_t;
+
+static int by_host(const void *a, const void *b) {
+  const host_rank_t *x = a, *y = b;
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static int host_rings(const dpshim__dstate_t *s, placer_t *pl) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  pl->host_ring = NULL;
+  if (!ctx->host) return 0;
+  host_rank_t *hr = DPSHIM__ALLOC(ctx, host_rank_t, ctx->ranks);
+  pl->host_ring = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
+  if (!hr || !pl->host_ring) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) hr[r] = (host_rank_t){ctx->host[r], r};
+  qsort(hr, (size_t)ctx->ranks, sizeof *hr, by_host);
+  for (int32_t k = 0, first = 0; k < ctx->ranks; k++) {
+    int last = k + 1 == ctx->ranks || hr[k + 1].host != hr[k].host;
+    pl->host_ring[hr[k].rank] = last ? hr[first].rank : hr[k + 1].rank;
+    if (last) first = k + 1;
+  }
+  return 0;
+}
+
+/* The least-loaded rank on sample i's home host, home aside, with room for
+ * it under the target (tokens and rows too), or -1. */
+static int32_t on_home_host(const dpshim__dstate_t *s, const placer_t *pl,
+                            int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int32_t home = ctx->samples[i].origin, best = -1;
+  if (!pl->host_ring) return -1;
+  for (int32_t r = pl->host_ring[home]; r != home; r = pl->host_ring[r])
+    if (lighter(s, r, best) && dpshim__dstate_room_for(s, r, i)) best = r;
+  return best;
+}
+
+/* Home if it has room; else the least-loaded rank of its home's host with
+ * room; else the least-loaded rank with room; else, for a big sample, a
+ * rank that makes room; else the least-loaded within the cap; else home. */
 static int32_t choose_receiver(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len;
   if (dpshim__dstate_room_for(s, ctx->samples[i].origin, i))
     return ctx->samples[i].origin;
+  int32_t near = on_home_host(s, pl, i);
+  if (near >= 0) return near;
   unblock(s, pl, len);
   int32_t r = least_loaded_fitting(s, pl, i);
   if (r >= 0 && s->load[r] + ctx->cost[i] <= s->target) return r;
@@ -196,7 +241,8 @@ int dpshim__default_place(dpshim__dstate_t *s) {
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
                   s->token_key},
       .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks)};
-  if (!pl.key || !pl.blocked.e || !pl.shed) return DPSHIM_ENOMEM;
+  if (!pl.key || !pl.blocked.e || !pl.shed || host_rings(s, &pl) < 0)
+    return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     pl.key[r] = s->load[r];
     pl.shed[r].version = -1;

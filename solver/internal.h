@@ -39,6 +39,7 @@ typedef struct dpshim__ctx {
   const int64_t *order;  /* [nsamples] by size, so cost, descending */
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   const int64_t *rows_cap; /* [ranks] per-rank rows cap, NULL for none */
+  const int32_t *host;   /* [ranks] each rank's host, NULL for one */
   const int64_t *rows0;  /* [ranks] rows held before */
   double threshold;
   double lower_bound;

@@ -94,6 +94,9 @@ static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if ((int)in->algo < 0 || (int)in->algo >= ALGO_COUNT)
     return FAIL(p, "algo = %d: expected default, seed, kk, none or kk-cap",
                 (int)in->algo);
+  if (in->host && in->host_len != in->ranks)
+    return FAIL(p, "host_len = %d: expected ranks (%d)", in->host_len,
+                in->ranks);
   if (in->rows_cap && in->rows_cap_len != in->ranks)
     return FAIL(p, "rows_cap_len = %d: expected ranks (%d)", in->rows_cap_len,
                 in->ranks);
@@ -196,6 +199,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->cost = cost;
   ctx->rows0 = rows0;
   ctx->rows_cap = in->rows_cap;
+  ctx->host = in->host;
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;
@@ -237,11 +241,14 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
                                            : DPSHIM_DECISION_SKIP;
   p->reason = (dpshim_skip_reason_t)reason;
   for (int32_t r = 0; r < in->ranks; r++) p->load_after[r] = ctx->history[r];
-  p->bytes_moved = p->bytes_total = 0;
+  p->bytes_moved = p->bytes_total = p->bytes_inter_host = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
-    p->load_after[p->dest[i]] += ctx->cost[i];
+    int32_t to = p->dest[i], from = in->samples[i].origin;
+    p->load_after[to] += ctx->cost[i];
     p->bytes_total += in->samples[i].bytes;
-    if (p->dest[i] != in->samples[i].origin) p->bytes_moved += in->samples[i].bytes;
+    if (to != from) p->bytes_moved += in->samples[i].bytes;
+    if (in->host && in->host[to] != in->host[from])
+      p->bytes_inter_host += in->samples[i].bytes;
   }
   p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
   dpshim__rows_over_caps(ctx, p->dest, rows);

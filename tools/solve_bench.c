@@ -64,6 +64,8 @@ typedef struct options {
   int per_instance; /* also one line per (instance, algorithm) */
   double image_share;    /* share of samples with image rows; 0: none */
   double rows_cap_ratio; /* per-rank rows cap / mean rows; 0: no cap */
+  int32_t ranks_per_host; /* hosts of this many ranks; 0: one host */
+  int topology;           /* the solver is told the hosts */
 } options_t;
 
 /* The rows fields are printed only when asked for, so that the output
@@ -215,6 +217,11 @@ static void usage(FILE *f) {
 "                            line; a sample whose image would overflow its\n"
 "                            pack's cap comes without, as the loader defers it\n"
 "                            [default: none]\n"
+"  --ranks-per-host K        hosts of K consecutive ranks: the solver is told\n"
+"                            them, and each line adds\n"
+"                            inter_host_bytes_fraction [default: 0: one host]\n"
+"  --no-topology             with --ranks-per-host, count the bytes across\n"
+"                            hosts but do not tell the solver the hosts\n"
 "  --per-instance            also print one line per instance and algorithm\n"
 "                            (\"instance\":seed; no aggregation)\n"
 "  --dump-instances DIR      write each instance to DIR/<profile>-P<ranks>-\n"
@@ -226,7 +233,7 @@ static void usage(FILE *f) {
 
 static void set_defaults(options_t *o) {
   *o = (options_t){.seeds = 5, .reps = 5, .model = {1, 8000, 0},
-                   .cap_ratio = 1.2, .mix_seed = 1};
+                   .cap_ratio = 1.2, .mix_seed = 1, .topology = 1};
   parse_profiles("sft,long,fewlong", o);
   parse_ranks("8,32,128,1024,4096", o);
   parse_algos("none,seed,kk,default", o);
@@ -246,6 +253,12 @@ static void apply_option(int c, const char *arg, options_t *o) {
       bad_value("pack", arg, "an integer in 1..1073741824");
     o->pack = v;
     break;
+  case 'H':
+    if (cli_int(arg, 1, INT64_C(1) << 20, &v) < 0)
+      bad_value("ranks-per-host", arg, "an integer in 1..1048576");
+    o->ranks_per_host = (int32_t)v;
+    break;
+  case 'T': o->topology = 0; break;
   case 'n':
     if (cli_int(arg, 0, INT64_C(1) << 30, &v) < 0)
       bad_value("max-samples", arg, "an integer in 0..1073741824 (0 = no limit)");
@@ -292,6 +305,8 @@ static void parse_options(int argc, char **argv, options_t *o) {
       {"mix-seed", required_argument, NULL, 'm'},
       {"describe-mixes", no_argument, NULL, 'D'},
       {"max-samples", required_argument, NULL, 'n'},
+      {"ranks-per-host", required_argument, NULL, 'H'},
+      {"no-topology", no_argument, NULL, 'T'},
       {"dump-instances", required_argument, NULL, 'd'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -364,6 +379,7 @@ typedef struct outcome {
   double makespan, over_lb, over_lb_cap, imb_before, imb_after, solve_us;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty;
   int64_t rows_viol, rows_viol_orig;
+  int64_t bytes_inter_host; /* with --ranks-per-host */
   int applied;
   dpshim_skip_reason_t reason;
 } outcome_t;
@@ -486,14 +502,32 @@ static void describe(instance_t *in, const dpshim_plan_t *plan,
     out->cap_viol = ranks_over_cap(in, plan->dest, plan->cap_tokens, NULL);
 }
 
+/* With --ranks-per-host: the bytes the plan moves between hosts, counted
+ * here whether the solver was told the hosts or not. */
+static int64_t inter_host_bytes(const options_t *o, const instance_t *in,
+                                const dpshim_plan_t *plan) {
+  int64_t bytes = 0, k = o->ranks_per_host;
+  for (int64_t i = 0; k > 0 && i < in->n; i++)
+    if (plan->dest[i] / k != in->samples[i].origin / k)
+      bytes += in->samples[i].bytes;
+  return bytes;
+}
+
 static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
                   dpshim_plan_t *plan, outcome_t *out) {
+  int32_t *host = NULL;
+  if (o->ranks_per_host > 0 && o->topology) {
+    host = grow(NULL, sizeof *host * (size_t)in->ranks);
+    for (int32_t r = 0; r < in->ranks; r++) host[r] = r / o->ranks_per_host;
+  }
   dpshim_plan_input_t pin = {.ranks = in->ranks, .nsamples = in->n,
                              .samples = in->samples, .model = o->model,
                              .cap_ratio = o->cap_ratio,
                              .threshold = o->threshold, .algo = algo,
                              .rows_cap = in->rows_cap,
-                             .rows_cap_len = in->rows_cap ? in->ranks : 0};
+                             .rows_cap_len = in->rows_cap ? in->ranks : 0,
+                             .host = host,
+                             .host_len = host ? in->ranks : 0};
   for (long k = 0; k < o->reps; k++) {
     double t0 = dpshim__tool_now_s();
     int rc = dpshim_plan_solve(&pin, plan);
@@ -507,6 +541,8 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
   }
   out->solve_us = median(in->rep_us, (size_t)o->reps);
   describe(in, plan, out);
+  out->bytes_inter_host = inter_host_bytes(o, in, plan);
+  free(host);
 }
 
 /* ---- --dump-instances ---------------------------------------------------- */
@@ -615,6 +651,7 @@ typedef struct cell {
   double imb_before, imb_after;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty, applied;
   int64_t rows_viol, rows_viol_orig, skips[SKIP_REASONS];
+  int64_t bytes_inter_host;
 } cell_t;
 
 static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
@@ -625,6 +662,7 @@ static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
   c->imb_after += r->imb_after;
   c->bytes_moved += r->bytes_moved;
   c->bytes_total += r->bytes_total;
+  c->bytes_inter_host += r->bytes_inter_host;
   c->cap_viol += r->cap_viol;
   c->cap_viol_orig += r->cap_viol_orig;
   c->empty += r->empty;
@@ -689,6 +727,11 @@ static void print_cell(const options_t *o, const char *profile, int32_t ranks,
   put_num("moved_bytes_fraction",
           c->bytes_total ? (double)c->bytes_moved / (double)c->bytes_total : 0,
           "%.6g");
+  if (o->ranks_per_host > 0)
+    put_num("inter_host_bytes_fraction",
+            c->bytes_total ? (double)c->bytes_inter_host /
+                                 (double)c->bytes_total : 0,
+            "%.6g");
   printf(",\"cap_violations\":%lld,\"cap_violations_original\":%lld,"
          "\"empty_ranks\":%lld,\"applied\":%lld",
          (long long)c->cap_viol, (long long)c->cap_viol_orig,

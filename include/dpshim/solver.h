@@ -96,6 +96,13 @@ typedef struct dpshim_plan_input {
    * caps, as it ignores the token cap. */
   const int64_t *rows_cap;
   int32_t rows_cap_len; /* must equal ranks when rows_cap is set */
+  /* [ranks]: each rank's host (any numbers; equal means the same host),
+   * NULL = one host. default then places a sample that leaves its rank on
+   * the least-loaded rank of its own host that has room under its target
+   * before any other: the same target, fewer bytes across hosts. The plan
+   * counts those bytes (bytes_inter_host). */
+  const int32_t *host;
+  int32_t host_len; /* must equal ranks when host is set */
 } dpshim_plan_input_t;
 
 typedef struct dpshim_plan {
@@ -113,6 +120,7 @@ typedef struct dpshim_plan {
   int64_t rows_max_after; /* the most rows any rank holds under dest */
   int64_t cap_tokens;   /* the per-rank token cap, or -1 for none */
   int64_t bytes_moved;  /* bytes of the samples whose dest != origin */
+  int64_t bytes_inter_host; /* of those, between ranks on two hosts */
   int64_t bytes_total;
   dpshim_decision_t decision;
   dpshim_skip_reason_t reason;

@@ -79,6 +79,13 @@ Test(plan_errors, rows_cap_len_mismatch) {
   expect_einval("rows_cap_len");
 }
 
+Test(plan_errors, host_len_mismatch) {
+  static const int32_t host[] = {0, 1, 1};
+  in.host = host;
+  in.host_len = 3;
+  expect_einval("host_len");
+}
+
 Test(plan_errors, rows_cap_negative) {
   in.rows_cap = rows_cap;
   in.rows_cap_len = 2;
