@@ -11,6 +11,7 @@ Skipped (77), with one line, where namespaces cannot be made.
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 
@@ -40,6 +41,8 @@ def main():
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks-per-host", type=int, default=2)
     args = ap.parse_args()
+    # meson's timeout sends SIGTERM: unwind, so that the hosts go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         with Hosts(args.hosts) as hosts, \
                 tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,8 @@ over TCP only on that subnet.
     with Hosts(2) as hosts:              # needs root; Unavailable otherwise
         rc, out, err = run(hosts.mpirun(4, ["./reftrain", ...]))
 
-Torn down on exit, also on failure.
+Torn down on exit, also on failure (the caller turns SIGTERM into an
+exit, as check_multihost.py does, for a timeout to unwind).
 """
 import os
 import shutil
