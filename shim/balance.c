@@ -40,6 +40,7 @@ size_t dpshim__balance_slot_bytes(size_t most) {
 struct dpshim__balancer {
   dpshim__balance_config_t cfg;
   const int32_t *host; /* [size] each rank's host, or NULL */
+  int tell_hosts;      /* the solver gets them */
   dpshim_plan_t plan;
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
@@ -123,8 +124,10 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
   b->cfg.model = model;
 }
 
-void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host) {
+void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
+                                int tell) {
   b->host = host;
+  b->tell_hosts = tell;
 }
 
 static int ensure_group(dpshim__balancer_t *b, int32_t size) {
@@ -398,8 +401,8 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .algo = b->cfg.algo,
       .rows_cap = rows_cap,
       .rows_cap_len = rows_cap ? b->size : 0,
-      .host = b->host,
-      .host_len = b->host ? b->size : 0,
+      .host = b->tell_hosts ? b->host : NULL,
+      .host_len = b->tell_hosts && b->host ? b->size : 0,
   };
   int rc = dpshim_plan_solve(&in, &b->plan);
   if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);
@@ -555,6 +558,9 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
   rep->bytes_moved = b->plan.bytes_moved;
   rep->bytes_total = b->plan.bytes_total;
   rep->bytes_inter_host = b->plan.bytes_inter_host;
+  for (int64_t i = 0; b->host && !b->tell_hosts && i < n; i++)
+    if (b->host[b->samples[i].origin] != b->host[b->plan.dest[i]])
+      rep->bytes_inter_host += b->samples[i].bytes;
   rep->imbalance_before = b->plan.imbalance_before;
   rep->imbalance_after = b->plan.imbalance_after;
   rep->lower_bound = b->plan.lower_bound;

@@ -73,10 +73,11 @@ void dpshim__balancer_free(dpshim__balancer_t *b);
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size);
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model);
-/* Each group rank's host ([group size], kept, the caller's): plans prefer
- * moves within a host and count the bytes that cross hosts; NULL: one
- * host. */
-void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host);
+/* Each group rank's host ([group size], kept, the caller's), for counting
+ * the bytes that cross hosts; with `tell`, plans also prefer moves within a
+ * host. NULL: one host. */
+void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
+                                int tell);
 
 /* Balances `batch`. Collective over comm, and over ho->peers. Returns 0 (applied or skipped; see rep) or the
  * negative DPSHIM_E* code that every rank returns. Skipped: "warmup" (not

@@ -361,6 +361,7 @@ INT_FIELD(verbose, parse_bool)
 INT_FIELD(verify, parse_bool)
 INT_FIELD(loader_thread, parse_bool)
 INT_FIELD(vit, parse_bool)
+INT_FIELD(topology, parse_bool)
 INT_FIELD(tp, parse_size)
 INT_FIELD(pp, parse_size)
 INT_FIELD(cp, parse_size)
@@ -434,6 +435,8 @@ static const row_t rows[] = {
     {VALUE(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "2", "a number > 0 or 'none'",
            NULL),
      parse_vit_max_patch_ratio, format_vit_max_patch_ratio},
+    {{DPSHIM_ENV_TOPOLOGY, "1", BOOL_TEXT, NULL, DPSHIM__FORM_SWITCH},
+     parse_topology, format_topology},
 };
 #define NROWS ((int32_t)(sizeof rows / sizeof *rows))
 
@@ -534,6 +537,7 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_int(h, c->verbose != 0);
   h = mix_int(h, c->verify != 0);
   h = mix_int(h, c->loader_thread != 0);
+  h = mix_int(h, c->topology != 0);
   h = dpshim__fnv(h, c->warmup, sizeof c->warmup);
   h = mix_int(h, c->nwarmup);
   h = mix_int(h, c->warmup_first);

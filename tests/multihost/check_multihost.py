@@ -3,8 +3,10 @@
 between them: 2 hosts x 2 ranks, without the shim and with it. With the
 shim: the same digest, every sample intact, plans applied, bytes really
 crossing the hosts' links, and the step log and the summary telling
-inter-host bytes from intra-host ones (the shim learns the hosts itself).
-Skipped (77), with one line, where namespaces cannot be made.
+inter-host bytes from intra-host ones (the shim learns the hosts itself);
+with DPSHIM_TOPOLOGY=0 too (plans not told the hosts): the same digest,
+and both runs' step times and inter-host bytes printed. Skipped (77),
+with one line, where namespaces cannot be made.
 
     check_multihost.py --shim LIBDPSHIM --reftrain REFTRAIN
 """
@@ -85,8 +87,25 @@ def main():
             check("across hosts" in err, "summary without the inter-host "
                   "bytes: %r" % err[-600:])
             print("with the shim: %d plans applied, %d inter-host bytes "
-                  "moved of %d" % (len(inter), sum(inter or [0]), sum(
-                      e.get("bytes_moved", 0) for e in entries)))
+                  "moved of %d; TGS %s (without the shim %s)" % (
+                      len(inter), sum(inter or [0]), sum(
+                          e.get("bytes_moved", 0) for e in entries),
+                      shim.get("tgs"), plain.get("tgs")))
+            env["DPSHIM_TOPOLOGY"] = "0"
+            log0 = os.path.join(tmp, "log0.jsonl")
+            env["DPSHIM_LOG"] = log0
+            rc, out, err = run(hosts.mpirun(args.ranks_per_host, cmd,
+                                            env=list(env) + ["LD_PRELOAD"]),
+                               env=env, preload=args.shim, timeout=300)
+            flat = result("with the shim, DPSHIM_TOPOLOGY=0", rc, out, err)
+            check(not flat or flat.get("consumed_digest") == plain.get(
+                "consumed_digest"), "DPSHIM_TOPOLOGY=0: digest %s" % (
+                    flat.get("consumed_digest")))
+            e0 = read_jsonl(log0)
+            print("DPSHIM_TOPOLOGY=0: %d inter-host bytes moved of %d; TGS %s"
+                  % (sum(e.get("bytes_inter_host", 0) for e in e0),
+                     sum(e.get("bytes_moved", 0) for e in e0),
+                     flat.get("tgs")))
     except Unavailable as e:
         print("SKIP: no network namespaces here (%s)" % e)
         return 77

@@ -151,7 +151,8 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_FIT, DPSHIM_ENV_COEFS, DPSHIM_ENV_TP, DPSHIM_ENV_PP,
       DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY,
       DPSHIM_ENV_LOADER_THREAD, DPSHIM_ENV_VIT, DPSHIM_ENV_VIT_THRESHOLD,
-      DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO};
+      DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO,
+      DPSHIM_ENV_TOPOLOGY};
   int32_t n = (int32_t)(sizeof names / sizeof *names);
   cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
   for (int32_t k = 0; k < n; k++) {
@@ -783,6 +784,7 @@ static const struct {
     {DPSHIM_ENV_VIT_COEFS, "2e-9,1e-6,0.01"},
     {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "none"},
     {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "1.5"},
+    {DPSHIM_ENV_TOPOLOGY, "off"},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 
