@@ -5,7 +5,8 @@ and not (DPSHIM_TOPOLOGY=1/0): TGS, whether the digest is the same, the
 inter-host and all bytes moved per applied step, the imbalance after,
 and the bytes on the hosts' links.
 
-    figures.py H R BUILD      e.g. figures.py 4 4 build (as root)
+    figures.py H R BUILD [RATE]   e.g. figures.py 4 4 build 200mbit
+                                  (as root; RATE shapes the hosts' links)
 """
 import json
 import os
@@ -18,11 +19,14 @@ from hosts import Hosts  # noqa: E402
 from mpitest import read_jsonl, run  # noqa: E402
 
 H, R, BUILD = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+RATE = sys.argv[4] if len(sys.argv) > 4 else None
 cmd = [os.path.join(BUILD, "tools", "reftrain", "reftrain"), "--mode",
        "emulate", "--profile", "long", "--time-scale", "0.2", "--seed", "5",
        "--steps", "20"]
 shim = os.path.join(BUILD, "shim", "libdpshim.so")
-with Hosts(H, tag="fig") as hosts, tempfile.TemporaryDirectory() as tmp:
+with Hosts(H, tag="fig", rate=RATE) as hosts, \
+        tempfile.TemporaryDirectory() as tmp:
+    print("%d hosts x %d ranks, %s" % (H, R, hosts.shaped))
     def go(env, preload):
         names = list(env) + (["LD_PRELOAD"] if preload else [])
         rc, out, err = run(hosts.mpirun(R, cmd, env=names), env=env, preload=preload, timeout=600)

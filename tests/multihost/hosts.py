@@ -31,8 +31,10 @@ def ip(*args):
 
 
 class Hosts:
-    def __init__(self, n, tag=None):
-        self.n = n
+    def __init__(self, n, tag=None, rate=None):
+        """rate: shape every host's link to it (tc's token bucket, e.g.
+        "200mbit"); self.shaped then says how, or why not."""
+        self.n, self.rate, self.shaped = n, rate, "unshaped"
         self.tag = tag or "dps%d" % (os.getpid() % 100000)
         self.names = ["%sh%d" % (self.tag, i) for i in range(n)]
         self.switch = self.tag + "sw"
@@ -70,6 +72,8 @@ class Hosts:
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", self.switch, "link", "set", "p%d" % i, "master", "br0")
             ip("-n", self.switch, "link", "set", "p%d" % i, "up")
+        if self.rate:
+            self._shape()
         self.dir = tempfile.mkdtemp(prefix="dpshim-hosts.")
         self.agent = os.path.join(self.dir, "agent.sh")
         with open(self.agent, "w") as f:
@@ -81,6 +85,21 @@ class Hosts:
                     'exec ip netns exec %sh$i unshare --uts sh -c '
                     '"hostname %sh$i; $*"\n' % (self.tag, self.tag))
         os.chmod(self.agent, 0o755)
+
+    def _shape(self):
+        """A token bucket on each host's outgoing link: every inter-host
+        byte waits for it. (netem's latency would need sch_netem, which
+        this kernel may lack: then no latency is added, and shaped says
+        so.)"""
+        for ns in self.names:
+            p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc",
+                                "add", "dev", "eth0", "root", "tbf", "rate",
+                                self.rate, "burst", "64kb", "latency",
+                                "100ms"], capture_output=True, text=True)
+            if p.returncode != 0:
+                self.shaped = "unshaped (tc tbf: %s)" % p.stderr.strip()
+                return
+        self.shaped = "links shaped to %s (tbf; no added latency)" % self.rate
 
     def __exit__(self, *exc):
         for ns in reversed(self.made):
