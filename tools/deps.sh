@@ -17,6 +17,7 @@ packages=(
   gnuplot-nox                   # dpshim-report's and the demo's plots
   python3-numpy python3-torch python3-mpi4py  # the Python package's example
                                               # trainer and its test
+  iproute2                      # tests/multihost: hosts as network namespaces
 )
 
 missing=()
