@@ -92,8 +92,9 @@ def available():
 
 
 def _buffer(array, what):
-    """(address, rows, bytes per row, dtype's itemsize) of a NumPy array or
-    a CPU tensor, zero-copy; TypeError/ValueError naming `what` otherwise."""
+    """(address, rows, bytes per row, itemsize, dtype name) of a NumPy
+    array or a CPU tensor, zero-copy; TypeError/ValueError naming `what`
+    otherwise."""
     if hasattr(array, "data_ptr"):  # torch.Tensor
         if array.device.type != "cpu":
             raise ValueError("%s: a CPU tensor is needed, not %s" % (
