@@ -43,6 +43,14 @@
 #   --vlm-only           the VLM section alone: results.json keeps the text
 #                        runs of an earlier demo, its "vlm" and
 #                        "vlm_sim" are replaced
+#
+# Across hosts (as root): hosts made of network namespaces, OpenMPI over
+# TCP between them (tests/multihost/hosts.py); reftrain on N hosts x 4
+# ranks without the shim and with it, plans told the hosts and not: TGS,
+# the digest, the bytes moved across hosts. Into OUT/hosts.txt. Nothing
+# else runs.
+#   --hosts N            2-4 hosts
+#   --link-rate RATE     shape each host's link (tc tbf), e.g. 200mbit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,10 +61,12 @@ profile=sft lengths="" corpus="" dps="4 8 16 32 64" steps=24 warmup=2-11
 time_scale=5 out=demo-out
 vlm=1 text=1 vlm_layout=internvl vlm_model="" vlm_dps="8 16 32" vlm_steps=16
 vlm_warmup=2-6 vlm_scale=0.25 vlm_args="" vlm_env="" vlm_vit=1 vlm_sim_scale=1
-set_vlm_args=0
+set_vlm_args=0 hosts="" link_rate=""
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) dps="4 8" steps=10 warmup=2-5 time_scale=1 vlm_dps=8 vlm_steps=10 ;;
+    --hosts) hosts=${2:?--hosts needs a number of hosts, 2-4}; shift ;;
+    --link-rate) link_rate=${2:?--link-rate needs a rate like 200mbit}; shift ;;
     --vlm-layout) vlm_layout=${2:?--vlm-layout needs internvl, qwen2vl or qwen3vl}; shift ;;
     --vlm-model) vlm_model=${2:?--vlm-model needs a preset name}; shift ;;
     --vlm-dp) vlm_dps=${2:?--vlm-dp needs sizes like "8 16 32"}; shift ;;
@@ -124,6 +134,15 @@ echo "== set-up"
 tools/deps.sh
 [ -d build/meson-private ] || meson setup build >/dev/null
 ninja -C build >/dev/null
+
+if [ -n "$hosts" ]; then
+  case $hosts in 2|3|4) ;; *) die "--hosts '$hosts': expected 2, 3 or 4" ;; esac
+  echo "== across $hosts hosts x 4 ranks (network namespaces, TCP)"
+  /usr/bin/python3 tests/multihost/figures.py "$hosts" 4 build $link_rate |
+    tee "$out/hosts.txt"
+  echo "wrote $out/hosts.txt"
+  exit 0
+fi
 
 if [ "$vlm" = 1 ]; then
   # vlmtrain parses before MPI starts: a bad preset or data option is named
