@@ -271,7 +271,7 @@ static int judge(dpshim__dstate_t *s, double before) {
  * with rows caps: plans without them stay as they were.) */
 static int descend_from_origins(dpshim__dstate_t *s, double before) {
   const dpshim__ctx_t *ctx = s->ctx;
-  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = ctx->samples[i].origin;
+  dpshim__dest_at_origins(ctx, ctx->dest);
   int rc = dpshim__dstate_init(s, ctx);
   if (rc < 0) return rc;
   dpshim__default_descend(s, before);
@@ -280,7 +280,7 @@ static int descend_from_origins(dpshim__dstate_t *s, double before) {
 }
 
 int dpshim__default_aim(const dpshim__ctx_t *ctx, double target) {
-  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = ctx->samples[i].origin;
+  dpshim__dest_at_origins(ctx, ctx->dest);
   dpshim__dstate_t s;
   int rc = dpshim__dstate_init(&s, ctx);
   if (rc < 0) return rc;
@@ -317,8 +317,7 @@ static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
   flat.host = NULL;
   flat.dest = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!flat.dest) return DPSHIM_ENOMEM;
-  for (int64_t i = 0; i < ctx->nsamples; i++)
-    flat.dest[i] = ctx->samples[i].origin;
+  dpshim__dest_at_origins(ctx, flat.dest);
   double flat_max;
   int flat_reason = core(&flat, &flat_max);
   if (flat_reason < 0) return flat_reason;

@@ -23,6 +23,7 @@
  *      makespan. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -128,6 +129,20 @@ static int relabel(const dpshim__ctx_t *ctx) {
   return 0;
 }
 
+/* A plan copied whole: to keep one, or to put it back. */
+static void copy_dest(const dpshim__ctx_t *ctx, int32_t *to,
+                      const int32_t *from) {
+  memcpy(to, from, sizeof *to * (size_t)ctx->nsamples);
+}
+
+/* The bytes of the samples a plan moves off their origin. */
+static int64_t moved_bytes(const dpshim__ctx_t *ctx, const int32_t *dest) {
+  int64_t bytes = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    if (dest[i] != ctx->samples[i].origin) bytes += ctx->samples[i].bytes;
+  return bytes;
+}
+
 static int has_history(const dpshim__ctx_t *ctx) {
   for (int32_t r = 0; r < ctx->ranks; r++)
     if (ctx->history[r] != 0) return 1;
@@ -154,19 +169,13 @@ static int seed_plan(const dpshim__ctx_t *ctx, tally_t *t, double *max) {
  * with fewer bytes at no higher maximum is kept. */
 static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
                        int32_t *mine, tally_t *t) {
-  int64_t seed_bytes = 0, bytes = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++) {
-    mine[i] = ctx->dest[i];
-    if (mine[i] != ctx->samples[i].origin) seed_bytes += ctx->samples[i].bytes;
-  }
+  copy_dest(ctx, mine, ctx->dest);
   int rc = dpshim__default_aim(ctx, seed_max);
   if (rc < 0) return rc;
   tally_of(ctx, ctx->dest, t);
-  for (int64_t i = 0; i < ctx->nsamples; i++)
-    if (ctx->dest[i] != ctx->samples[i].origin) bytes += ctx->samples[i].bytes;
   if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > seed_max ||
-      bytes >= seed_bytes)
-    for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
+      moved_bytes(ctx, ctx->dest) >= moved_bytes(ctx, mine))
+    copy_dest(ctx, ctx->dest, mine);
   return DPSHIM_SKIP_NONE;
 }
 
@@ -184,11 +193,11 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   if (ctx->rows_cap || best <= bound) return reason;
   int32_t *mine = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!mine) return DPSHIM_ENOMEM;
-  for (int64_t i = 0; i < ctx->nsamples; i++) mine[i] = ctx->dest[i];
+  copy_dest(ctx, mine, ctx->dest);
   int rc = seed_plan(ctx, t, seed_max);
   if (rc < 0) return rc;
   if (*seed_max < best) return aim_at_seed(ctx, *seed_max, mine, t);
-  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
+  copy_dest(ctx, ctx->dest, mine);
   return reason;
 }
 
@@ -199,13 +208,12 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
  * kept, else 0. *optimal: the maximum load left is proven optimal. */
 static int search_run(const dpshim__ctx_t *ctx, int bytes_mode, double *max,
                       int32_t *mine, tally_t *t, int *optimal) {
-  for (int64_t i = 0; i < ctx->nsamples; i++) mine[i] = ctx->dest[i];
+  copy_dest(ctx, mine, ctx->dest);
   int rc = dpshim__default_search(ctx, bytes_mode, *max);
   if (rc < 0) return rc;
   tally_of(ctx, ctx->dest, t);
   double found = dpshim__max_load(t->load, ctx->ranks);
-  int changed = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++) changed |= ctx->dest[i] != mine[i];
+  int changed = memcmp(ctx->dest, mine, sizeof *mine * (size_t)ctx->nsamples);
   *optimal = rc == 1 && !changed;
   if (changed && acceptable(ctx, t) &&
       (bytes_mode ? found <= *max : found < *max)) {
@@ -213,7 +221,7 @@ static int search_run(const dpshim__ctx_t *ctx, int bytes_mode, double *max,
     *optimal = rc == 1;
     return 1;
   }
-  for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
+  copy_dest(ctx, ctx->dest, mine);
   return 0;
 }
 
@@ -230,9 +238,9 @@ static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
                         double *seed_max, int32_t *mine, tally_t *t,
                         double *slack) {
   if (isnan(*seed_max)) {
-    for (int64_t i = 0; i < ctx->nsamples; i++) mine[i] = ctx->dest[i];
+    copy_dest(ctx, mine, ctx->dest);
     int rc = seed_plan(ctx, t, seed_max);
-    for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = mine[i];
+    copy_dest(ctx, ctx->dest, mine);
     if (rc < 0) return rc;
   }
   double from = optimal ? max : ctx->lower_bound_cap;
@@ -249,8 +257,7 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   int32_t *mine = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!mine) return DPSHIM_ENOMEM;
   if (reason != DPSHIM_SKIP_NONE)
-    for (int64_t i = 0; i < ctx->nsamples; i++)
-      ctx->dest[i] = ctx->samples[i].origin;
+    dpshim__dest_at_origins(ctx, ctx->dest);
   tally_of(ctx, ctx->dest, t);
   double max = dpshim__max_load(t->load, ctx->ranks), slack;
   int optimal, rc = search_run(ctx, 0, &max, mine, t, &optimal);
@@ -260,8 +267,7 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
     return rc;
   double before = dpshim__max_load(ctx->load0, ctx->ranks);
   if (before <= slack) {
-    for (int64_t i = 0; i < ctx->nsamples; i++)
-      ctx->dest[i] = ctx->samples[i].origin;
+    dpshim__dest_at_origins(ctx, ctx->dest);
     return DPSHIM_SKIP_NO_GAIN;
   }
   max = fmax(max, fmin(slack, before * (1 - BYTES_GAIN)));

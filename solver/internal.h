@@ -105,6 +105,12 @@ static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,
   return add <= 0 || !ctx->rows_cap || held + add <= ctx->rows_cap[r];
 }
 
+/* Every sample back on its origin: dest[i] = samples[i].origin. */
+static inline void dpshim__dest_at_origins(const dpshim__ctx_t *ctx,
+                                           int32_t *dest) {
+  for (int64_t i = 0; i < ctx->nsamples; i++) dest[i] = ctx->samples[i].origin;
+}
+
 /* Rows per rank when sample i sits on where[i], into rows[ranks]; returns
  * how many ranks exceed their rows cap (0 without caps). */
 int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
