@@ -401,8 +401,9 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .algo = b->cfg.algo,
       .rows_cap = rows_cap,
       .rows_cap_len = rows_cap ? b->size : 0,
-      .host = b->tell_hosts ? b->host : NULL,
-      .host_len = b->tell_hosts && b->host ? b->size : 0,
+      .host = b->host,
+      .host_len = b->host ? b->size : 0,
+      .ignore_hosts = !b->tell_hosts,
   };
   int rc = dpshim_plan_solve(&in, &b->plan);
   if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);
@@ -558,9 +559,6 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
   rep->bytes_moved = b->plan.bytes_moved;
   rep->bytes_total = b->plan.bytes_total;
   rep->bytes_inter_host = b->plan.bytes_inter_host;
-  for (int64_t i = 0; b->host && !b->tell_hosts && i < n; i++)
-    if (b->host[b->samples[i].origin] != b->host[b->plan.dest[i]])
-      rep->bytes_inter_host += b->samples[i].bytes;
   rep->imbalance_before = b->plan.imbalance_before;
   rep->imbalance_after = b->plan.imbalance_after;
   rep->lower_bound = b->plan.lower_bound;

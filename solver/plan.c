@@ -199,7 +199,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->cost = cost;
   ctx->rows0 = rows0;
   ctx->rows_cap = in->rows_cap;
-  ctx->host = in->host;
+  ctx->host = in->ignore_hosts ? NULL : in->host;
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;

@@ -502,21 +502,10 @@ static void describe(instance_t *in, const dpshim_plan_t *plan,
     out->cap_viol = ranks_over_cap(in, plan->dest, plan->cap_tokens, NULL);
 }
 
-/* With --ranks-per-host: the bytes the plan moves between hosts, counted
- * here whether the solver was told the hosts or not. */
-static int64_t inter_host_bytes(const options_t *o, const instance_t *in,
-                                const dpshim_plan_t *plan) {
-  int64_t bytes = 0, k = o->ranks_per_host;
-  for (int64_t i = 0; k > 0 && i < in->n; i++)
-    if (plan->dest[i] / k != in->samples[i].origin / k)
-      bytes += in->samples[i].bytes;
-  return bytes;
-}
-
 static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
                   dpshim_plan_t *plan, outcome_t *out) {
   int32_t *host = NULL;
-  if (o->ranks_per_host > 0 && o->topology) {
+  if (o->ranks_per_host > 0) {
     host = grow(NULL, sizeof *host * (size_t)in->ranks);
     for (int32_t r = 0; r < in->ranks; r++) host[r] = r / o->ranks_per_host;
   }
@@ -527,7 +516,8 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
                              .rows_cap = in->rows_cap,
                              .rows_cap_len = in->rows_cap ? in->ranks : 0,
                              .host = host,
-                             .host_len = host ? in->ranks : 0};
+                             .host_len = host ? in->ranks : 0,
+                             .ignore_hosts = !o->topology};
   for (long k = 0; k < o->reps; k++) {
     double t0 = dpshim__tool_now_s();
     int rc = dpshim_plan_solve(&pin, plan);
@@ -541,7 +531,7 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
   }
   out->solve_us = median(in->rep_us, (size_t)o->reps);
   describe(in, plan, out);
-  out->bytes_inter_host = inter_host_bytes(o, in, plan);
+  out->bytes_inter_host = plan->bytes_inter_host;
   free(host);
 }
 

@@ -97,12 +97,14 @@ typedef struct dpshim_plan_input {
   const int64_t *rows_cap;
   int32_t rows_cap_len; /* must equal ranks when rows_cap is set */
   /* [ranks]: each rank's host (any numbers; equal means the same host),
-   * NULL = one host. default then places a sample that leaves its rank on
-   * the least-loaded rank of its own host that has room under its target
-   * before any other: the same target, fewer bytes across hosts. The plan
-   * counts those bytes (bytes_inter_host). */
+   * NULL = one host. The plan counts the bytes it moves across hosts
+   * (bytes_inter_host), and unless ignore_hosts, default places a sample
+   * that leaves its rank on the least-loaded rank of its own host that has
+   * room under its target before any other: the same target, fewer bytes
+   * across hosts. */
   const int32_t *host;
   int32_t host_len; /* must equal ranks when host is set */
+  int ignore_hosts; /* count the bytes across hosts, plan as on one host */
 } dpshim_plan_input_t;
 
 typedef struct dpshim_plan {
