@@ -41,6 +41,7 @@ struct dpshim__balancer {
   dpshim__balance_config_t cfg;
   const int32_t *host; /* [size] each rank's host, or NULL */
   int tell_hosts;      /* the solver gets them */
+  double inter_host_cost;
   dpshim_plan_t plan;
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
@@ -125,9 +126,10 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
 }
 
 void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
-                                int tell) {
+                                int tell, double inter_host_cost) {
   b->host = host;
   b->tell_hosts = tell;
+  b->inter_host_cost = inter_host_cost;
 }
 
 static int ensure_group(dpshim__balancer_t *b, int32_t size) {
@@ -404,6 +406,7 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .host = b->host,
       .host_len = b->host ? b->size : 0,
       .ignore_hosts = !b->tell_hosts,
+      .inter_host_cost = b->inter_host_cost,
   };
   int rc = dpshim_plan_solve(&in, &b->plan);
   if (rc < 0) snprintf(msg, MESSAGE_BYTES, "solver: %.150s", b->plan.message);

@@ -75,9 +75,10 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model);
 /* Each group rank's host ([group size], kept, the caller's), for counting
  * the bytes that cross hosts; with `tell`, plans also prefer moves within a
- * host. NULL: one host. */
+ * host, a byte across hosts priced at inter_host_cost bytes within one
+ * (dpshim_plan_input_t's). NULL: one host. */
 void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
-                                int tell);
+                                int tell, double inter_host_cost);
 
 /* Balances `batch`. Collective over comm, and over ho->peers. Returns 0 (applied or skipped; see rep) or the
  * negative DPSHIM_E* code that every rank returns. Skipped: "warmup" (not

@@ -43,7 +43,9 @@ __attribute__((format(printf, 2, 3))) static void put(text_t *t,
 static void put_double(text_t *t, double x) {
   char buf[32];
   if (x == 0) x = 0.0;
-  for (int prec = 1; prec <= 17; prec++) {
+  /* At least the integer digits: 10, not 1e+01. */
+  int first = fabs(x) >= 1 && fabs(x) < 1e15 ? (int)log10(fabs(x)) + 1 : 1;
+  for (int prec = first; prec <= 17; prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, x);
     if (strtod(buf, NULL) == x) break;
   }
@@ -320,6 +322,14 @@ DOUBLE_FIELD(vit_max_patch_ratio, parse_cap, format_cap)
 DOUBLE_FIELD(threshold, parse_threshold_value, format_number)
 DOUBLE_FIELD(vit_threshold, parse_threshold_value, format_number)
 
+static int parse_inter_host_cost_value(const char *v, double *out) {
+  return parse_double(v, 1, 0, out) < 0 || *out > DPSHIM_INTER_HOST_COST_MAX
+             ? -1
+             : 0;
+}
+
+DOUBLE_FIELD(inter_host_cost, parse_inter_host_cost_value, format_number)
+
 static int parse_algo(const char *v, dpshim__config_t *c) {
   return dpshim_algo_from_name(v, &c->algo) < 0 ? -1 : 0;
 }
@@ -437,6 +447,8 @@ static const row_t rows[] = {
      parse_vit_max_patch_ratio, format_vit_max_patch_ratio},
     {{DPSHIM_ENV_TOPOLOGY, "1", BOOL_TEXT, NULL, DPSHIM__FORM_SWITCH},
      parse_topology, format_topology},
+    {VALUE(DPSHIM_ENV_INTER_HOST_COST, "10", "a number in 1..1000", NULL),
+     parse_inter_host_cost, format_inter_host_cost},
 };
 #define NROWS ((int32_t)(sizeof rows / sizeof *rows))
 
@@ -538,6 +550,7 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_int(h, c->verify != 0);
   h = mix_int(h, c->loader_thread != 0);
   h = mix_int(h, c->topology != 0);
+  h = mix_double(h, c->inter_host_cost);
   h = dpshim__fnv(h, c->warmup, sizeof c->warmup);
   h = mix_int(h, c->nwarmup);
   h = mix_int(h, c->warmup_first);

@@ -39,6 +39,7 @@ typedef struct dpshim__config {
   int verify;
   int loader_thread; /* the loader hands off from its own thread */
   int topology;      /* plans prefer moves within a host */
+  double inter_host_cost; /* a byte across hosts, in bytes within one */
   /* warmup[s] is 1 when step s (1-based) is a warm-up step; the first one
    * is a cold start whose timing is dropped. */
   uint8_t warmup[DPSHIM__MAX_WARMUP + 1];

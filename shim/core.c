@@ -55,7 +55,8 @@ static int copy_hosts(dpshim__core_t *c, const int32_t *host) {
     c->host[r] = host[r];
     if (host[r] + 1 > c->nhosts) c->nhosts = host[r] + 1;
   }
-  dpshim__balancer_set_hosts(c->balancer, c->host, c->cfg.topology);
+  dpshim__balancer_set_hosts(c->balancer, c->host, c->cfg.topology,
+                             c->cfg.inter_host_cost);
   return 0;
 }
 

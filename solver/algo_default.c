@@ -35,15 +35,19 @@
  * property tests); the plan is applied only if it lowers the maximum load.
  * Then default_finish.c: seed's plan as a second start where this one
  * stays above the bound, and every moved sample sent home that fits there
- * under the maximum. */
+ * under the maximum.
+ * Told the hosts, bytes are priced (dpshim__move_price: a byte across
+ * hosts costs inter_host_cost bytes within one) wherever steps weigh
+ * them; a host's shed samples leave it, longest first (the most cost per
+ * byte), while they fit in what the host holds above its ranks' targets,
+ * the others look for room on their home's host first (default_place.c);
+ * and default_finish.c moves samples left on other hosts to their home's
+ * where that keeps the maximum. */
 #include <math.h>
 
 #include "default_state.h"
 
 #define TOLERANCE 1e-4
-/* Told the hosts, the most makespan default gives up for moves within a
- * host: its plan is kept if within this of the plan made without hosts. */
-#define TOPOLOGY_SLACK 1e-3
 #define FRINGE 0.01 /* share of B each rank offers as short samples */
 
 /* ---- 1. shed ------------------------------------------------------------ */
@@ -209,8 +213,10 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
     const dpshim_sample_t *smp = &ctx->samples[i];
     int32_t r = ctx->dest[i];
-    s->total_bytes += smp->bytes;
-    if (r != smp->origin) s->moved_bytes += smp->bytes;
+    s->total_price += ctx->host ? (int64_t)llround((double)smp->bytes *
+                                                   ctx->inter_host_cost)
+                                : smp->bytes;
+    s->moved_price += dpshim__move_price(ctx, i, r);
     s->tokens[r] += smp->len;
     s->rows[r] += smp->rows;
     s->count[r]++;
@@ -223,10 +229,10 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
   s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->trade_rows = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
-  s->trade_bytes = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
+  s->trade_price = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
   if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
-      !s->trade_rows || !s->trade_bytes || !s->viable)
+      !s->trade_rows || !s->trade_price || !s->viable)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return 0;
@@ -307,7 +313,7 @@ static int core(const dpshim__ctx_t *ctx, double *max) {
 
 /* Told the hosts, placing on the home's host may leave the repair further
  * from the target: where the plan misses it, the plan made without hosts
- * is kept instead if its maximum is more than TOPOLOGY_SLACK lower. */
+ * is kept instead if its maximum is more than DPSHIM_TOPOLOGY_SLACK lower. */
 static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
                                    double max) {
   if (reason < 0 || !ctx->host ||
@@ -321,7 +327,7 @@ static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
   double flat_max;
   int flat_reason = core(&flat, &flat_max);
   if (flat_reason < 0) return flat_reason;
-  if (flat_max * (1 + TOPOLOGY_SLACK) >= max) return reason;
+  if (flat_max * (1 + DPSHIM_TOPOLOGY_SLACK) >= max) return reason;
   for (int64_t i = 0; i < ctx->nsamples; i++) ctx->dest[i] = flat.dest[i];
   return flat_reason;
 }

@@ -20,7 +20,10 @@
  *   4. sending home: every moved sample, costliest first, whose origin can
  *      take it back without raising the plan's maximum load (and within the
  *      caps, and leaving its rank a sample) goes home: fewer bytes, the same
- *      makespan. */
+ *      makespan;
+ *   5. told the hosts: every moved sample still on another host than its
+ *      home's goes to the least-loaded rank of its home's host that can
+ *      take it so; then step 4 again, and so on until neither moves one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,12 +138,12 @@ static void copy_dest(const dpshim__ctx_t *ctx, int32_t *to,
   memcpy(to, from, sizeof *to * (size_t)ctx->nsamples);
 }
 
-/* The bytes of the samples a plan moves off their origin. */
-static int64_t moved_bytes(const dpshim__ctx_t *ctx, const int32_t *dest) {
-  int64_t bytes = 0;
+/* The priced bytes of the samples a plan moves off their origin. */
+static int64_t moved_price(const dpshim__ctx_t *ctx, const int32_t *dest) {
+  int64_t price = 0;
   for (int64_t i = 0; i < ctx->nsamples; i++)
-    if (dest[i] != ctx->samples[i].origin) bytes += ctx->samples[i].bytes;
-  return bytes;
+    price += dpshim__move_price(ctx, i, dest[i]);
+  return price;
 }
 
 static int has_history(const dpshim__ctx_t *ctx) {
@@ -174,7 +177,7 @@ static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
   if (rc < 0) return rc;
   tally_of(ctx, ctx->dest, t);
   if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > seed_max ||
-      moved_bytes(ctx, ctx->dest) >= moved_bytes(ctx, mine))
+      moved_price(ctx, ctx->dest) >= moved_price(ctx, mine))
     copy_dest(ctx, ctx->dest, mine);
   return DPSHIM_SKIP_NONE;
 }
@@ -339,6 +342,26 @@ static int alike_home(const dpshim__ctx_t *ctx) {
 
 /* ---- 4. sending home ---------------------------------------------------- */
 
+/* Whether sample i may leave its rank for r: its rank keeps a sample, and
+ * r stays within the limit and the caps. */
+static int may_move(const dpshim__ctx_t *ctx, const tally_t *t, int64_t i,
+                    int32_t r, double limit) {
+  const dpshim_sample_t *s = &ctx->samples[i];
+  return t->count[ctx->dest[i]] >= 2 && t->load[r] + ctx->cost[i] <= limit &&
+         t->tokens[r] + s->len <= ctx->cap &&
+         dpshim__rows_fit(ctx, r, t->rows[r], s->rows);
+}
+
+static void move(const dpshim__ctx_t *ctx, tally_t *t, int64_t i, int32_t to) {
+  const dpshim_sample_t *s = &ctx->samples[i];
+  int32_t r = ctx->dest[i];
+  ctx->dest[i] = to;
+  t->load[r] -= ctx->cost[i], t->load[to] += ctx->cost[i];
+  t->tokens[r] -= s->len, t->tokens[to] += s->len;
+  t->rows[r] -= s->rows, t->rows[to] += s->rows;
+  t->count[r]--, t->count[to]++;
+}
+
 /* One pass of step 4 over the moved samples (cost descending); returns
  * how many went home. */
 static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
@@ -346,27 +369,41 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
   int64_t sent = 0;
   for (int64_t k = 0; k < n; k++) {
     int64_t i = moved[k];
-    const dpshim_sample_t *s = &ctx->samples[i];
-    int32_t r = ctx->dest[i], o = s->origin;
-    if (r == o || t->count[r] < 2 || t->load[o] + ctx->cost[i] > limit ||
-        t->tokens[o] + s->len > ctx->cap ||
-        !dpshim__rows_fit(ctx, o, t->rows[o], s->rows))
-      continue;
-    ctx->dest[i] = o;
-    t->load[r] -= ctx->cost[i], t->load[o] += ctx->cost[i];
-    t->tokens[r] -= s->len, t->tokens[o] += s->len;
-    t->rows[r] -= s->rows, t->rows[o] += s->rows;
-    t->count[r]--, t->count[o]++;
+    int32_t o = ctx->samples[i].origin;
+    if (ctx->dest[i] == o || !may_move(ctx, t, i, o, limit)) continue;
+    move(ctx, t, i, o);
     sent++;
   }
   return sent;
 }
 
-/* Step 4, until a pass sends nothing: a sample gone home lightens the
- * rank it left, which may be another's home. */
+/* One pass of step 5 over the moved samples: returns how many it sent to
+ * their home's host. */
+static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
+                              const int64_t *moved, int64_t n, double limit,
+                              tally_t *t) {
+  int64_t sent = 0;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = moved[k];
+    int32_t o = ctx->samples[i].origin, best = -1;
+    if (ctx->host[ctx->dest[i]] == ctx->host[o]) continue;
+    for (int32_t r = ring[o]; r != o; r = ring[r])
+      if ((best < 0 || t->load[r] < t->load[best]) &&
+          may_move(ctx, t, i, r, limit))
+        best = r;
+    if (best < 0) continue;
+    move(ctx, t, i, best);
+    sent++;
+  }
+  return sent;
+}
+
+/* Steps 4 and 5, until a pass sends nothing: a sample gone home lightens
+ * the rank it left, which may be another's home. */
 static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
-  if (!moved) return DPSHIM_ENOMEM;
+  int32_t *ring;
+  if (!moved || dpshim__host_ring(ctx, &ring) < 0) return DPSHIM_ENOMEM;
   tally_of(ctx, ctx->dest, t);
   double limit = dpshim__max_load(t->load, ctx->ranks);
   int64_t n = 0;
@@ -374,8 +411,10 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
     int64_t i = ctx->order[k];
     if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
   }
-  while (home_pass(ctx, moved, n, limit, t) > 0) {
-  }
+  do {
+    while (home_pass(ctx, moved, n, limit, t) > 0) {
+    }
+  } while (ring && home_host_pass(ctx, ring, moved, n, limit, t) > 0);
   return 0;
 }
 

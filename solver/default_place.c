@@ -1,7 +1,6 @@
 /* Step 2 of `default`: shed samples, longest first, go home or to the
  * least-loaded rank with room; a big one that fits nowhere makes room. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "default_state.h"
 #include "rank_heap.h"
@@ -39,6 +38,8 @@ typedef struct placer {
   dpshim__rank_heap_t blocked; /* by tokens */
   sheddable_t *shed;           /* [ranks] */
   int32_t *host_ring;          /* [ranks] the next rank on the same host */
+  int32_t *host_first;         /* [ranks] the lowest rank on the same host */
+  double *exports;             /* [ranks] by host_first: load still to leave */
 } placer_t;
 
 static void shed_add(const dpshim__ctx_t *ctx, sheddable_t *c, int64_t j,
@@ -173,35 +174,6 @@ static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   return best;
 }
 
-/* Ranks on one host in a ring (host_ring[r]: the next rank on r's host),
- * by host then rank. NULL without hosts. */
-typedef struct host_rank {
-  int32_t host, rank;
-} host_rank_t;
-
-static int by_host(const void *a, const void *b) {
-  const host_rank_t *x = a, *y = b;
-  if (x->host != y->host) return x->host < y->host ? -1 : 1;
-  return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
-static int host_rings(const dpshim__dstate_t *s, placer_t *pl) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  pl->host_ring = NULL;
-  if (!ctx->host) return 0;
-  host_rank_t *hr = DPSHIM__ALLOC(ctx, host_rank_t, ctx->ranks);
-  pl->host_ring = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!hr || !pl->host_ring) return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) hr[r] = (host_rank_t){ctx->host[r], r};
-  qsort(hr, (size_t)ctx->ranks, sizeof *hr, by_host);
-  for (int32_t k = 0, first = 0; k < ctx->ranks; k++) {
-    int last = k + 1 == ctx->ranks || hr[k + 1].host != hr[k].host;
-    pl->host_ring[hr[k].rank] = last ? hr[first].rank : hr[k + 1].rank;
-    if (last) first = k + 1;
-  }
-  return 0;
-}
-
 /* The least-loaded rank on sample i's home host, home aside, with room for
  * it under the target (tokens and rows too), or -1. */
 static int32_t on_home_host(const dpshim__dstate_t *s, const placer_t *pl,
@@ -214,15 +186,75 @@ static int32_t on_home_host(const dpshim__dstate_t *s, const placer_t *pl,
   return best;
 }
 
+/* Told the hosts: what each host holds above its ranks' targets must
+ * leave it, and the bytes across hosts are fewest when that is done by the
+ * samples of the most cost per byte, the longest, placed first. So a host's
+ * shed samples leave it, longest first, while they fit in its excess; the
+ * rest look for room on their home's host first. */
+static int host_exports(const dpshim__dstate_t *s, placer_t *pl) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  pl->host_first = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
+  pl->exports = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  if (!pl->host_first || !pl->exports) return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) pl->host_first[r] = -1;
+  for (int32_t r = 0; r < ctx->ranks; r++) {
+    if (pl->host_first[r] >= 0) continue;
+    pl->exports[r] = 0;
+    int32_t q = r;
+    do {
+      pl->host_first[q] = r;
+      pl->exports[r] += ctx->load0[q] - s->target;
+    } while ((q = pl->host_ring[q]) != r);
+  }
+  return 0;
+}
+
+/* Whether sample i is one its host should export. */
+static int to_export(const dpshim__dstate_t *s, const placer_t *pl,
+                     int64_t i) {
+  if (!pl->host_ring || s->ctx->cost[i] < BIG_SAMPLE * s->bound) return 0;
+  return s->ctx->cost[i] <=
+         pl->exports[pl->host_first[s->ctx->samples[i].origin]];
+}
+
+/* Sample i placed on r: if on another host, its home's has that much less
+ * to export, r's that much more (or less room). */
+static void note_export(const dpshim__dstate_t *s, placer_t *pl, int64_t i,
+                        int32_t r) {
+  int32_t home = s->ctx->samples[i].origin;
+  if (!pl->host_ring || s->ctx->host[r] == s->ctx->host[home]) return;
+  pl->exports[pl->host_first[home]] -= s->ctx->cost[i];
+  pl->exports[pl->host_first[r]] += s->ctx->cost[i];
+}
+
+/* Where the home's host has room for sample i in all but no rank has room
+ * for it: the least-loaded rank there, home aside, that can shed its own
+ * shorter samples to fit it does so; or -1. */
+static int32_t home_host_room_maker(dpshim__dstate_t *s, placer_t *pl,
+                                    int64_t i) {
+  int32_t home = s->ctx->samples[i].origin, best = -1;
+  if (!pl->host_ring ||
+      pl->exports[pl->host_first[home]] + s->ctx->cost[i] > 0)
+    return -1;
+  for (int32_t r = pl->host_ring[home]; r != home; r = pl->host_ring[r])
+    if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
+  if (best >= 0) make_room(s, best, i);
+  return best;
+}
+
 /* Home if it has room; else the least-loaded rank of its home's host with
  * room; else the least-loaded rank with room; else, for a big sample, a
- * rank that makes room; else the least-loaded within the cap; else home. */
+ * rank that makes room; else the least-loaded within the cap; else home.
+ * A sample its host exports skips the first two; one it keeps may make
+ * room on its home's host before it looks elsewhere. */
 static int32_t choose_receiver(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len;
-  if (dpshim__dstate_room_for(s, ctx->samples[i].origin, i))
+  int leaves = to_export(s, pl, i);
+  if (!leaves && dpshim__dstate_room_for(s, ctx->samples[i].origin, i))
     return ctx->samples[i].origin;
-  int32_t near = on_home_host(s, pl, i);
+  int32_t near = leaves ? -1 : on_home_host(s, pl, i);
+  if (near < 0 && !leaves) near = home_host_room_maker(s, pl, i);
   if (near >= 0) return near;
   unblock(s, pl, len);
   int32_t r = least_loaded_fitting(s, pl, i);
@@ -241,7 +273,9 @@ int dpshim__default_place(dpshim__dstate_t *s) {
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
                   s->token_key},
       .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks)};
-  if (!pl.key || !pl.blocked.e || !pl.shed || host_rings(s, &pl) < 0)
+  if (!pl.key || !pl.blocked.e || !pl.shed ||
+      dpshim__host_ring(ctx, &pl.host_ring) < 0 ||
+      (pl.host_ring && host_exports(s, &pl) < 0))
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     pl.key[r] = s->load[r];
@@ -252,6 +286,7 @@ int dpshim__default_place(dpshim__dstate_t *s) {
     int64_t i = s->order[k];
     if (ctx->dest[i] >= 0) continue;
     int32_t r = choose_receiver(s, &pl, i);
+    note_export(s, &pl, i, r);
     dpshim__dstate_give(s, i, r);
     touch(s, &pl, r); /* also covers room_maker's shedding on r */
   }

@@ -29,13 +29,13 @@ static int scan_allowed(const dpshim__dstate_t *s, int32_t max_ranks) {
 typedef struct exchange {
   int64_t give, back; /* give: hi -> lo; back: lo -> hi, or -1 for a move */
   double delta;       /* load that leaves hi for lo */
-  int64_t bytes;      /* traffic it adds to the plan (negative: saves) */
+  int64_t price;      /* priced bytes it adds to the plan (negative: saves) */
 } exchange_t;
 
 typedef struct candidate {
   exchange_t x;
   int fits;     /* receiver stays within U */
-  double value; /* fits: useful cost per byte (free: +inf); else: the peak */
+  double value; /* fits: useful cost per priced byte (free: +inf); else: the peak */
   double useful;
 } candidate_t;
 
@@ -54,7 +54,7 @@ static candidate_t rate(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
   candidate_t c = {x, s->load[lo] + x.delta <= s->target, 0, 0};
   c.useful = fmin(x.delta, s->load[hi] - s->bound);
   if (!c.fits) c.value = fmax(s->load[hi] - x.delta, s->load[lo] + x.delta);
-  else c.value = x.bytes <= 0 ? INFINITY : c.useful / (double)x.bytes;
+  else c.value = x.price <= 0 ? INFINITY : c.useful / (double)x.price;
   return c;
 }
 
@@ -62,11 +62,11 @@ static int better(const candidate_t *a, const candidate_t *b) {
   if (b->x.give < 0 || a->fits != b->fits) return b->x.give < 0 || a->fits;
   if (!a->fits) {
     if (a->value != b->value) return a->value < b->value;
-    return a->x.bytes < b->x.bytes;
+    return a->x.price < b->x.price;
   }
   if (a->value != b->value) return a->value > b->value;
   if (a->useful != b->useful) return a->useful > b->useful;
-  return a->x.bytes < b->x.bytes;
+  return a->x.price < b->x.price;
 }
 
 /* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
@@ -74,15 +74,15 @@ static int better(const candidate_t *a, const candidate_t *b) {
 static int consider(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
                     int64_t i, int64_t j, candidate_t *best) {
   const dpshim__ctx_t *ctx = s->ctx;
-  exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_bytes(s, i, lo)};
+  exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_price(s, i, lo)};
   int64_t dlen = ctx->samples[i].len, drows = ctx->samples[i].rows;
   if (j >= 0) {
     x.delta -= ctx->cost[j];
-    x.bytes += dpshim__dstate_extra_bytes(s, j, hi);
+    x.price += dpshim__dstate_extra_price(s, j, hi);
     dlen -= ctx->samples[j].len;
     drows -= ctx->samples[j].rows;
   }
-  if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) return 0;
+  if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
   if (!dpshim__dstate_rows_fit_both(s, hi, lo, drows)) return 0;
   candidate_t c = rate(s, hi, lo, x);
@@ -109,14 +109,14 @@ static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo, int32_t hi) {
     s->trade_key[n++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
   qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
   s->trade_cost[0] = 0;
-  s->trade_tokens[0] = s->trade_rows[0] = s->trade_bytes[0] = 0;
+  s->trade_tokens[0] = s->trade_rows[0] = s->trade_price[0] = 0;
   for (int64_t m = 0; m < n; m++) {
     int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
     s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
     s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
     s->trade_rows[m + 1] = s->trade_rows[m] + s->ctx->samples[j].rows;
-    s->trade_bytes[m + 1] =
-        s->trade_bytes[m] + dpshim__dstate_extra_bytes(s, j, hi);
+    s->trade_price[m + 1] =
+        s->trade_price[m] + dpshim__dstate_extra_price(s, j, hi);
   }
   s->trade_lo = lo;
   s->trade_hi = hi;
@@ -198,8 +198,8 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
     if (!trade_rows_fit(s, i, hi, lo, m)) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    dpshim__dstate_extra_bytes(s, i, lo) + s->trade_bytes[m]};
-    if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.bytes)) continue;
+                    dpshim__dstate_extra_price(s, i, lo) + s->trade_price[m]};
+    if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) continue;
     candidate_t c = rate(s, hi, lo, x);
     if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
       best = c;
@@ -217,14 +217,15 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
-/* Traffic added by sending i to lo and lo's m shortest (trade_key) to x. */
-static int64_t trade_bytes(const dpshim__dstate_t *s, int64_t i, int32_t lo,
+/* Priced bytes added by sending i to lo and lo's m shortest (trade_key)
+ * to x. */
+static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
                            int32_t x, int64_t m) {
-  int64_t bytes = dpshim__dstate_extra_bytes(s, i, lo);
+  int64_t price = dpshim__dstate_extra_price(s, i, lo);
   for (int64_t k = 0; k < m; k++)
-    bytes += dpshim__dstate_extra_bytes(
+    price += dpshim__dstate_extra_price(
         s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
-  return bytes;
+  return price;
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -250,7 +251,7 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
       if (!trade_rows_fit(s, i, x, lo, m)) continue;
       double delta = ctx->cost[i] - s->trade_cost[m];
       if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
-      if (!dpshim__dstate_affordable(s, trade_bytes(s, i, lo, x, m))) continue;
+      if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) continue;
       best = delta;
       a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
     }
@@ -411,9 +412,9 @@ static double evening(const dpshim__dstate_t *s, int32_t a, int32_t b,
   if (d <= 0 || d >= gap) return 0;
   if (s->tokens[b] + dl > ctx->cap || s->tokens[a] - dl > ctx->cap) return 0;
   if (!dpshim__dstate_rows_fit_both(s, a, b, dr)) return 0;
-  int64_t bytes = dpshim__dstate_extra_bytes(s, i, b) +
-                  (j >= 0 ? dpshim__dstate_extra_bytes(s, j, a) : 0);
-  return dpshim__dstate_affordable(s, bytes) ? d * (gap - d) : 0;
+  int64_t price = dpshim__dstate_extra_price(s, i, b) +
+                  (j >= 0 ? dpshim__dstate_extra_price(s, j, a) : 0);
+  return dpshim__dstate_affordable(s, price) ? d * (gap - d) : 0;
 }
 
 typedef struct evening_pick {

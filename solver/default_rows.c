@@ -50,7 +50,7 @@ typedef struct step {
   int64_t give, back; /* give: hi -> to; back: to -> hi, or -1 for a move */
   int32_t to;
   double peak;   /* the larger of the two loads after it */
-  int64_t bytes; /* traffic it adds */
+  int64_t price; /* priced bytes it adds */
 } step_t;
 
 /* Rates exchanging i (on hi) for j (on to, or -1) within both caps; keeps
@@ -65,12 +65,12 @@ static void consider_step(const dpshim__dstate_t *s, int32_t hi, int32_t to,
   if (s->tokens[to] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return;
   if (!dpshim__dstate_rows_fit_both(s, hi, to, drows)) return;
   double peak = fmax(s->load[hi] - delta, s->load[to] + delta);
-  int64_t bytes = dpshim__dstate_extra_bytes(s, i, to) +
-                  (j >= 0 ? dpshim__dstate_extra_bytes(s, j, hi) : 0);
+  int64_t price = dpshim__dstate_extra_price(s, i, to) +
+                  (j >= 0 ? dpshim__dstate_extra_price(s, j, hi) : 0);
   if (peak >= s->load[hi] || peak > best->peak ||
-      (peak == best->peak && bytes >= best->bytes))
+      (peak == best->peak && price >= best->price))
     return;
-  *best = (step_t){i, j, to, peak, bytes};
+  *best = (step_t){i, j, to, peak, price};
 }
 
 /* Every move and swap of one of hi's samples with any rank: O(hi's samples

@@ -5,10 +5,12 @@
  *   - makespan: a lower maximum load over the set. Children least-loaded
  *     rank first (the first leaf is LPT's plan); of ranks in the same
  *     state only the first is tried;
- *   - bytes: the fewest bytes moved with every load at most a limit.
- *     Children home first, then the plan's rank, then by load; the bound
- *     counts the samples whose home cannot take them now, and per home the
- *     cheapest fractional cover of what its samples exceed its room by.
+ *   - bytes: the fewest bytes moved, priced (dpshim__move_price: a byte
+ *     across hosts costs more), with every load at most a limit. Children
+ *     home first, then the plan's rank, then by price and load; the bound
+ *     counts, at the cheapest price of leaving home within the set, the
+ *     samples whose home cannot take them now, and per home the cheapest
+ *     fractional cover of what its samples exceed its room by.
  * Both prune on the room left below the limit (in cost and tokens) and on
  * ranks that would be left empty; a sample the same as the one before
  * takes no earlier rank of the set.
@@ -47,7 +49,8 @@ typedef struct search {
   /* The set searched: ranks, and their samples costliest first. */
   int32_t *set, nset;
   int64_t *items, n;
-  int64_t *by_ratio;    /* [n] depths by bytes per cost, for the bound */
+  int64_t *by_ratio;    /* [n] depths by leave price per cost, for the bound */
+  int64_t *leave;       /* [n] bytes mode: the least price of leaving home */
   uint8_t *stays;       /* [n] scratch: whether home could take it now */
   double limit; /* makespan: loads stay below it; bytes: at most it */
   double stop;
@@ -58,7 +61,7 @@ typedef struct search {
   int32_t *kids;        /* [n * nset] children per depth */
   double *rest_cost;    /* [n + 1] cost of items[k..] */
   int64_t *rest_tokens; /* [n + 1] tokens of items[k..] */
-  int64_t bytes, best_bytes;
+  int64_t bytes, best_bytes; /* priced */
   uint8_t *in_set;      /* [ranks] */
   int32_t *pos;         /* [ranks] place in the set */
   double *exact;        /* [ranks] scratch */
@@ -101,7 +104,7 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
     int32_t o = ctx->samples[i].origin;
     s->stays[q] = s->in_set[o] && fits(s, o, i);
     if (s->stays[q]) need[o] += ctx->cost[i];
-    else bound += (double)ctx->samples[i].bytes;
+    else bound += (double)s->leave[q];
   }
   for (int64_t q = 0; q < s->n; q++) {
     int64_t d = s->by_ratio[q];
@@ -110,21 +113,35 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
     int32_t o = ctx->samples[i].origin;
     if (need[o] <= 0) continue;
     double part = need[o] < ctx->cost[i] ? need[o] / ctx->cost[i] : 1;
-    bound += part * (double)ctx->samples[i].bytes;
+    bound += part * (double)s->leave[d];
     need[o] -= ctx->cost[i];
   }
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
 
-/* Depths ordered by bytes per cost, ascending (zero cost last). */
+/* Each depth's least price of leaving home for a rank of the set. */
+static void leave_prices(search_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t q = 0; q < s->n; q++) {
+    int64_t i = s->items[q], least = INT64_MAX;
+    for (int32_t j = 0; j < s->nset; j++)
+      if (s->set[j] != ctx->samples[i].origin) {
+        int64_t price = dpshim__move_price(ctx, i, s->set[j]);
+        if (price < least) least = price;
+      }
+    s->leave[q] = least == INT64_MAX ? 0 : least;
+  }
+}
+
+/* Depths ordered by leave price per cost, ascending (zero cost last). */
 static void order_by_ratio(search_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int64_t q = 0; q < s->n; q++) {
     int64_t i = s->items[q], k = q;
     for (; k > 0; k--) {
       int64_t j = s->items[s->by_ratio[k - 1]];
-      double lhs = (double)ctx->samples[j].bytes * ctx->cost[i];
-      double rhs = (double)ctx->samples[i].bytes * ctx->cost[j];
+      double lhs = (double)s->leave[s->by_ratio[k - 1]] * ctx->cost[i];
+      double rhs = (double)s->leave[q] * ctx->cost[j];
       if (lhs <= rhs) break;
       s->by_ratio[k] = s->by_ratio[k - 1];
     }
@@ -137,6 +154,19 @@ static int same_sample(const search_t *s, int64_t i, int64_t j) {
   const dpshim_sample_t *a = &s->ctx->samples[i], *b = &s->ctx->samples[j];
   if (s->ctx->cost[i] != s->ctx->cost[j] || a->len != b->len) return 0;
   return !s->bytes_mode || (a->bytes == b->bytes && a->origin == b->origin);
+}
+
+/* Whether child p of sample i comes before r (p is there first): by price
+ * in bytes mode, then by load, home first among equals, then rank. */
+static int kid_before(const search_t *s, int64_t i, int32_t r, int32_t p) {
+  int32_t origin = s->ctx->samples[i].origin;
+  if (s->bytes_mode) {
+    int64_t pp = dpshim__move_price(s->ctx, i, p);
+    int64_t pr = dpshim__move_price(s->ctx, i, r);
+    if (pp != pr) return pp < pr;
+  }
+  return s->load[p] < s->load[r] ||
+         (s->load[p] == s->load[r] && (p == origin || r != origin));
 }
 
 /* Children of the sample at depth k, in the mode's order, into kids;
@@ -162,14 +192,8 @@ static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
     if (s->bytes_mode && (r == origin || r == now)) continue;
     if (!fits(s, r, i)) continue;
     int32_t q = n++;
-    /* Insertion by load, home first among equals, then rank. */
-    for (; q > first; q--) {
-      int32_t p = kids[q - 1];
-      if (s->load[p] < s->load[r] ||
-          (s->load[p] == s->load[r] && (p == origin || r != origin)))
-        break;
-      kids[q] = p;
-    }
+    for (; q > first && !kid_before(s, i, r, kids[q - 1]); q--)
+      kids[q] = kids[q - 1];
     kids[q] = r;
   }
   if (s->bytes_mode || twin) return n;
@@ -220,7 +244,7 @@ static void place(search_t *s, int64_t i, int32_t r, int sign) {
   s->tokens[r] += sign * ctx->samples[i].len;
   if (sign > 0 && s->count[r]++ == 0) s->empty--;
   if (sign < 0 && --s->count[r] == 0) s->empty++;
-  if (r != ctx->samples[i].origin) s->bytes += sign * ctx->samples[i].bytes;
+  s->bytes += sign * dpshim__move_price(ctx, i, r);
   s->at[i] = r;
 }
 
@@ -243,8 +267,8 @@ static void dfs(search_t *s, int64_t k) {
   for (int32_t c = 0; c < n && !s->done; c++) {
     int32_t r = kids[c];
     if (!fits(s, r, i)) continue; /* the limit fell meanwhile */
-    if (s->bytes_mode && r != ctx->samples[i].origin &&
-        s->bytes + ctx->samples[i].bytes >= s->best_bytes)
+    if (s->bytes_mode &&
+        s->bytes + dpshim__move_price(ctx, i, r) >= s->best_bytes)
       continue;
     double old = s->load[r];
     s->load[r] = old + ctx->cost[i];
@@ -275,7 +299,7 @@ static int search_set(search_t *s, int64_t budget, double max) {
     int32_t r = ctx->dest[i];
     if (!s->in_set[r]) continue;
     s->items[s->n++] = i;
-    if (r != ctx->samples[i].origin) s->best_bytes += ctx->samples[i].bytes;
+    s->best_bytes += dpshim__move_price(ctx, i, r);
   }
   for (int32_t j = 0; j < s->nset; j++) {
     double load = ctx->history[s->set[j]];
@@ -291,7 +315,10 @@ static int search_set(search_t *s, int64_t budget, double max) {
     s->rest_tokens[k] = s->rest_tokens[k + 1] + ctx->samples[i].len;
   }
   int64_t bytes_before = s->best_bytes;
-  if (s->bytes_mode) order_by_ratio(s);
+  if (s->bytes_mode) {
+    leave_prices(s);
+    order_by_ratio(s);
+  }
   s->limit = s->bytes_mode ? max : set_max;
   s->empty = s->nset;
   s->bytes = 0;
@@ -381,6 +408,7 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .set = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
                   .items = DPSHIM__ALLOC(ctx, int64_t, n),
                   .by_ratio = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .leave = DPSHIM__ALLOC(ctx, int64_t, n),
                   .stays = DPSHIM__ALLOC(ctx, uint8_t, n),
                   .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
@@ -393,7 +421,8 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .pos = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
                   .exact = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .hosts = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks * ctx->ranks)};
-  if (!s->set || !s->items || !s->by_ratio || !s->stays || !s->load ||
+  if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
+      !s->load ||
       !s->tokens || !s->count || !s->at || !s->kids || !s->rest_cost ||
       !s->rest_tokens || !s->in_set || !s->pos || !s->exact || !s->hosts)
     return DPSHIM_ENOMEM;

@@ -17,7 +17,9 @@ typedef struct dpshim__dstate {
   double *token_key; /* tokens as a heap key */
   double bound;      /* the cap's lower bound: no plan here does better */
   double target;     /* U */
-  int64_t moved_bytes, total_bytes; /* of the samples away from home */
+  /* Priced bytes (dpshim__move_price) of the samples away from home, and
+   * of all samples as if each crossed hosts: the repair's budget. */
+  int64_t moved_price, total_price;
   const int64_t *order;   /* ctx->order */
   int64_t *start, *group; /* order bucketed by origin (CSR) */
   int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
@@ -29,7 +31,7 @@ typedef struct dpshim__dstate {
   int64_t trade_version, trade_n;
   uint64_t *trade_key;
   double *trade_cost;
-  int64_t *trade_tokens, *trade_rows, *trade_bytes;
+  int64_t *trade_tokens, *trade_rows, *trade_price;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
 } dpshim__dstate_t;
 
@@ -55,7 +57,7 @@ static inline void dpshim__dstate_take(dpshim__dstate_t *s, int64_t i) {
   int32_t r = ctx->dest[i];
   dpshim__dstate_unlink(s, i, r);
   s->version[r]++;
-  if (r != ctx->samples[i].origin) s->moved_bytes -= ctx->samples[i].bytes;
+  s->moved_price -= dpshim__move_price(ctx, i, r);
   s->load[r] -= ctx->cost[i];
   s->tokens[r] -= ctx->samples[i].len;
   s->rows[r] -= ctx->samples[i].rows;
@@ -69,7 +71,7 @@ static inline void dpshim__dstate_give(dpshim__dstate_t *s, int64_t i,
   const dpshim__ctx_t *ctx = s->ctx;
   dpshim__dstate_link_front(s, i, r);
   s->version[r]++;
-  if (r != ctx->samples[i].origin) s->moved_bytes += ctx->samples[i].bytes;
+  s->moved_price += dpshim__move_price(ctx, i, r);
   s->load[r] += ctx->cost[i];
   s->tokens[r] += ctx->samples[i].len;
   s->rows[r] += ctx->samples[i].rows;
@@ -84,12 +86,12 @@ static inline void dpshim__dstate_relocate(dpshim__dstate_t *s, int64_t i,
   dpshim__dstate_give(s, i, to);
 }
 
-static inline int64_t dpshim__dstate_extra_bytes(const dpshim__dstate_t *s,
+/* What moving sample i to rank `to` adds to the plan's priced bytes
+ * (negative: saves). */
+static inline int64_t dpshim__dstate_extra_price(const dpshim__dstate_t *s,
                                                  int64_t i, int32_t to) {
-  const dpshim_sample_t *smp = &s->ctx->samples[i];
-  int was_moved = s->ctx->dest[i] != smp->origin;
-  int will_move = to != smp->origin;
-  return (will_move - was_moved) * smp->bytes;
+  return dpshim__move_price(s->ctx, i, to) -
+         dpshim__move_price(s->ctx, i, s->ctx->dest[i]);
 }
 
 /* Whether rank r may take `add` more rows (or give some up). */
@@ -126,14 +128,14 @@ static inline int dpshim__dstate_within_cap(const dpshim__dstate_t *s,
 }
 
 /* The repair may add traffic only while the plan moves less than this share
- * of all bytes: the original moves ~1 - 1/P of them, and the last fraction
- * of a percent of balance is not worth a quarter of the batch. */
+ * of all bytes (priced): the original moves ~1 - 1/P of them, and the last
+ * fraction of a percent of balance is not worth a quarter of the batch. */
 #define DPSHIM__REPAIR_BYTES 0.25
 
 static inline int dpshim__dstate_affordable(const dpshim__dstate_t *s,
-                                            int64_t bytes) {
-  return bytes <= 0 ||
-         (double)(s->moved_bytes + bytes) <= DPSHIM__REPAIR_BYTES * (double)s->total_bytes;
+                                            int64_t price) {
+  return price <= 0 || (double)(s->moved_price + price) <=
+                           DPSHIM__REPAIR_BYTES * (double)s->total_price;
 }
 
 /* ---- within the rows caps (default_rows.c) ----------------------------- */

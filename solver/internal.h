@@ -3,6 +3,7 @@
 #ifndef DPSHIM_SOLVER_INTERNAL_H
 #define DPSHIM_SOLVER_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,7 @@ typedef struct dpshim__ctx {
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   const int64_t *rows_cap; /* [ranks] per-rank rows cap, NULL for none */
   const int32_t *host;   /* [ranks] each rank's host, NULL for one */
+  double inter_host_cost; /* a byte across hosts, in bytes within one */
   const int64_t *rows0;  /* [ranks] rows held before */
   double threshold;
   double lower_bound;
@@ -105,6 +107,16 @@ static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,
   return add <= 0 || !ctx->rows_cap || held + add <= ctx->rows_cap[r];
 }
 
+/* What sending sample i from its origin to rank r costs, in bytes moved
+ * within a host: nothing at home, inter_host_cost per byte across hosts. */
+static inline int64_t dpshim__move_price(const dpshim__ctx_t *ctx, int64_t i,
+                                         int32_t r) {
+  const dpshim_sample_t *s = &ctx->samples[i];
+  if (r == s->origin) return 0;
+  if (!ctx->host || ctx->host[r] == ctx->host[s->origin]) return s->bytes;
+  return (int64_t)llround((double)s->bytes * ctx->inter_host_cost);
+}
+
 /* Every sample back on its origin: dest[i] = samples[i].origin. */
 static inline void dpshim__dest_at_origins(const dpshim__ctx_t *ctx,
                                            int32_t *dest) {
@@ -115,6 +127,10 @@ static inline void dpshim__dest_at_origins(const dpshim__ctx_t *ctx,
  * how many ranks exceed their rows cap (0 without caps). */
 int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
                                int64_t *rows);
+
+/* The ranks of each host in a ring: (*ring)[r] is the next rank on r's
+ * host, by rank, the last back to the first; NULL without hosts. */
+int dpshim__host_ring(const dpshim__ctx_t *ctx, int32_t **ring);
 
 /* Gives every rank without a sample the cheapest sample of the rank that
  * holds the most (ties: lowest rank). Used by the baselines. */

@@ -68,6 +68,9 @@ void dpshim_plan_free(dpshim_plan_t *plan) {
   (snprintf((plan)->message, sizeof (plan)->message, __VA_ARGS__),      \
    DPSHIM_EINVAL)
 
+/* A sample's bytes priced across hosts stay within int64. */
+#define MAX_SAMPLE_BYTES ((int64_t)1 << 50)
+
 static int finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 
 static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
@@ -97,6 +100,11 @@ static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   if (in->host && in->host_len != in->ranks)
     return FAIL(p, "host_len = %d: expected ranks (%d)", in->host_len,
                 in->ranks);
+  if (in->inter_host_cost != 0 &&
+      !(in->inter_host_cost >= 1 &&
+        in->inter_host_cost <= DPSHIM_INTER_HOST_COST_MAX))
+    return FAIL(p, "inter_host_cost = %g: expected 0 (default) or 1..%g",
+                in->inter_host_cost, DPSHIM_INTER_HOST_COST_MAX);
   if (in->rows_cap && in->rows_cap_len != in->ranks)
     return FAIL(p, "rows_cap_len = %d: expected ranks (%d)", in->rows_cap_len,
                 in->ranks);
@@ -119,9 +127,9 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (s->len < 0 || s->len > INT32_MAX)
       return FAIL(p, "samples[%lld].len = %lld: expected 0..%d", (long long)i,
                   (long long)s->len, INT32_MAX);
-    if (s->bytes < 0)
-      return FAIL(p, "samples[%lld].bytes = %lld: expected >= 0", (long long)i,
-                  (long long)s->bytes);
+    if (s->bytes < 0 || s->bytes > MAX_SAMPLE_BYTES)
+      return FAIL(p, "samples[%lld].bytes = %lld: expected 0..2^50",
+                  (long long)i, (long long)s->bytes);
     if (s->rows < 0 || s->rows > INT32_MAX)
       return FAIL(p, "samples[%lld].rows = %lld: expected 0..%d", (long long)i,
                   (long long)s->rows, INT32_MAX);
@@ -168,6 +176,10 @@ static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
   return 0;
 }
 
+static double inter_host_cost(const dpshim_plan_input_t *in) {
+  return in->inter_host_cost > 0 ? in->inter_host_cost
+                                 : DPSHIM_INTER_HOST_COST_DEFAULT;
+}
 
 /* Costs, history and caps; a finite model can still overflow on a huge len. */
 static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
@@ -200,6 +212,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->rows0 = rows0;
   ctx->rows_cap = in->rows_cap;
   ctx->host = in->ignore_hosts ? NULL : in->host;
+  ctx->inter_host_cost = inter_host_cost(in);
   ctx->history = history;
   ctx->model = in->model;
   ctx->tokens = tokens;
@@ -241,7 +254,9 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
                                            : DPSHIM_DECISION_SKIP;
   p->reason = (dpshim_skip_reason_t)reason;
   for (int32_t r = 0; r < in->ranks; r++) p->load_after[r] = ctx->history[r];
-  p->bytes_moved = p->bytes_total = p->bytes_inter_host = 0;
+  p->bytes_moved = p->bytes_total = p->bytes_inter_host = p->bytes_priced = 0;
+  dpshim__ctx_t priced = *ctx; /* prices across hosts, ignored or not */
+  priced.host = in->host;
   for (int64_t i = 0; i < in->nsamples; i++) {
     int32_t to = p->dest[i], from = in->samples[i].origin;
     p->load_after[to] += ctx->cost[i];
@@ -249,6 +264,7 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (to != from) p->bytes_moved += in->samples[i].bytes;
     if (in->host && in->host[to] != in->host[from])
       p->bytes_inter_host += in->samples[i].bytes;
+    p->bytes_priced += dpshim__move_price(&priced, i, to);
   }
   p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
   dpshim__rows_over_caps(ctx, p->dest, rows);

@@ -66,6 +66,7 @@ typedef struct options {
   double rows_cap_ratio; /* per-rank rows cap / mean rows; 0: no cap */
   int32_t ranks_per_host; /* hosts of this many ranks; 0: one host */
   int topology;           /* the solver is told the hosts */
+  double inter_host_cost; /* 0: the solver's default */
 } options_t;
 
 /* The rows fields are printed only when asked for, so that the output
@@ -169,8 +170,9 @@ static double parse_ratio(const char *opt, const char *arg) {
   return v;
 }
 
+/* In two parts: C11 compilers need not take a longer string. */
 static void usage(FILE *f) {
-  fprintf(f,
+  fputs(
 "usage: " PROG " [options]\n"
 "Solves synthetic packed batches with each plan algorithm and prints one JSON\n"
 "line per (profile, ranks, algorithm), aggregated over seeds; then, when both\n"
@@ -207,7 +209,9 @@ static void usage(FILE *f) {
 "  --cost a,b,c              cost(len) = a*len^2 + b*len + c [default: 1,8000,0]\n"
 "  --cap-ratio X | none      per-rank token cap = X * mean tokens [default: 1.2]\n"
 "  --threshold X             skip when imbalance is below X [default: 0: always\n"
-"                            balance, as the bench measures plans, not triggers]\n"
+"                            balance, as the bench measures plans, not triggers]\n",
+        f);
+  fputs(
 "  --image-rows SHARE        give that share of samples image rows, as a VLM\n"
 "                            packing loader does: log-normal (median 1024,\n"
 "                            sigma 1.2), at most the sample's length; each row\n"
@@ -222,13 +226,18 @@ static void usage(FILE *f) {
 "                            inter_host_bytes_fraction [default: 0: one host]\n"
 "  --no-topology             with --ranks-per-host, count the bytes across\n"
 "                            hosts but do not tell the solver the hosts\n"
+"  --inter-host-cost X       a byte across hosts priced at X bytes within one,\n"
+"                            1..1000; each line adds priced_bytes_fraction\n"
+"                            (priced bytes moved / all bytes priced across)\n"
+"                            [default: the solver's, 10]\n"
 "  --per-instance            also print one line per instance and algorithm\n"
 "                            (\"instance\":seed; no aggregation)\n"
 "  --dump-instances DIR      write each instance to DIR/<profile>-P<ranks>-\n"
 "                            s<seed>.json (format dpshim-instance-1, see the\n"
 "                            README); solves only when --algos is given, and\n"
 "                            then adds each algorithm's plan; DIR is created\n"
-"  --help                    this text\n");
+"  --help                    this text\n",
+        f);
 }
 
 static void set_defaults(options_t *o) {
@@ -259,6 +268,10 @@ static void apply_option(int c, const char *arg, options_t *o) {
     o->ranks_per_host = (int32_t)v;
     break;
   case 'T': o->topology = 0; break;
+  case 'X':
+    if (cli_double(arg, 1, DPSHIM_INTER_HOST_COST_MAX, &o->inter_host_cost) < 0)
+      bad_value("inter-host-cost", arg, "a number in 1..1000");
+    break;
   case 'n':
     if (cli_int(arg, 0, INT64_C(1) << 30, &v) < 0)
       bad_value("max-samples", arg, "an integer in 0..1073741824 (0 = no limit)");
@@ -307,6 +320,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
       {"max-samples", required_argument, NULL, 'n'},
       {"ranks-per-host", required_argument, NULL, 'H'},
       {"no-topology", no_argument, NULL, 'T'},
+      {"inter-host-cost", required_argument, NULL, 'X'},
       {"dump-instances", required_argument, NULL, 'd'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -379,7 +393,7 @@ typedef struct outcome {
   double makespan, over_lb, over_lb_cap, imb_before, imb_after, solve_us;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty;
   int64_t rows_viol, rows_viol_orig;
-  int64_t bytes_inter_host; /* with --ranks-per-host */
+  int64_t bytes_inter_host, bytes_priced; /* with --ranks-per-host */
   int applied;
   dpshim_skip_reason_t reason;
 } outcome_t;
@@ -517,7 +531,8 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
                              .rows_cap_len = in->rows_cap ? in->ranks : 0,
                              .host = host,
                              .host_len = host ? in->ranks : 0,
-                             .ignore_hosts = !o->topology};
+                             .ignore_hosts = !o->topology,
+                             .inter_host_cost = o->inter_host_cost};
   for (long k = 0; k < o->reps; k++) {
     double t0 = dpshim__tool_now_s();
     int rc = dpshim_plan_solve(&pin, plan);
@@ -532,6 +547,7 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
   out->solve_us = median(in->rep_us, (size_t)o->reps);
   describe(in, plan, out);
   out->bytes_inter_host = plan->bytes_inter_host;
+  out->bytes_priced = plan->bytes_priced;
   free(host);
 }
 
@@ -641,7 +657,7 @@ typedef struct cell {
   double imb_before, imb_after;
   int64_t bytes_moved, bytes_total, cap_viol, cap_viol_orig, empty, applied;
   int64_t rows_viol, rows_viol_orig, skips[SKIP_REASONS];
-  int64_t bytes_inter_host;
+  int64_t bytes_inter_host, bytes_priced;
 } cell_t;
 
 static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
@@ -653,6 +669,7 @@ static void cell_add(cell_t *c, long seed_index, const outcome_t *r) {
   c->bytes_moved += r->bytes_moved;
   c->bytes_total += r->bytes_total;
   c->bytes_inter_host += r->bytes_inter_host;
+  c->bytes_priced += r->bytes_priced;
   c->cap_viol += r->cap_viol;
   c->cap_viol_orig += r->cap_viol_orig;
   c->empty += r->empty;
@@ -717,11 +734,15 @@ static void print_cell(const options_t *o, const char *profile, int32_t ranks,
   put_num("moved_bytes_fraction",
           c->bytes_total ? (double)c->bytes_moved / (double)c->bytes_total : 0,
           "%.6g");
-  if (o->ranks_per_host > 0)
+  if (o->ranks_per_host > 0) {
+    double cost = o->inter_host_cost > 0 ? o->inter_host_cost
+                                         : DPSHIM_INTER_HOST_COST_DEFAULT;
+    double total = (double)c->bytes_total;
     put_num("inter_host_bytes_fraction",
-            c->bytes_total ? (double)c->bytes_inter_host /
-                                 (double)c->bytes_total : 0,
-            "%.6g");
+            total > 0 ? (double)c->bytes_inter_host / total : 0, "%.6g");
+    put_num("priced_bytes_fraction",
+            total > 0 ? (double)c->bytes_priced / (cost * total) : 0, "%.6g");
+  }
   printf(",\"cap_violations\":%lld,\"cap_violations_original\":%lld,"
          "\"empty_ranks\":%lld,\"applied\":%lld",
          (long long)c->cap_viol, (long long)c->cap_viol_orig,

@@ -98,14 +98,25 @@ typedef struct dpshim_plan_input {
   int32_t rows_cap_len; /* must equal ranks when rows_cap is set */
   /* [ranks]: each rank's host (any numbers; equal means the same host),
    * NULL = one host. The plan counts the bytes it moves across hosts
-   * (bytes_inter_host), and unless ignore_hosts, default places a sample
-   * that leaves its rank on the least-loaded rank of its own host that has
-   * room under its target before any other: the same target, fewer bytes
-   * across hosts. */
+   * (bytes_inter_host), and unless ignore_hosts, default prices a byte
+   * moved across hosts at inter_host_cost bytes moved within one: among
+   * plans of the same maximum load it takes the one of the lowest price
+   * (bytes_priced), and it never keeps a plan more than
+   * DPSHIM_TOPOLOGY_SLACK above the maximum load of the plan it makes
+   * without the hosts. */
   const int32_t *host;
   int32_t host_len; /* must equal ranks when host is set */
   int ignore_hosts; /* count the bytes across hosts, plan as on one host */
+  /* 1..DPSHIM_INTER_HOST_COST_MAX; 0 = DPSHIM_INTER_HOST_COST_DEFAULT. */
+  double inter_host_cost;
 } dpshim_plan_input_t;
+
+/* A byte across hosts (a NIC shared by a host's GPUs) against one within a
+ * host (NVLink or shared memory): an order of magnitude, as a default. */
+#define DPSHIM_INTER_HOST_COST_DEFAULT 10.0
+#define DPSHIM_INTER_HOST_COST_MAX 1000.0
+/* The most maximum load default gives up for cheaper bytes across hosts. */
+#define DPSHIM_TOPOLOGY_SLACK 1e-3
 
 typedef struct dpshim_plan {
   /* Outputs, valid after a successful dpshim_plan_solve(). */
@@ -123,6 +134,9 @@ typedef struct dpshim_plan {
   int64_t cap_tokens;   /* the per-rank token cap, or -1 for none */
   int64_t bytes_moved;  /* bytes of the samples whose dest != origin */
   int64_t bytes_inter_host; /* of those, between ranks on two hosts */
+  /* bytes_moved priced: inter_host_cost x bytes_inter_host + the rest
+   * (ignore_hosts too; bytes_moved without hosts). */
+  int64_t bytes_priced;
   int64_t bytes_total;
   dpshim_decision_t decision;
   dpshim_skip_reason_t reason;

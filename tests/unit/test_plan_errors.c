@@ -52,6 +52,10 @@ Test(plan_errors, nsamples_below_ranks) {
 Test(plan_errors, samples_null) { in.samples = NULL; expect_einval("samples"); }
 Test(plan_errors, negative_len) { samples[1].len = -1; expect_einval("samples[1].len"); }
 Test(plan_errors, negative_bytes) { samples[2].bytes = -5; expect_einval("samples[2].bytes"); }
+Test(plan_errors, bytes_too_large) {
+  samples[2].bytes = (int64_t)1 << 51;
+  expect_einval("samples[2].bytes");
+}
 Test(plan_errors, negative_patches) {
   samples[1].patches = -1;
   expect_einval("samples[1].patches");
@@ -84,6 +88,16 @@ Test(plan_errors, host_len_mismatch) {
   in.host = host;
   in.host_len = 3;
   expect_einval("host_len");
+}
+
+Test(plan_errors, inter_host_cost_below_one) {
+  in.inter_host_cost = 0.5;
+  expect_einval("inter_host_cost");
+}
+
+Test(plan_errors, inter_host_cost_not_finite) {
+  in.inter_host_cost = NAN;
+  expect_einval("inter_host_cost");
 }
 
 Test(plan_errors, rows_cap_negative) {

@@ -152,7 +152,7 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY,
       DPSHIM_ENV_LOADER_THREAD, DPSHIM_ENV_VIT, DPSHIM_ENV_VIT_THRESHOLD,
       DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO,
-      DPSHIM_ENV_TOPOLOGY};
+      DPSHIM_ENV_TOPOLOGY, DPSHIM_ENV_INTER_HOST_COST};
   int32_t n = (int32_t)(sizeof names / sizeof *names);
   cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
   for (int32_t k = 0; k < n; k++) {
@@ -785,6 +785,7 @@ static const struct {
     {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "none"},
     {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "1.5"},
     {DPSHIM_ENV_TOPOLOGY, "off"},
+    {DPSHIM_ENV_INTER_HOST_COST, "2.5"},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 
@@ -957,4 +958,15 @@ Test(shim_config, vit_settings) {
   expect_bad(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "0");
   expect_bad(DPSHIM_ENV_VIT_THRESHOLD, "-0.1");
   expect_bad(DPSHIM_ENV_VIT, "2");
+}
+
+Test(shim_config, inter_host_cost) {
+  parse_ok();
+  cr_assert_eq(cfg.inter_host_cost, DPSHIM_INTER_HOST_COST_DEFAULT);
+  env_set(DPSHIM_ENV_INTER_HOST_COST, "1000");
+  parse_ok();
+  cr_assert_eq(cfg.inter_host_cost, 1000);
+  static const char *const bad[] = {"0", "0.99", "1001", "inf", "x"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+    expect_bad(DPSHIM_ENV_INTER_HOST_COST, bad[k]);
 }
