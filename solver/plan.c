@@ -176,6 +176,14 @@ static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
   return 0;
 }
 
+/* All ranks on one host plan as with no hosts: the same plan, and no
+ * search of a host as wide as the group. */
+static int one_host(const dpshim_plan_input_t *in) {
+  for (int32_t r = 1; in->host && r < in->ranks; r++)
+    if (in->host[r] != in->host[0]) return 0;
+  return 1;
+}
+
 static double inter_host_cost(const dpshim_plan_input_t *in) {
   return in->inter_host_cost > 0 ? in->inter_host_cost
                                  : DPSHIM_INTER_HOST_COST_DEFAULT;
@@ -211,7 +219,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->cost = cost;
   ctx->rows0 = rows0;
   ctx->rows_cap = in->rows_cap;
-  ctx->host = in->ignore_hosts ? NULL : in->host;
+  ctx->host = in->ignore_hosts || one_host(in) ? NULL : in->host;
   ctx->inter_host_cost = inter_host_cost(in);
   ctx->history = history;
   ctx->model = in->model;

@@ -523,3 +523,36 @@ Test(plan_default, hosts_keep_moves_on_the_host) {
                 (long long)across[0]);
   cr_assert_leq(worst, 1.001, "makespan %.6f x the plan without hosts", worst);
 }
+
+/* Every rank on one host: the same plan as with no hosts (the shim always
+ * passes the hosts it learnt, on one machine all the same), on packed
+ * batches with histories of earlier micro-batches and token caps. */
+Test(plan_default, one_host_plans_as_no_hosts) {
+  static const int32_t host[RANKS] = {0};
+  static double history[RANKS];
+  dpshim_plan_t flat, one;
+  dpshim_plan_init(&flat);
+  dpshim_plan_init(&one);
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    prng_t g = {seed};
+    int64_t n = packed_instance_upto(seed, prng_range(&g, 1024, PACK));
+    int32_t ranks = (int32_t)prng_range(&g, 2, RANKS);
+    while (n > 0 && s[n - 1].origin >= ranks) n--;
+    for (int32_t r = 0; r < ranks; r++) history[r] = 1e6 * prng_unit(&g);
+    dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
+    in.model = (dpshim_cost_model_t){1, 8000, 0, 0, 0};
+    in.cap_ratio = prng_range(&g, 0, 1) ? 1.05 : 0;
+    in.history = prng_range(&g, 0, 1) ? history : NULL;
+    in.history_len = ranks;
+    cr_assert_eq(dpshim_plan_solve(&in, &flat), 0, "%s", flat.message);
+    in.host = host;
+    in.host_len = ranks;
+    cr_assert_eq(dpshim_plan_solve(&in, &one), 0, "%s", one.message);
+    for (int64_t i = 0; i < n; i++)
+      cr_assert_eq(one.dest[i], flat.dest[i], "seed %llu sample %lld",
+                   (unsigned long long)seed, (long long)i);
+    cr_assert_eq(one.bytes_priced, flat.bytes_moved);
+  }
+  dpshim_plan_free(&flat);
+  dpshim_plan_free(&one);
+}
