@@ -269,7 +269,8 @@ static void run_instance(uint64_t seed) {
     int64_t n = gathered(&h, samples);
     sim_decide_in_t in = {s.P,           n,         samples,
                           h.room,        history,   s.cfg.model,
-                          s.cfg.cap_ratio, s.cfg.threshold, s.cfg.algo, 1};
+                          s.cfg.cap_ratio, s.cfg.threshold, s.cfg.algo, 1,
+                          NULL,          0}; /* one host, as the shim here */
     sim_decide_out_t out;
     const char *why = sim_decide(&in, &plan, &out);
     cr_assert_eq(out.rc, 0, "seed %llu: sim: %s", (unsigned long long)seed,

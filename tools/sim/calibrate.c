@@ -8,7 +8,16 @@
  * a per-rank serial cost fitted to the measurements by least squares of the
  * relative error. The demo runs many sleeping ranks on a few cores over
  * shared memory, so the fitted numbers describe that machine, not a fabric;
- * CPU work is slowed by ranks/cores (--cores, default this machine's). */
+ * CPU work is slowed by ranks/cores (--cores, default this machine's).
+ *
+ * Runs across hosts (tests/multihost/figures.py --calibration) say so:
+ * "ranks_per_host" (per run, or for all at the top level), "topology" (the
+ * shim's DPSHIM_TOPOLOGY, 1 unless given) and "link_gbs" (the rate the
+ * hosts' links were shaped to, GB/s; absent: unshaped). They are simulated
+ * on their hosts and priced with the two-level network (netmodel.c); the
+ * fit then also takes the inter-host latency, and the inter-host bandwidth
+ * of the unshaped runs (a shaped run's is its link_gbs, known). A file
+ * without runs across hosts is fitted exactly as before. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,15 +32,26 @@ typedef struct measured {
   int32_t dp;
   sim_algo_t algo;
   double step_ms;
+  int32_t ranks_per_host; /* 0: one host */
+  int topology;           /* the shim's DPSHIM_TOPOLOGY */
+  double link_bps;        /* a shaped link's bytes/s; 0: unshaped */
   sim_run_t run; /* its simulation */
 } measured_t;
+
+/* The parameters fitted, in log10 space (see theta_t): the one-level
+ * network's three, then the inter-host latency and bandwidth. */
+enum { FIT_LATENCY, FIT_BANDWIDTH, FIT_SERIAL, FIT_INTER_LATENCY,
+       FIT_INTER_BANDWIDTH, FIT_DIMS };
 
 typedef struct calib {
   sim_config_t cfg;
   char profile[64];
   char lengths[4096]; /* "lengths" of the demo: a file it drew from */
+  int32_t ranks_per_host; /* the file's top-level one: each run's default */
   measured_t *m;
   int n;
+  int hosts;             /* some run spans more than one host */
+  int fit[FIT_DIMS];     /* which parameters the fit moves */
 } calib_t;
 
 /* ---- reading the file ------------------------------------------------------- */
@@ -64,6 +84,34 @@ static int number(const json_t *j, const char *key, double lo, double *out) {
   return -1;
 }
 
+/* An optional integer member in [lo, hi]: *out unchanged when absent; -1
+ * with the reason printed when it is not one. */
+static int optional_integer(const json_t *j, const char *key, double lo,
+                            double hi, double *out) {
+  const json_t *v = json_get(j, key);
+  if (!v) return 0;
+  if (v->type == JSON_NUMBER && v->num >= lo && v->num <= hi &&
+      v->num == floor(v->num))
+    return *out = v->num, 0;
+  fprintf(stderr, SIM_PROG ": --calibrate: \"%s\" must be an integer in "
+          "[%g, %g]\n", key, lo, hi);
+  return -1;
+}
+
+/* A run's hosts: "ranks_per_host" (else the file's), "topology" (else 1),
+ * "link_gbs" (else unshaped). */
+static int read_hosts(const json_t *r, int32_t file_per_host, measured_t *m) {
+  double per_host = file_per_host, topology = 1, link_gbs = 0;
+  if (optional_integer(r, "ranks_per_host", 0, SIM_MAX_RANKS, &per_host) ||
+      optional_integer(r, "topology", 0, 1, &topology) ||
+      (json_get(r, "link_gbs") && number(r, "link_gbs", 1e-9, &link_gbs)))
+    return -1;
+  m->ranks_per_host = (int32_t)per_host;
+  m->topology = (int)topology;
+  m->link_bps = 1e9 * link_gbs;
+  return 0;
+}
+
 static int read_config(const json_t *j, calib_t *c) {
   double seed, scale, steps, warm, grad, micro = 1;
   const json_t *prof = json_get(j, "profile");
@@ -94,14 +142,19 @@ static int read_config(const json_t *j, calib_t *c) {
   c->cfg.steps = (int64_t)steps - (int64_t)warm;
   c->cfg.grad_bytes = (int64_t)grad;
   c->cfg.micro = (int32_t)micro;
+  double per_host = 0;
+  if (optional_integer(j, "ranks_per_host", 0, SIM_MAX_RANKS, &per_host))
+    return -1;
+  c->ranks_per_host = (int32_t)per_host;
   return 0;
 }
 
-static int read_run(const json_t *r, measured_t *m) {
+static int read_run(const json_t *r, int32_t file_per_host, measured_t *m) {
   double dp;
   const json_t *v = json_get(r, "variant");
   if (number(r, "dp", 1, &dp) || number(r, "step_ms_balanced", 1e-9,
-                                        &m->step_ms))
+                                        &m->step_ms) ||
+      read_hosts(r, file_per_host, m))
     return -1;
   m->dp = (int32_t)dp;
   m->algo = (sim_algo_t){DPSHIM_ALGO_NONE, 0, 0};
@@ -137,14 +190,29 @@ static int read_file(const char *path, calib_t *c) {
   }
   if (rc == 0 && !(c->m = calloc(runs->n, sizeof *c->m))) rc = -1;
   for (size_t i = 0; rc == 0 && i < runs->n; i++)
-    rc = read_run(&runs->items[i], &c->m[c->n++]);
+    rc = read_run(&runs->items[i], c->ranks_per_host, &c->m[c->n++]);
   json_free(j);
   return rc;
 }
 
 /* ---- simulating ------------------------------------------------------------- */
 
-/* One simulation per DP size, all its variants at once (same packs). */
+/* Run i's configuration: the file's, on the run's hosts. */
+static sim_config_t run_config(const calib_t *c, int i) {
+  sim_config_t cfg = c->cfg;
+  cfg.ranks_per_host = c->m[i].ranks_per_host;
+  cfg.topology = c->m[i].topology;
+  return cfg;
+}
+
+/* Runs simulated together: the same DP size on the same hosts, planned
+ * the same way (the same packs). */
+static int same_simulation(const measured_t *a, const measured_t *b) {
+  return a->dp == b->dp && a->ranks_per_host == b->ranks_per_host &&
+         a->topology == b->topology;
+}
+
+/* One simulation per DP size and hosts, all its variants at once. */
 static int simulate_all(calib_t *c) {
   char err[512];
   for (int i = 0; i < c->n; i++) {
@@ -153,11 +221,12 @@ static int simulate_all(calib_t *c) {
     sim_run_t runs[SIM_MAX_LIST];
     int idx[SIM_MAX_LIST], k = 0;
     for (int j = i; j < c->n && k < SIM_MAX_LIST; j++)
-      if (c->m[j].dp == c->m[i].dp && !c->m[j].run.step) {
+      if (same_simulation(&c->m[j], &c->m[i]) && !c->m[j].run.step) {
         idx[k] = j;
         algos[k++] = c->m[j].algo;
       }
-    if (sim_simulate(&c->cfg, c->m[i].dp, algos, k, runs, err, sizeof err)) {
+    sim_config_t cfg = run_config(c, i);
+    if (sim_simulate(&cfg, c->m[i].dp, algos, k, runs, err, sizeof err)) {
       fprintf(stderr, SIM_PROG ": --calibrate: %s\n", err);
       return -1;
     }
@@ -166,8 +235,19 @@ static int simulate_all(calib_t *c) {
   return 0;
 }
 
+/* Whether run i spans more than one host. */
+static int on_hosts(const calib_t *c, int i) {
+  sim_config_t cfg = run_config(c, i);
+  return sim_hosts(&cfg, c->m[i].dp) > 1;
+}
+
+/* Run i priced under `net`, its shaped link's rate in place of the
+ * inter-host bandwidth. */
 static double simulated_ms(const calib_t *c, const sim_net_t *net, int i) {
-  return 1e3 * sim_price_run(net, &c->cfg, &c->m[i].run).step_s;
+  sim_config_t cfg = run_config(c, i);
+  sim_net_t n = *net;
+  if (c->m[i].link_bps > 0) n.inter_bandwidth = c->m[i].link_bps;
+  return 1e3 * sim_price_run(&n, &cfg, &c->m[i].run).step_s;
 }
 
 /* Sum of squared relative errors. */
@@ -182,42 +262,78 @@ static double loss(const calib_t *c, const sim_net_t *net) {
 
 /* ---- fitting ---------------------------------------------------------------- */
 
-/* The fitted parameters in log10 space: latency s, bandwidth B/s, serial s
- * (serial below 1e-9 s counts as 0). */
+/* The fitted parameters in log10 space, by FIT_*: latency s, bandwidth
+ * B/s, serial s (serial below 1e-9 s counts as 0), and with hosts the
+ * inter-host latency s and bandwidth B/s. */
 typedef struct theta {
-  double v[3];
+  double v[FIT_DIMS];
 } theta_t;
 
-static const double lo[3] = {-8, 5, -10}, hi[3] = {-2, 12, -2};
+static const double lo[FIT_DIMS] = {-8, 5, -10, -8, 5},
+                    hi[FIT_DIMS] = {-2, 12, -2, -2, 12};
 
-static sim_net_t with(const sim_net_t *base, theta_t t) {
+/* The net at t: only the parameters the fit moves; the others stay the
+ * given ones. */
+static sim_net_t with(const calib_t *c, const sim_net_t *base, theta_t t) {
   sim_net_t n = *base;
-  n.latency_s = pow(10, t.v[0]);
-  n.bandwidth = pow(10, t.v[1]);
-  n.serial_s = t.v[2] < -9 ? 0 : pow(10, t.v[2]);
+  n.latency_s = pow(10, t.v[FIT_LATENCY]);
+  n.bandwidth = pow(10, t.v[FIT_BANDWIDTH]);
+  n.serial_s = t.v[FIT_SERIAL] < -9 ? 0 : pow(10, t.v[FIT_SERIAL]);
+  if (c->fit[FIT_INTER_LATENCY])
+    n.inter_latency_s = pow(10, t.v[FIT_INTER_LATENCY]);
+  if (c->fit[FIT_INTER_BANDWIDTH])
+    n.inter_bandwidth = pow(10, t.v[FIT_INTER_BANDWIDTH]);
   return n;
 }
 
 static double loss_at(const calib_t *c, const sim_net_t *base, theta_t t) {
-  sim_net_t n = with(base, t);
+  sim_net_t n = with(c, base, t);
   return loss(c, &n);
 }
 
+/* What the fit moves: the one-level three always; the inter-host latency
+ * when some run crosses hosts, and their bandwidth when one of those is
+ * unshaped (a shaped run's is known). */
+static void choose_parameters(calib_t *c) {
+  c->fit[FIT_LATENCY] = c->fit[FIT_BANDWIDTH] = c->fit[FIT_SERIAL] = 1;
+  for (int i = 0; i < c->n; i++) {
+    if (!on_hosts(c, i)) continue;
+    c->hosts = c->fit[FIT_INTER_LATENCY] = 1;
+    if (c->m[i].link_bps == 0) c->fit[FIT_INTER_BANDWIDTH] = 1;
+  }
+}
+
+/* The fitted dimensions, in FIT_* order, into dims; their count. */
+static int fitted_dims(const calib_t *c, int *dims) {
+  int nd = 0;
+  for (int d = 0; d < FIT_DIMS; d++)
+    if (c->fit[d]) dims[nd++] = d;
+  return nd;
+}
+
+/* Grid points per dimension: 13 for the one-level three (2197 cells, as
+ * ever), fewer per dimension with hosts (14641 cells for four, 59049 for
+ * five: pricing a run is a sum over its steps, cheap next to simulating). */
+static int grid_points(int nd) { return nd <= 3 ? 13 : nd == 4 ? 11 : 9; }
+
 /* A coarse grid over the box: the loss has flat directions and several
- * basins (latency and serial cost trade off), so start from the best cell. */
+ * basins (latency and serial cost trade off), so start from the best cell.
+ * Cells in the order of nested loops, the first dimension outermost. */
 static theta_t grid(const calib_t *c, const sim_net_t *base) {
-  enum { G = 13 };
-  theta_t best = {{0}}, t;
+  int dims[FIT_DIMS], nd = fitted_dims(c, dims), G = grid_points(nd);
+  long cells = 1;
+  for (int k = 0; k < nd; k++) cells *= G;
+  theta_t best = {{0}}, t = {{0}};
   double best_loss = INFINITY;
-  for (int i = 0; i < G; i++)
-    for (int j = 0; j < G; j++)
-      for (int k = 0; k < G; k++) {
-        t.v[0] = lo[0] + (hi[0] - lo[0]) * i / (G - 1);
-        t.v[1] = lo[1] + (hi[1] - lo[1]) * j / (G - 1);
-        t.v[2] = lo[2] + (hi[2] - lo[2]) * k / (G - 1);
-        double l = loss_at(c, base, t);
-        if (l < best_loss) best_loss = l, best = t;
-      }
+  for (long cell = 0; cell < cells; cell++) {
+    long rest = cell;
+    for (int k = nd - 1; k >= 0; k--, rest /= G) {
+      int d = dims[k], i = (int)(rest % G);
+      t.v[d] = lo[d] + (hi[d] - lo[d]) * i / (G - 1);
+    }
+    double l = loss_at(c, base, t);
+    if (l < best_loss) best_loss = l, best = t;
+  }
   return best;
 }
 
@@ -247,41 +363,83 @@ static void golden(const calib_t *c, const sim_net_t *base, theta_t *t, int d,
   if (loss_at(c, base, mid) < loss_at(c, base, *t)) *t = mid;
 }
 
+/* From the best cell, golden-section searches one parameter at a time
+ * within a cell's width of it, the width halved each round. */
 static sim_net_t fit(const calib_t *c, const sim_net_t *base) {
+  int dims[FIT_DIMS], nd = fitted_dims(c, dims);
   theta_t t = grid(c, base);
-  double step = (hi[0] - lo[0]) / 12;
+  double step = (hi[0] - lo[0]) / (grid_points(nd) - 1);
   for (int round = 0; round < 6; round++, step /= 2)
-    for (int d = 0; d < 3; d++)
+    for (int k = 0; k < nd; k++) {
+      int d = dims[k];
       golden(c, base, &t, d, fmax(lo[d], t.v[d] - step),
              fmin(hi[d], t.v[d] + step));
-  return with(base, t);
+    }
+  return with(c, base, t);
 }
 
 /* ---- printing --------------------------------------------------------------- */
 
-static void print_net(const char *what, const sim_net_t *n) {
+static void print_net(const calib_t *c, const char *what, const sim_net_t *n) {
   printf("%s: latency %.3g us, bandwidth %.4g GB/s, serial %.3g us per rank "
          "and collective, %d cores, memcpy %.3g GB/s\n", what,
          1e6 * n->latency_s, 1e-9 * n->bandwidth, 1e6 * n->serial_s,
          (int)n->cores, 1e-9 * n->memcpy_bps);
+  if (c->hosts)
+    printf("  between hosts: latency %.3g us, bandwidth %.4g GB/s a host's "
+           "link%s\n", 1e6 * n->inter_latency_s, 1e-9 * n->inter_bandwidth,
+           c->fit[FIT_INTER_BANDWIDTH] ? " (shaped runs: their link_gbs)"
+                                       : ", unused: every run's link shaped");
 }
 
-/* The table; returns whether every run is within TOLERANCE. */
+/* Run i's hosts, plans and link, for the table: "HxK", "1" (one host);
+ * topology 1/0 ("-" on one host); link_gbs or "-" (unshaped). */
+static void print_hosts_columns(const calib_t *c, int i) {
+  const measured_t *m = &c->m[i];
+  char hosts[32], link[32];
+  sim_config_t cfg = run_config(c, i);
+  int32_t H = sim_hosts(&cfg, m->dp);
+  int across = H > 1;
+  if (across)
+    snprintf(hosts, sizeof hosts, "%dx%d", (int)H, (int)m->ranks_per_host);
+  else
+    snprintf(hosts, sizeof hosts, "1");
+  if (across && m->link_bps > 0)
+    snprintf(link, sizeof link, "%.4g", 1e-9 * m->link_bps);
+  else
+    snprintf(link, sizeof link, "-");
+  printf(" %7s %4s %8s", hosts, across ? (m->topology ? "1" : "0") : "-",
+         link);
+}
+
+/* The table; returns whether every run is within TOLERANCE. With runs
+ * across hosts, three more columns: hosts, topology and the link's GB/s. */
 static int print_table(const calib_t *c, const sim_net_t *net) {
   int ok = 1;
   double worst = 0;
-  printf("  %5s  %-8s %12s %12s %8s\n", "dp", "variant", "measured_ms",
-         "simulated_ms", "diff");
+  printf("  %5s  %-8s", "dp", "variant");
+  if (c->hosts) printf(" %7s %4s %8s", "hosts", "topo", "link_gbs");
+  printf(" %12s %12s %8s\n", "measured_ms", "simulated_ms", "diff");
   for (int i = 0; i < c->n; i++) {
     double s = simulated_ms(c, net, i), e = s / c->m[i].step_ms - 1;
     ok &= fabs(e) <= TOLERANCE;
     worst = fmax(worst, fabs(e));
-    printf("  %5d  %-8s %12.1f %12.1f %+7.2f%%\n", (int)c->m[i].dp,
-           sim_algo_name(c->m[i].algo), c->m[i].step_ms, s, 100 * e);
+    printf("  %5d  %-8s", (int)c->m[i].dp, sim_algo_name(c->m[i].algo));
+    if (c->hosts) print_hosts_columns(c, i);
+    printf(" %12.1f %12.1f %+7.2f%%\n", c->m[i].step_ms, s, 100 * e);
   }
   printf("  all within %.0f%%: %s (worst %.2f%%)\n", 100 * TOLERANCE,
          ok ? "yes" : "no", 100 * worst);
   return ok;
+}
+
+/* A run's hosts in --json, with runs across hosts only. */
+static void write_run_hosts(FILE *f, const calib_t *c, int i) {
+  const measured_t *m = &c->m[i];
+  if (!c->hosts) return;
+  fprintf(f, ",\"ranks_per_host\":%d,\"topology\":%d", (int)m->ranks_per_host,
+          m->topology);
+  if (m->link_bps > 0) fprintf(f, ",\"link_gbs\":%.6g", 1e-9 * m->link_bps);
 }
 
 static int write_json(const char *path, const calib_t *c, const sim_net_t *n) {
@@ -289,14 +447,20 @@ static int write_json(const char *path, const calib_t *c, const sim_net_t *n) {
   if (!f) return fprintf(stderr, SIM_PROG ": --json: cannot write '%s'\n",
                          path), -1;
   fprintf(f, "{\"fitted\":{\"latency_us\":%.6g,\"bandwidth_gbs\":%.6g,"
-          "\"serial_us\":%.6g,\"cores\":%d},\"runs\":[", 1e6 * n->latency_s,
+          "\"serial_us\":%.6g,\"cores\":%d", 1e6 * n->latency_s,
           1e-9 * n->bandwidth, 1e6 * n->serial_s, (int)n->cores);
+  if (c->hosts)
+    fprintf(f, ",\"inter_latency_us\":%.6g,\"inter_bandwidth_gbs\":%.6g",
+            1e6 * n->inter_latency_s, 1e-9 * n->inter_bandwidth);
+  fputs("},\"runs\":[", f);
   for (int i = 0; i < c->n; i++) {
     double s = simulated_ms(c, n, i);
     fprintf(f, "%s{\"dp\":%d,\"variant\":\"%s\",\"measured_ms\":%.3f,"
-            "\"simulated_ms\":%.3f,\"rel_diff\":%.5f}", i ? "," : "",
+            "\"simulated_ms\":%.3f,\"rel_diff\":%.5f", i ? "," : "",
             (int)c->m[i].dp, sim_algo_name(c->m[i].algo), c->m[i].step_ms, s,
             s / c->m[i].step_ms - 1);
+    write_run_hosts(f, c, i);
+    fputc('}', f);
   }
   fputs("]}\n", f);
   return fclose(f) == 0 ? 0 : -1;
@@ -308,15 +472,16 @@ int sim_calibrate(const sim_options_t *o) {
   if (!o->cores_given) base.cores = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
   int rc = read_file(o->calibrate, &c) == 0 && simulate_all(&c) == 0 ? 0 : 2;
   if (rc == 0) {
+    choose_parameters(&c);
     printf("calibration against %s: profile %s, seed %llu, time scale %g, "
            "steps %lld..%lld (1-based)\n", o->calibrate, c.profile,
            (unsigned long long)c.cfg.seed, c.cfg.time_scale,
            (long long)c.cfg.warmup_last + 1,
            (long long)(c.cfg.warmup_last + c.cfg.steps));
-    print_net("given parameters", &base);
+    print_net(&c, "given parameters", &base);
     print_table(&c, &base);
     sim_net_t fitted = fit(&c, &base);
-    print_net("fitted parameters", &fitted);
+    print_net(&c, "fitted parameters", &fitted);
     rc = print_table(&c, &fitted) ? 0 : 1;
     if (o->json && write_json(o->json, &c, &fitted) < 0) rc = 1;
   }

@@ -89,6 +89,9 @@ static const char *decide(const sim_decide_in_t *in, dpshim_plan_t *plan,
       .cap_ratio = lowered_cap(in, s),
       .threshold = in->threshold,
       .algo = in->algo,
+      .host = in->host,
+      .host_len = in->host ? in->ranks : 0,
+      .ignore_hosts = in->ignore_hosts,
   };
   out->rc = timed_solve(&pin, in->solve_reps, plan, &out->solve_s);
   if (out->rc < 0) return NULL;

@@ -10,6 +10,31 @@
  *   gradient all-reduce, ring      2(P-1)/P x bytes / bw + 2(P-1) x latency
  *                       tree       2 x bytes / bw + 2 ceil(log2 P) x latency
  *                                  (pipelined double binary tree, as NCCL)
+ *
+ * With hosts (--ranks-per-host K: H = ceil(P/K) hosts, rank r on host r/K)
+ * the network has two levels: within a host the above's `latency` and
+ * `bandwidth`; between hosts `inter_latency` per message step and one link
+ * of `inter_bandwidth` bytes/s per host, shared by its K ranks. Every byte
+ * still crosses its rank's own link, then the bytes that change host cross
+ * the host links too (the two not overlapped):
+ *   allgather(v)                   ceil(log2 K) x latency + ceil(log2 H) x
+ *                                  inter_latency + T (P-1)/P / bw
+ *                                  + T (H-1)/H / inter_bw (each host's link
+ *                                  receives the other hosts' part once)
+ *   alltoallv                      the above, plus max over hosts of
+ *                                  max(sent to other hosts, received from
+ *                                  them, its ranks summed) / inter_bw +
+ *                                  inter_latency x the most partners on
+ *                                  other hosts of any rank
+ *   gradient all-reduce            hierarchical: the above's ring or tree
+ *                                  over the k = K x tp ranks of a host,
+ *                                  then between the hosts, each host's link
+ *                                  carrying the whole buffer's share: ring
+ *                                  2(H-1)/H x bytes / inter_bw + 2(H-1) x
+ *                                  inter_latency, tree 2 x bytes / inter_bw
+ *                                  + 2 ceil(log2 H) x inter_latency
+ * One host (no --ranks-per-host, or K >= P) is the one-level model exactly.
+ *
  * The shim's per hand-off, in steady state: one allgather of every rank's
  * header with its samples' metas (4 B each) in a slot (both sized as
  * shim/balance.c sizes them; simulate.c sums the bytes), the solver, and
@@ -28,22 +53,62 @@
 
 #include "sim.h"
 
+/* Between hosts: one 400 Gbit/s NIC per host (50 GB/s, shared by its
+ * ranks) and a switch hop more than within a host. */
 sim_net_t sim_net_default(void) {
   return (sim_net_t){.latency_s = 5e-6, .bandwidth = 400e9 / 8,
+                     .inter_latency_s = 10e-6, .inter_bandwidth = 50e9,
                      .memcpy_bps = 10e9, .serial_s = 0, .cores = 0, .tree = 0};
 }
 
 static double log2_steps(int32_t P) { return P > 1 ? ceil(log2((double)P)) : 0; }
 
-static double allgather(const sim_net_t *n, int32_t P, double total) {
-  return log2_steps(P) * n->latency_s + total * (P - 1) / P / n->bandwidth;
+/* Where P ranks are: H hosts of K ranks (the last may hold fewer); H = 1
+ * (K = P) is the one-level network. */
+typedef struct span {
+  int32_t P, K, H;
+} span_t;
+
+static span_t span_of(const sim_config_t *c, int32_t P) {
+  int32_t H = sim_hosts(c, P);
+  return (span_t){P, H > 1 ? c->ranks_per_host : P, H};
 }
 
-static double allreduce(const sim_net_t *n, int32_t P, double bytes) {
+static double allgather(const sim_net_t *n, span_t g, double total) {
+  double bw = total * (g.P - 1) / g.P / n->bandwidth;
+  if (g.H == 1) return log2_steps(g.P) * n->latency_s + bw;
+  return log2_steps(g.K) * n->latency_s +
+         log2_steps(g.H) * n->inter_latency_s + bw +
+         total * (g.H - 1) / g.H / n->inter_bandwidth;
+}
+
+/* One level's all-reduce over P members of a link of `bw` with `latency`
+ * per message step. */
+static double ring_or_tree(int tree, int32_t P, double bytes, double latency,
+                           double bw) {
   if (P <= 1) return 0;
-  if (n->tree)
-    return 2 * bytes / n->bandwidth + 2 * log2_steps(P) * n->latency_s;
-  return 2.0 * (P - 1) / P * bytes / n->bandwidth + 2.0 * (P - 1) * n->latency_s;
+  if (tree) return 2 * bytes / bw + 2 * log2_steps(P) * latency;
+  return 2.0 * (P - 1) / P * bytes / bw + 2.0 * (P - 1) * latency;
+}
+
+/* Over the world (tp ranks per DP rank): within each host's K x tp ranks,
+ * then between the hosts, whose links carry the whole buffer. */
+static double allreduce(const sim_net_t *n, span_t g, int32_t tp,
+                        double bytes) {
+  double t = ring_or_tree(n->tree, g.K * tp, bytes, n->latency_s,
+                          n->bandwidth);
+  if (g.H > 1)
+    t += ring_or_tree(n->tree, g.H, bytes, n->inter_latency_s,
+                      n->inter_bandwidth);
+  return t;
+}
+
+/* An alltoallv's part across hosts: the busiest host link's bytes and the
+ * messages through it (0 on one host: adding it changes nothing). */
+static double across_hosts(const sim_net_t *n, span_t g, double link_bytes,
+                           double peers) {
+  if (g.H == 1) return 0;
+  return link_bytes / n->inter_bandwidth + peers * n->inter_latency_s;
 }
 
 /* How much longer CPU work takes when P ranks share the cores. */
@@ -52,22 +117,26 @@ static double cpu_factor(const sim_net_t *n, int32_t P) {
 }
 
 /* The shim's time in one step: all its hand-offs together. */
-static double shim_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
+static double shim_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   if (s->handoffs == 0) return 0;
   double h = s->handoffs;
-  double coll = h * allgather(n, P, s->gather_bytes / h) +
+  int32_t P = g.P;
+  double coll = h * allgather(n, g, s->gather_bytes / h) +
                 s->xfer_bytes / n->bandwidth + s->peers * n->latency_s;
+  coll += across_hosts(n, g, s->inter_xfer_bytes, s->inter_peers);
   double collectives = h + s->applied;
   double cpu = s->solve_s + s->copy_bytes / n->memcpy_bps;
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
 /* The ViT balance's time in one step: all its encoder calls together. */
-static double vit_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
+static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   if (s->vit_calls == 0) return 0;
   double k = s->vit_calls;
-  double coll = k * allgather(n, P, s->vit_gather_bytes / k) +
+  int32_t P = g.P;
+  double coll = k * allgather(n, g, s->vit_gather_bytes / k) +
                 s->vit_xfer_bytes / n->bandwidth + s->vit_peers * n->latency_s;
+  coll += across_hosts(n, g, s->vit_inter_xfer_bytes, s->vit_inter_peers);
   double collectives = k + 3.0 * s->vit_applied;
   double cpu = s->vit_solve_s + s->vit_copy_bytes / n->memcpy_bps;
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
@@ -76,12 +145,13 @@ static double vit_seconds(const sim_net_t *n, int32_t P, const sim_step_t *s) {
 sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
                            int32_t ranks, const sim_step_t *s) {
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
+  span_t g = span_of(c, ranks);
   sim_price_t p;
-  p.vit_shim_s = vit_seconds(n, ranks, s);
-  p.shim_s = shim_seconds(n, ranks, s) + p.vit_shim_s;
+  p.vit_shim_s = vit_seconds(n, g, s);
+  p.shim_s = shim_seconds(n, g, s) + p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */
-  p.allreduce_s = allreduce(n, world, (double)c->grad_bytes) +
+  p.allreduce_s = allreduce(n, g, c->tp, (double)c->grad_bytes) +
                   n->serial_s * world +
                   c->time_scale * emu_grad_seconds(&c->model, ranks, c->tp);
   p.step_s = s->compute_max_s + p.shim_s + p.allreduce_s;
@@ -99,7 +169,10 @@ static void count_decisions(sim_result_t *res, const sim_step_t *s) {
 
 sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
                            const sim_run_t *r) {
-  sim_result_t res = {.ranks = r->ranks, .algo = r->algo};
+  sim_result_t res = {.ranks = r->ranks, .algo = r->algo,
+                      .ranks_per_host = c->ranks_per_host,
+                      .hosts = sim_hosts(c, r->ranks),
+                      .topology = c->topology};
   double tokens = 0, k = (double)r->nsteps;
   for (int64_t i = 0; i < r->nsteps; i++) {
     const sim_step_t *s = &r->step[i];
@@ -111,6 +184,8 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     res.compute_max_s += s->compute_max_s;
     res.solve_s += s->solve_s;
     res.bytes_moved += s->moved_bytes;
+    res.bytes_inter_host += s->inter_moved_bytes;
+    res.vit_bytes_inter_host += s->vit_inter_moved_bytes;
     res.vit_s += s->vit_max_s;
     res.vit_wait_s += s->vit_wait_s;
     res.vit_shim_s += p.vit_shim_s;
@@ -128,6 +203,8 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
   res.compute_max_s /= k;
   res.solve_s /= k;
   res.bytes_moved /= k;
+  res.bytes_inter_host /= k;
+  res.vit_bytes_inter_host /= k;
   res.vit_s /= k;
   res.vit_wait_s /= k;
   res.vit_shim_s /= k;

@@ -16,7 +16,8 @@ enum {
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
-  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_HELP
+  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_RANKS_PER_HOST,
+  OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -44,6 +45,10 @@ static const struct option longopts[] = {
     {"serial-us", required_argument, NULL, OPT_SERIAL},
     {"cores", required_argument, NULL, OPT_CORES},
     {"allreduce", required_argument, NULL, OPT_ALLREDUCE},
+    {"ranks-per-host", required_argument, NULL, OPT_RANKS_PER_HOST},
+    {"inter-latency-us", required_argument, NULL, OPT_INTER_LATENCY},
+    {"inter-gbs", required_argument, NULL, OPT_INTER_GBS},
+    {"no-topology", no_argument, NULL, OPT_NO_TOPOLOGY},
     {"cap-ratio", required_argument, NULL, OPT_CAP_RATIO},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"solve-reps", required_argument, NULL, OPT_SOLVE_REPS},
@@ -96,7 +101,10 @@ static void usage(void) {
 "  --solve-reps R        timed solves per hand-off, median counts [3]\n"
 "  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
 "                        rank [2]\n"
-"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD [0.1]\n"
+"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD [0.1]\n",
+      stdout);
+  /* In two: one string would exceed what C11 compilers must take. */
+  fputs(
 "network and CPU model:\n"
 "  --latency-us X        per message step [5]\n"
 "  --bandwidth-gbps X    per rank link, Gbit/s [400]\n"
@@ -107,6 +115,17 @@ static void usage(void) {
 "                        slows by ranks/N [0: a core per rank; with\n"
 "                        --calibrate: this machine's]\n"
 "  --allreduce ring|tree gradient all-reduce model [ring]\n"
+"hosts (a second network level; without --ranks-per-host, one host):\n"
+"  --ranks-per-host K    K consecutive DP ranks a host (rank r on host\n"
+"                        r / K; with --tp T, K x T GPUs): the solver is told\n"
+"                        the hosts (DPSHIM_TOPOLOGY=1), the latency and\n"
+"                        bandwidth above are within a host, and collectives\n"
+"                        cross hosts as below [0: one host]\n"
+"  --inter-latency-us X  per message step between hosts [10]\n"
+"  --inter-gbs X         one host's link to the others, shared by its\n"
+"                        ranks, GB/s [50: one 400 Gbit/s NIC a host]\n"
+"  --no-topology         plans not told the hosts, which still count\n"
+"                        (DPSHIM_TOPOLOGY=0)\n"
 "output:\n"
 "  --json FILE           all results as one JSON array\n"
 "  --png FILE            TGS against DP size, one line per algo (gnuplot)\n"
@@ -114,7 +133,11 @@ static void usage(void) {
 "                        and variants (its profile, seed, time scale, steps,\n"
 "                        warm-up, gradient bytes and micro-batches replace\n"
 "                        the options'), then fit this machine's latency,\n"
-"                        bandwidth and serial cost; --json writes the result\n"
+"                        bandwidth and serial cost; --json writes the result.\n"
+"                        Runs with \"ranks_per_host\" (also top-level),\n"
+"                        \"topology\" 0/1 and \"link_gbs\" (a shaped link's\n"
+"                        GB/s) are priced on hosts, and the inter-host\n"
+"                        latency (and unshaped runs' bandwidth) fitted too\n"
 "  --help                this text\n",
       stdout);
 }
@@ -309,9 +332,37 @@ static int apply_model(int code, const char *opt, const char *arg,
       bad(opt, "'ring' or 'tree'", arg);
     n->tree = strcmp(arg, "tree") == 0;
     return 1;
+  case OPT_INTER_LATENCY:
+    n->inter_latency_s = 1e-6 * need_double(opt, arg, 0, 1e6,
+                                            "microseconds >= 0");
+    o->inter_given = opt;
+    return 1;
+  case OPT_INTER_GBS:
+    n->inter_bandwidth = 1e9 * need_double(opt, arg, 1e-6, 1e6,
+                                           "GB/s in [1e-6, 1e6]");
+    o->inter_given = opt;
+    return 1;
   case OPT_PNG: o->png = arg; return 1;
   case OPT_JSON: o->json = arg; return 1;
   case OPT_CALIBRATE: o->calibrate = arg; return 1;
+  }
+  return 0;
+}
+
+/* --ranks-per-host and --no-topology: where the ranks are, which changes
+ * what the solver is told (the network's parameters are apply_model's). */
+static int apply_hosts(int code, const char *opt, const char *arg,
+                       sim_options_t *o) {
+  switch (code) {
+  case OPT_RANKS_PER_HOST:
+    o->cfg.ranks_per_host = (int32_t)need_int(
+        opt, arg, 0, SIM_MAX_RANKS, "an integer in [0, 65536] (0: one host)");
+    o->hosts_given = 1;
+    return 1;
+  case OPT_NO_TOPOLOGY:
+    o->cfg.topology = 0;
+    o->no_topology_given = 1;
+    return 1;
   }
   return 0;
 }
@@ -367,6 +418,29 @@ static void add_vit_algos(sim_options_t *o) {
   }
 }
 
+/* --calibrate's file says where its runs' ranks were; a sweep's
+ * --no-topology needs hosts to ignore, and its inter-host parameters hosts
+ * to be between (said rather than silently unused). */
+static void resolve_hosts(const sim_options_t *o) {
+  const char *opt = o->hosts_given ? "ranks-per-host" : "no-topology";
+  if (o->calibrate && (o->hosts_given || o->no_topology_given)) {
+    fprintf(stderr, SIM_PROG ": --%s expects a sweep (with --calibrate, the "
+            "file's \"ranks_per_host\" and \"topology\" say it)\n", opt);
+    exit(2);
+  }
+  if (o->no_topology_given && o->cfg.ranks_per_host == 0) {
+    fprintf(stderr, SIM_PROG ": --no-topology expects --ranks-per-host K "
+            "(K >= 1: hosts to ignore)\n");
+    exit(2);
+  }
+  if (o->inter_given && !o->calibrate && o->cfg.ranks_per_host == 0) {
+    fprintf(stderr, SIM_PROG ": --%s expects --ranks-per-host K (K >= 1) or "
+            "--calibrate (without hosts nothing crosses them)\n",
+            o->inter_given);
+    exit(2);
+  }
+}
+
 /* What depends on more than one option; exits 2 naming the option. */
 static void resolve(sim_options_t *o) {
   sim_config_t *c = &o->cfg;
@@ -389,6 +463,7 @@ static void resolve(sim_options_t *o) {
   }
   if (o->pack_tokens) c->vlm.pack_tokens = o->pack_tokens;
   if (o->vit_balance) add_vit_algos(o);
+  resolve_hosts(o);
 }
 
 static void defaults(sim_options_t *o) {
@@ -398,7 +473,7 @@ static void defaults(sim_options_t *o) {
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
                           .threshold = 0.2, .headroom = 2.0, .solve_reps = 3,
                           .vit_cap_ratio = 2.0, .vit_threshold = 0.1,
-                          .model = emu_model_default()};
+                          .topology = 1, .model = emu_model_default()};
   o->net = sim_net_default();
   parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);
   parse_algos("algos", "none,seed,default", o);
@@ -423,7 +498,7 @@ void sim_parse(int argc, char **argv, sim_options_t *o) {
     for (const struct option *p = longopts; p->name; p++)
       if (p->val == code) opt = p->name;
     if (!apply_workload(code, opt, optarg, o) &&
-        !apply_vlm(code, opt, optarg, o))
+        !apply_vlm(code, opt, optarg, o) && !apply_hosts(code, opt, optarg, o))
       apply_model(code, opt, optarg, o);
   }
   if (optind < argc) {

@@ -18,6 +18,18 @@ static void print_decisions(FILE *f, const sim_result_t *r) {
   fputc('}', f);
 }
 
+/* With --ranks-per-host only, so that a run on one host prints what it
+ * always did: the hosts, and of the bytes moved per step those that change
+ * host (the ViT balance's apart, as its bytes moved). */
+static void print_hosts(FILE *f, const sim_result_t *r) {
+  if (r->ranks_per_host == 0) return;
+  fprintf(f, ",\"ranks_per_host\":%d,\"hosts\":%d,\"topology\":%d,"
+          "\"bytes_inter_host_per_step\":%.0f,"
+          "\"vit_bytes_inter_host_per_step\":%.0f",
+          (int)r->ranks_per_host, (int)r->hosts, r->topology,
+          r->bytes_inter_host, r->vit_bytes_inter_host);
+}
+
 static void print_fields(FILE *f, const sim_result_t *r) {
   double share = r->step_s > 0 ? r->shim_s / r->step_s : 0;
   fprintf(f,
@@ -41,6 +53,7 @@ static void print_fields(FILE *f, const sim_result_t *r) {
           1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved,
           (long long)r->vit_calls,
           (long long)r->vit_applied);
+  print_hosts(f, r);
   fputc('}', f);
 }
 
@@ -88,12 +101,18 @@ void sim_print_summary(FILE *f, const sim_result_t *res, int n,
   fprintf(f,
           ", time scale %g, tp %d, %lld measured steps "
           "after warm-up %lld; network %.3g us, %.4g Gb/s, %s all-reduce "
-          "of %lld B\n  TGS (tokens/GPU/s) by DP size; gain over none, "
-          "shim share of the step:\n",
+          "of %lld B\n",
           c->time_scale, (int)c->tp,
           (long long)c->steps, (long long)c->warmup_last,
           1e6 * net->latency_s, 8e-9 * net->bandwidth,
           net->tree ? "tree" : "ring", (long long)c->grad_bytes);
+  if (c->ranks_per_host > 0)
+    fprintf(f, "  hosts of %d ranks: between them %.3g us, %.4g GB/s a "
+            "host's link; plans %s the hosts\n", (int)c->ranks_per_host,
+            1e6 * net->inter_latency_s, 1e-9 * net->inter_bandwidth,
+            c->topology ? "told" : "not told");
+  fputs("  TGS (tokens/GPU/s) by DP size; gain over none, shim share of the "
+        "step:\n", f);
   int32_t last = -1, top = 0;
   for (int i = 0; i < n; i++) {
     if (res[i].ranks != last) summary_row(f, res, n, last = res[i].ranks);
@@ -105,6 +124,10 @@ void sim_print_summary(FILE *f, const sim_result_t *res, int n,
             "step (target <= 1%%): %s\n", (int)top, 1e3 * d->shim_s,
             100 * d->shim_s / d->step_s, 1e3 * d->step_s,
             d->shim_s <= 0.01 * d->step_s ? "met" : "NOT met");
+  if (d && c->ranks_per_host > 0)
+    fprintf(f, "  default at DP %d on %d hosts: %.4g of %.4g MB moved per "
+            "step cross hosts\n", (int)top, (int)d->hosts,
+            1e-6 * d->bytes_inter_host, 1e-6 * d->bytes_moved);
 }
 
 int sim_write_json(const char *path, const sim_result_t *res, int n) {

@@ -13,8 +13,11 @@
  *                encoder call (shim/vit_route.c's plan, linked) and its fit;
  *   decide.c     one hand-off's decision, by the shim's own rules
  *                (shim/policy.c, linked: never copied here);
+ *   crosshost.c  with hosts (--ranks-per-host), the part of an exchange
+ *                that crosses hosts: each host's link bytes and partners;
  *   netmodel.c   the price in seconds of a simulated step under a network and
- *                CPU model (collectives, solver, memcpy);
+ *                CPU model (collectives in one or two levels, solver,
+ *                memcpy);
  *   report.c     JSON lines, the summary, --json;
  *   calibrate.c  --calibrate: measured demo runs against the simulation, and a
  *                least-squares fit of the machine's parameters;
@@ -53,6 +56,11 @@
 typedef struct sim_net {
   double latency_s;  /* one message step */
   double bandwidth;  /* bytes/s of one rank's link */
+  /* With hosts (sim_config_t.ranks_per_host): one message step between
+   * hosts, and the bytes/s of one host's link to the others, which its
+   * ranks share. */
+  double inter_latency_s;
+  double inter_bandwidth;
   double memcpy_bps; /* bytes/s of one core's memcpy */
   double serial_s;   /* per rank and collective; 0 on a real cluster */
   int32_t cores;     /* CPU cores all ranks share; 0 = one per rank */
@@ -82,7 +90,19 @@ typedef struct sim_config {
   /* The ViT balance's settings ("+vit" algorithms): the shim's
    * DPSHIM_VIT_MAX_PATCH_RATIO (0 = none) and DPSHIM_VIT_TRIGGER_THRESHOLD. */
   double vit_cap_ratio, vit_threshold;
+  /* The hosts: DP rank r on host r / ranks_per_host (0: every rank on one
+   * host, and the network in one level). topology: the solver is told the
+   * hosts (the shim's DPSHIM_TOPOLOGY=1); 0: it plans as on one host and
+   * only counts the bytes across hosts (DPSHIM_TOPOLOGY=0). */
+  int32_t ranks_per_host;
+  int topology;
 } sim_config_t;
+
+/* The hosts the DP ranks span: 1 without --ranks-per-host. */
+static inline int32_t sim_hosts(const sim_config_t *c, int32_t ranks) {
+  int32_t k = c->ranks_per_host;
+  return k > 0 && k < ranks ? (ranks + k - 1) / k : 1;
+}
 
 /* Whether the shim's samples carry their images' patches and its warm-up
  * fit has the vision terms: VLM packs, unless --text-cost. */
@@ -115,6 +135,11 @@ typedef struct sim_step {
   double peers;         /* alltoallv: max over ranks of its partners */
   double copy_bytes;    /* max over ranks of the bytes packed and repacked */
   double moved_bytes;   /* all bytes that change rank */
+  /* With hosts (0 without): the alltoallv's load on the hosts' links, max
+   * over hosts of max(bytes its ranks send to other hosts, receive from
+   * them); max over ranks of its partners on other hosts; all bytes that
+   * change host. */
+  double inter_xfer_bytes, inter_peers, inter_moved_bytes;
   double solve_s;       /* solver wall time, median of the reps */
   /* The vision encoder, per step (summed over micro-batches): its phase's
    * time (the slowest rank's, after the plans), the straggler wait in it
@@ -130,6 +155,8 @@ typedef struct sim_step {
   int32_t vit_calls, vit_applied;
   double vit_gather_bytes, vit_xfer_bytes, vit_peers, vit_copy_bytes;
   double vit_moved_bytes, vit_solve_s;
+  /* With hosts, the ViT balance's three alltoallvs as inter_* above. */
+  double vit_inter_xfer_bytes, vit_inter_peers, vit_inter_moved_bytes;
 } sim_step_t;
 
 typedef struct sim_run {
@@ -154,6 +181,11 @@ typedef struct sim_result {
    * it, the ViT balance's share of shim_s and bytes that change rank. */
   double vit_s, vit_wait_s, vit_shim_s, vit_solve_s, vit_bytes_moved;
   int64_t vit_calls, vit_applied; /* over all steps */
+  /* The hosts (ranks_per_host 0: one host, none of the below reported);
+   * bytes that change host per step, the LLM level's and the ViT's. */
+  int32_t ranks_per_host, hosts;
+  int topology;
+  double bytes_inter_host, vit_bytes_inter_host;
 } sim_result_t;
 
 /* ---- options.c ----------------------------------------------------------- */
@@ -169,6 +201,10 @@ typedef struct sim_options {
   int cores_given, profile_given, lengths_given;
   int64_t pack_tokens; /* --pack-tokens; 0: the loader's */
   int vit_balance;     /* --vit-balance: each shim algo also with "+vit" */
+  /* --ranks-per-host, --no-topology: given (a sweep's; --calibrate takes
+   * them from its file) */
+  int hosts_given, no_topology_given;
+  const char *inter_given; /* the last inter-host option given, or NULL */
 } sim_options_t;
 
 /* Exits 0 after --help, 2 after one line naming a bad option. */
@@ -301,6 +337,11 @@ typedef struct sim_decide_in {
   double threshold;
   dpshim_algo_t algo;
   int solve_reps;   /* timed solves, 1 .. SIM_MAX_SOLVE_REPS (< 1: one) */
+  /* [ranks] each rank's host, or NULL (one host); ignore_hosts: the plan
+   * counts the bytes across hosts but is made as on one host (the shim's
+   * DPSHIM_TOPOLOGY=0). */
+  const int32_t *host;
+  int ignore_hosts;
 } sim_decide_in_t;
 
 #define SIM_ROOM_SAMPLES(r) (2 * (size_t)(r))
@@ -323,6 +364,31 @@ void sim_decide_history(const sim_decide_out_t *out, const char *why,
 /* Skip reasons as counted in sim_step_t: the shim's, then "other". */
 int sim_skip_index(const char *why);
 const char *sim_skip_name(int k);
+
+/* ---- crosshost.c --------------------------------------------------------- */
+
+/* One alltoallv's traffic between hosts, rank r on host r / per_host. Its
+ * messages come grouped by sender, which makes counting distinct partners
+ * one pass. */
+typedef struct sim_cross {
+  int32_t ranks, per_host, hosts; /* hosts 0: no hosts, nothing counted */
+  double *out, *in;       /* [hosts] bytes leaving and entering each host */
+  int32_t *peers_out, *peers_in; /* [ranks] partners on other hosts */
+  int32_t *last_from;     /* [ranks] each receiver's latest sender */
+  double moved;           /* bytes between two hosts */
+} sim_cross_t;
+
+/* per_host 0: inactive (every call below does nothing). -1 when out of
+ * memory. */
+int sim_cross_init(sim_cross_t *x, int32_t ranks, int32_t per_host);
+void sim_cross_free(sim_cross_t *x);
+void sim_cross_reset(sim_cross_t *x);
+/* `bytes` from rank `from` to rank `to`: counted only across hosts. */
+void sim_cross_add(sim_cross_t *x, int32_t from, int32_t to, double bytes);
+/* Max over hosts of max(out, in): what the busiest host's link carries. */
+double sim_cross_link_bytes(const sim_cross_t *x);
+/* Max over ranks of max(partners out, partners in) on other hosts. */
+int32_t sim_cross_peers(const sim_cross_t *x);
 
 /* ---- netmodel.c ---------------------------------------------------------- */
 

@@ -11,7 +11,11 @@
  * history, each hand-off solves with the history of the step's earlier
  * hand-offs, and only samples that change rank are sent. Whether a plan is
  * applied is the shim's own decision (sim_decide(), on shim/policy.c), with
- * every rank's buffers holding --headroom x pack samples and tokens.
+ * every rank's buffers holding --headroom x pack samples and tokens. With
+ * --ranks-per-host K, rank r is on host r / K: the solver is given the
+ * hosts as the shim gives them (DPSHIM_TOPOLOGY=1; --no-topology: to count
+ * the bytes across hosts only), and the exchange's part across hosts is
+ * recorded apart (crosshost.c) for the network model's second level.
  *
  * The step's time. Without the ViT balance, as vlmtrain runs: every rank
  * encodes the images of the samples it holds, nothing inside the step
@@ -56,9 +60,22 @@ typedef struct ctx {
   int64_t *room;    /* [2P] what each rank's buffers hold; see sim_decide_in */
   int64_t *metas;   /* [P] one hand-off's meta bytes per rank */
   size_t slot;      /* the shim's meta slot: it only grows, per run */
+  int32_t *host;    /* [P] each rank's host for the solver; NULL: one host */
+  sim_cross_t cross; /* one hand-off's exchange across hosts */
 } ctx_t;
 
 /* ---- setup ----------------------------------------------------------------- */
+
+/* With --ranks-per-host K, consecutive ranks share a host, as mpirun places
+ * them by slot: rank r on host r / K. -1 when out of memory. */
+static int set_hosts(ctx_t *x) {
+  int32_t K = x->c->ranks_per_host;
+  if (K <= 0) return 0;
+  x->host = malloc((size_t)x->P * sizeof *x->host);
+  if (!x->host || sim_cross_init(&x->cross, x->P, K) < 0) return -1;
+  for (int32_t r = 0; r < x->P; r++) x->host[r] = r / K;
+  return 0;
+}
 
 /* Every rank's loader buffers: --headroom x pack tokens (tokens, labels and
  * loss weights alike), and as many samples. */
@@ -102,7 +119,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
       x->drawn_vit && x->encoded && x->totals && x->history && x->sent &&
       x->received && x->kept && x->partners_out && x->partners_in &&
-      x->stamp && x->last_src && x->room && x->metas) {
+      x->stamp && x->last_src && x->room && x->metas && set_hosts(x) == 0) {
     set_room(x);
     return 0;
   }
@@ -132,6 +149,8 @@ static void ctx_free(ctx_t *x) {
   free(x->last_src);
   free(x->room);
   free(x->metas);
+  free(x->host);
+  sim_cross_free(&x->cross);
 }
 
 /* ---- compute time ---------------------------------------------------------- */
@@ -308,6 +327,7 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
   memset(x->partners_out, 0, pi);
   memset(x->partners_in, 0, pi);
   for (int32_t r = 0; r < x->P; r++) x->stamp[r] = x->last_src[r] = -1;
+  sim_cross_reset(&x->cross);
   for (int64_t i = 0; i < n; i++) {
     int32_t from = x->samples[i].origin, to = x->plan.dest[i];
     double b = (double)x->samples[i].bytes;
@@ -318,6 +338,7 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
     x->sent[from] += b;
     x->received[to] += b;
     st->moved_bytes += b;
+    sim_cross_add(&x->cross, from, to, b);
     if (x->stamp[to] != from) x->stamp[to] = from, x->partners_out[from]++;
     if (x->last_src[to] != from) x->last_src[to] = from, x->partners_in[to]++;
   }
@@ -337,6 +358,9 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
   st->xfer_bytes += xfer;
   st->copy_bytes += copy;
   st->peers += peers;
+  st->inter_xfer_bytes += sim_cross_link_bytes(&x->cross);
+  st->inter_peers += sim_cross_peers(&x->cross);
+  st->inter_moved_bytes += x->cross.moved;
 }
 
 /* Moves the held seconds of micro m by the applied plan. */
@@ -395,6 +419,8 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
       .threshold = x->c->threshold,
       .algo = a.algo,
       .solve_reps = x->c->solve_reps,
+      .host = x->host,
+      .ignore_hosts = !x->c->topology,
   };
   sim_decide_out_t out;
   const char *why = sim_decide(&in, &x->plan, &out);

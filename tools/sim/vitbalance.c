@@ -10,8 +10,9 @@
  * Modelled: the plan (real solver, wall time measured), which rank encodes
  * what, one allgather of the images' sizes per call (a 48-byte header per
  * rank and 72 B per image, as the shim's), three alltoallvs per call
- * (inputs, embeddings, embedding gradients) priced as the LLM level's, and
- * the copies in and out of them. Not modelled: the patch gradients' way
+ * (inputs, embeddings, embedding gradients) priced as the LLM level's
+ * (with hosts, their part across hosts too: the plan, as the shim's, is not
+ * told the hosts), and the copies in and out of them. Not modelled: the patch gradients' way
  * back (only when the trainer asks for them; vlmtrain does not), the
  * alltoallv's headers of byte counts, overlap of any exchange with compute,
  * and the memory the received inputs take. */
@@ -40,6 +41,10 @@ struct sim_vit {
   int64_t *first, *fill;       /* [P + 1] */
   double *sent_in, *recv_in, *sent_out, *recv_out; /* [P] bytes */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
+  /* With hosts: the inputs' (sent to the encoding rank) and the
+   * embeddings' (counted the same way: max(out, in) is the same both
+   * ways) */
+  sim_cross_t cross_in, cross_out;
 };
 
 /* The most images of any hand-off: the scratch's size. */
@@ -72,9 +77,12 @@ sim_vit_t *sim_vit_new(const sim_config_t *c, const sim_workload_t *w,
   v->partners_in = calloc(p, sizeof *v->partners_in);
   v->stamp = calloc(p, sizeof *v->stamp);
   v->last_src = calloc(p, sizeof *v->last_src);
+  int cross = sim_cross_init(&v->cross_in, ranks, c->ranks_per_host) |
+              sim_cross_init(&v->cross_out, ranks, c->ranks_per_host);
   if (v->images && v->image_of && v->dest && v->first && v->fill &&
       v->sent_in && v->recv_in && v->sent_out && v->recv_out &&
-      v->partners_out && v->partners_in && v->stamp && v->last_src)
+      v->partners_out && v->partners_in && v->stamp && v->last_src &&
+      cross == 0)
     return v;
   sim_vit_free(v);
   return NULL;
@@ -96,6 +104,8 @@ void sim_vit_free(sim_vit_t *v) {
   free(v->partners_in);
   free(v->stamp);
   free(v->last_src);
+  sim_cross_free(&v->cross_in);
+  sim_cross_free(&v->cross_out);
   free(v);
 }
 
@@ -216,6 +226,8 @@ static void reset_exchange(sim_vit_t *v) {
   memset(v->partners_out, 0, pi);
   memset(v->partners_in, 0, pi);
   for (int32_t r = 0; r < v->P; r++) v->stamp[r] = v->last_src[r] = -1;
+  sim_cross_reset(&v->cross_in);
+  sim_cross_reset(&v->cross_out);
 }
 
 /* The call's three alltoallvs (inputs to the encoding rank, embeddings
@@ -232,6 +244,8 @@ static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
       v->sent_out[to] += out, v->recv_out[r] += out;
       st->vit_moved_bytes += in + 2 * out;
       count_partner(v, r, to);
+      sim_cross_add(&v->cross_in, r, to, in);
+      sim_cross_add(&v->cross_out, r, to, out);
     }
   double xin = 0, xout = 0, copy = 0;
   int32_t peers = 0;
@@ -247,6 +261,10 @@ static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
   st->vit_xfer_bytes += xin + 2 * xout;
   st->vit_copy_bytes += copy;
   st->vit_peers += 3.0 * peers;
+  st->vit_inter_xfer_bytes += sim_cross_link_bytes(&v->cross_in) +
+                              2 * sim_cross_link_bytes(&v->cross_out);
+  st->vit_inter_peers += 3.0 * sim_cross_peers(&v->cross_in);
+  st->vit_inter_moved_bytes += v->cross_in.moved + 2 * v->cross_out.moved;
 }
 
 int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
