@@ -6,9 +6,9 @@
   - --no-topology (plans not told the hosts): `default` moves at least as
     many bytes across hosts as when told, more at some DP size;
   - without --ranks-per-host the lines are what they were (no hosts
-    fields); all ranks on one host: one host, nothing across it, and the
-    all-reduce priced as without hosts (the plans are the solver's: told
-    one host, it need not plan as when told none);
+    fields); all ranks on one host: one host, nothing across it, the
+    all-reduce priced as without hosts, and the same plans (the solver
+    plans one host as none: the shim always passes the hosts it learnt);
   - a slower --inter-gbs makes a step with bytes across hosts longer; a
     longer --inter-latency-us lengthens the all-reduce by 2(H-1) x it (a
     ring between H hosts);
@@ -111,6 +111,9 @@ def check_one_host():
             check(w["step_ms"] == d["step_ms"],
                   "none on one host: step %s ms, without hosts %s" % (
                       w["step_ms"], d["step_ms"]))
+        for f in ("bytes_moved_per_step", "imbalance_after"):
+            check(w[f] == d[f], "%s on one host: %s %s, without hosts %s" % (
+                key, f, w[f], d[f]))
         check(w["hosts"] == 1 and w["bytes_inter_host_per_step"] == 0,
               "%s on one host: %s hosts, %s bytes across" % (
                   key, w["hosts"], w["bytes_inter_host_per_step"]))
