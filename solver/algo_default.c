@@ -38,8 +38,8 @@
  * under the maximum.
  * Told the hosts, bytes are priced (dpshim__move_price: a byte across
  * hosts costs inter_host_cost bytes within one) wherever steps weigh
- * them; a host's shed samples leave it, longest first (the most cost per
- * byte), while they fit in what the host holds above its ranks' targets,
+ * them; a host's big shed samples leave it, longest first (the most cost
+ * per byte), while they fit in what the host holds above its ranks' targets,
  * the others look for room on their home's host first (default_place.c);
  * and default_finish.c moves samples left on other hosts to their home's
  * where that keeps the maximum. */

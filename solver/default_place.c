@@ -189,8 +189,10 @@ static int32_t on_home_host(const dpshim__dstate_t *s, const placer_t *pl,
 /* Told the hosts: what each host holds above its ranks' targets must
  * leave it, and the bytes across hosts are fewest when that is done by the
  * samples of the most cost per byte, the longest, placed first. So a host's
- * shed samples leave it, longest first, while they fit in its excess; the
- * rest look for room on their home's host first. */
+ * big shed samples (BIG_SAMPLE) leave it, longest first, while they fit in
+ * its excess; the rest look for room on their home's host first. (Letting
+ * small ones go too moved more bytes across hosts on sft, whose short
+ * samples cost about the same per byte.) */
 static int host_exports(const dpshim__dstate_t *s, placer_t *pl) {
   const dpshim__ctx_t *ctx = s->ctx;
   pl->host_first = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
