@@ -35,7 +35,8 @@ typedef struct exchange {
 typedef struct candidate {
   exchange_t x;
   int fits;     /* receiver stays within U */
-  double value; /* fits: useful cost per priced byte (free: +inf); else: the peak */
+  double value; /* fits: useful cost per priced byte (free: +inf); else:
+                   the peak */
   double useful;
 } candidate_t;
 

@@ -422,9 +422,9 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .exact = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .hosts = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks * ctx->ranks)};
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
-      !s->load ||
-      !s->tokens || !s->count || !s->at || !s->kids || !s->rest_cost ||
-      !s->rest_tokens || !s->in_set || !s->pos || !s->exact || !s->hosts)
+      !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
+      !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
+      !s->exact || !s->hosts)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
   s->stop = dpshim__default_search_stop(ctx);
