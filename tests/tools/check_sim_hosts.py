@@ -28,17 +28,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "mpi"))
+from mpitest import check, failures  # noqa: E402
+
 SIM = sys.argv[1]
 SMALL = ["--profile", "long", "--seed", "5", "--time-scale", "0.2",
          "--warmup-last", "6", "--steps", "4"]
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-    return ok
 
 
 def sim(*args):
