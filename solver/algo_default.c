@@ -312,12 +312,13 @@ static int core(const dpshim__ctx_t *ctx, double *max) {
 }
 
 /* Told the hosts, placing on the home's host may leave the repair further
- * from the target: where the plan misses it, the plan made without hosts
- * is kept instead if its maximum is more than DPSHIM_TOPOLOGY_SLACK lower. */
+ * from the target: the plan made without hosts is kept instead if its
+ * maximum is more than DPSHIM_TOPOLOGY_SLACK lower. (No plan is below the
+ * bound, so within that of it there is nothing to make.) */
 static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
                                    double max) {
   if (reason < 0 || !ctx->host ||
-      max <= ctx->lower_bound_cap * (1 + TOLERANCE))
+      max <= ctx->lower_bound_cap * (1 + DPSHIM_TOPOLOGY_SLACK))
     return reason;
   dpshim__ctx_t flat = *ctx;
   flat.host = NULL;

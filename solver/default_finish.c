@@ -23,7 +23,7 @@
  *      makespan;
  *   5. told the hosts: every moved sample still on another host than its
  *      home's goes to the least-loaded rank of its home's host that can
- *      take it so; then step 4 again, and so on until neither moves one. */
+ *      take it so; then step 4 again. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,17 +377,36 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
   return sent;
 }
 
+/* Each rank's host's least load, into least[ranks]: a sample too costly
+ * for it is not looked at further (loads meanwhile moved only make the
+ * pass skip what the next one may place). */
+static void least_per_host(const dpshim__ctx_t *ctx, const int32_t *ring,
+                           const tally_t *t, double *least) {
+  for (int32_t r = 0; r < ctx->ranks; r++) least[r] = NAN;
+  for (int32_t r = 0; r < ctx->ranks; r++) {
+    if (!isnan(least[r])) continue;
+    double min = t->load[r];
+    for (int32_t q = ring[r]; q != r; q = ring[q]) min = fmin(min, t->load[q]);
+    least[r] = min;
+    for (int32_t q = ring[r]; q != r; q = ring[q]) least[q] = min;
+  }
+}
+
 /* One pass of step 5 over the moved samples: returns how many it sent to
  * their home's host. */
 static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
                               const int64_t *moved, int64_t n, double limit,
-                              tally_t *t) {
+                              tally_t *t, double *least) {
   int64_t sent = 0;
+  least_per_host(ctx, ring, t, least);
   for (int64_t k = 0; k < n; k++) {
     int64_t i = moved[k];
     int32_t o = ctx->samples[i].origin, best = -1;
-    if (ctx->host[ctx->dest[i]] == ctx->host[o]) continue;
-    for (int32_t r = ring[o]; r != o; r = ring[r])
+    if (ctx->host[ctx->dest[i]] == ctx->host[o] ||
+        least[o] + ctx->cost[i] > limit)
+      continue;
+    for (int32_t r = ring[o], k = 0; r != o && k < DPSHIM__HOST_SCAN;
+         r = ring[r], k++)
       if ((best < 0 || t->load[r] < t->load[best]) &&
           may_move(ctx, t, i, r, limit))
         best = r;
@@ -398,12 +417,15 @@ static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
   return sent;
 }
 
-/* Steps 4 and 5, until a pass sends nothing: a sample gone home lightens
- * the rank it left, which may be another's home. */
+/* Steps 4, 5 and 4 again, each until a pass sends nothing: a sample gone
+ * home (or to its home's host) lightens the rank it left, which may be
+ * another's home. */
 static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  double *least = DPSHIM__ALLOC(ctx, double, ctx->ranks);
   int32_t *ring;
-  if (!moved || dpshim__host_ring(ctx, &ring) < 0) return DPSHIM_ENOMEM;
+  if (!moved || !least || dpshim__host_ring(ctx, &ring) < 0)
+    return DPSHIM_ENOMEM;
   tally_of(ctx, ctx->dest, t);
   double limit = dpshim__max_load(t->load, ctx->ranks);
   int64_t n = 0;
@@ -411,10 +433,13 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
     int64_t i = ctx->order[k];
     if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
   }
-  do {
-    while (home_pass(ctx, moved, n, limit, t) > 0) {
-    }
-  } while (ring && home_host_pass(ctx, ring, moved, n, limit, t) > 0);
+  while (home_pass(ctx, moved, n, limit, t) > 0) {
+  }
+  if (!ring) return 0;
+  while (home_host_pass(ctx, ring, moved, n, limit, t, least) > 0) {
+  }
+  while (home_pass(ctx, moved, n, limit, t) > 0) {
+  }
   return 0;
 }
 

@@ -181,7 +181,8 @@ static int32_t on_home_host(const dpshim__dstate_t *s, const placer_t *pl,
   const dpshim__ctx_t *ctx = s->ctx;
   int32_t home = ctx->samples[i].origin, best = -1;
   if (!pl->host_ring) return -1;
-  for (int32_t r = pl->host_ring[home]; r != home; r = pl->host_ring[r])
+  for (int32_t r = pl->host_ring[home], k = 0;
+       r != home && k < DPSHIM__HOST_SCAN; r = pl->host_ring[r], k++)
     if (lighter(s, r, best) && dpshim__dstate_room_for(s, r, i)) best = r;
   return best;
 }
@@ -235,10 +236,11 @@ static void note_export(const dpshim__dstate_t *s, placer_t *pl, int64_t i,
 static int32_t home_host_room_maker(dpshim__dstate_t *s, placer_t *pl,
                                     int64_t i) {
   int32_t home = s->ctx->samples[i].origin, best = -1;
-  if (!pl->host_ring ||
+  if (!pl->host_ring || s->ctx->cost[i] < BIG_SAMPLE * s->bound ||
       pl->exports[pl->host_first[home]] + s->ctx->cost[i] > 0)
     return -1;
-  for (int32_t r = pl->host_ring[home]; r != home; r = pl->host_ring[r])
+  for (int32_t r = pl->host_ring[home], k = 0;
+       r != home && k < DPSHIM__HOST_SCAN; r = pl->host_ring[r], k++)
     if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
   if (best >= 0) make_room(s, best, i);
   return best;

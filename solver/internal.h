@@ -129,7 +129,11 @@ int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
                                int64_t *rows);
 
 /* The ranks of each host in a ring: (*ring)[r] is the next rank on r's
- * host, by rank, the last back to the first; NULL without hosts. */
+ * host, by rank, the last back to the first; NULL without hosts. A step
+ * looking for a rank on a sample's home host asks at most
+ * DPSHIM__HOST_SCAN of them, the ones after home: wide hosts (hundreds of
+ * ranks) would make that a scan of the group for every sample. */
+#define DPSHIM__HOST_SCAN 64
 int dpshim__host_ring(const dpshim__ctx_t *ctx, int32_t **ring);
 
 /* Gives every rank without a sample the cheapest sample of the rank that
