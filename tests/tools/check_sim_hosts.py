@@ -5,6 +5,7 @@
     says the hosts and the bytes across them;
   - --no-topology (plans not told the hosts): `default` moves at least as
     many bytes across hosts as when told, more at some DP size;
+    --inter-host-cost 1 sends other bytes across hosts than the default;
   - without --ranks-per-host the lines are what they were (no hosts
     fields); all ranks on one host: one host, nothing across it, the
     all-reduce priced as without hosts, and the same plans (the solver
@@ -89,6 +90,17 @@ def check_no_topology(told):
     check(more > 0, "--no-topology moved no more bytes across hosts")
     check("plans not told the hosts" in summary,
           "--no-topology's summary: %r" % summary[-400:])
+
+
+def check_inter_host_cost(told):
+    """--inter-host-cost reaches the plans: at 1 (a byte across hosts as
+    dear as one within) they send other bytes across hosts than at the
+    default 10."""
+    res, _ = sweep("--ranks", "32", "--ranks-per-host", "4", "--algos",
+                   "default", "--inter-host-cost", "1")
+    a = told[(32, "default")]["bytes_inter_host_per_step"]
+    b = res[(32, "default")]["bytes_inter_host_per_step"]
+    check(a != b, "--inter-host-cost 1: %s bytes across hosts, as at 10" % b)
 
 
 def check_one_host():
@@ -249,6 +261,11 @@ def check_bad_values(tmp):
          "--inter-latency-us"),
         (["--calibrate", "x.json", "--ranks-per-host", "4"],
          "--ranks-per-host"),
+        (["--inter-host-cost", "0.5", "--ranks-per-host", "4"],
+         "--inter-host-cost"),
+        (["--inter-host-cost", "1001", "--ranks-per-host", "4"],
+         "--inter-host-cost"),
+        (["--inter-host-cost", "5"], "--inter-host-cost"),
     ]
     for args, name in bad:
         rc, out, err = sim(*args)
@@ -269,6 +286,7 @@ def check_bad_values(tmp):
 def main():
     told = check_lines_say_hosts()
     check_no_topology(told)
+    check_inter_host_cost(told)
     check_one_host()
     check_pricing()
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,6 +92,7 @@ static const char *decide(const sim_decide_in_t *in, dpshim_plan_t *plan,
       .host = in->host,
       .host_len = in->host ? in->ranks : 0,
       .ignore_hosts = in->ignore_hosts,
+      .inter_host_cost = in->inter_host_cost,
   };
   out->rc = timed_solve(&pin, in->solve_reps, plan, &out->solve_s);
   if (out->rc < 0) return NULL;

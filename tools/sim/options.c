@@ -17,7 +17,8 @@ enum {
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
   OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_RANKS_PER_HOST,
-  OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_HELP
+  OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
+  OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -49,6 +50,7 @@ static const struct option longopts[] = {
     {"inter-latency-us", required_argument, NULL, OPT_INTER_LATENCY},
     {"inter-gbs", required_argument, NULL, OPT_INTER_GBS},
     {"no-topology", no_argument, NULL, OPT_NO_TOPOLOGY},
+    {"inter-host-cost", required_argument, NULL, OPT_INTER_HOST_COST},
     {"cap-ratio", required_argument, NULL, OPT_CAP_RATIO},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"solve-reps", required_argument, NULL, OPT_SOLVE_REPS},
@@ -126,6 +128,8 @@ static void usage(void) {
 "                        ranks, GB/s [50: one 400 Gbit/s NIC a host]\n"
 "  --no-topology         plans not told the hosts, which still count\n"
 "                        (DPSHIM_TOPOLOGY=0)\n"
+"  --inter-host-cost X   the plans' price of a byte across hosts, in bytes\n"
+"                        within one, 1..1000 (DPSHIM_INTER_HOST_COST) [10]\n"
 "output:\n"
 "  --json FILE           all results as one JSON array\n"
 "  --png FILE            TGS against DP size, one line per algo (gnuplot)\n"
@@ -362,6 +366,12 @@ static int apply_hosts(int code, const char *opt, const char *arg,
   case OPT_NO_TOPOLOGY:
     o->cfg.topology = 0;
     o->no_topology_given = 1;
+    return 1;
+  case OPT_INTER_HOST_COST:
+    o->cfg.inter_host_cost = need_double(opt, arg, 1,
+                                         DPSHIM_INTER_HOST_COST_MAX,
+                                         "a number in [1, 1000]");
+    o->inter_given = opt;
     return 1;
   }
   return 0;

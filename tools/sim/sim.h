@@ -96,6 +96,7 @@ typedef struct sim_config {
    * only counts the bytes across hosts (DPSHIM_TOPOLOGY=0). */
   int32_t ranks_per_host;
   int topology;
+  double inter_host_cost; /* --inter-host-cost; 0: the solver's default */
 } sim_config_t;
 
 /* The hosts the DP ranks span: 1 without --ranks-per-host. */
@@ -342,6 +343,7 @@ typedef struct sim_decide_in {
    * DPSHIM_TOPOLOGY=0). */
   const int32_t *host;
   int ignore_hosts;
+  double inter_host_cost; /* DPSHIM_INTER_HOST_COST; 0: the solver's */
 } sim_decide_in_t;
 
 #define SIM_ROOM_SAMPLES(r) (2 * (size_t)(r))

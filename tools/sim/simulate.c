@@ -421,6 +421,7 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
       .solve_reps = x->c->solve_reps,
       .host = x->host,
       .ignore_hosts = !x->c->topology,
+      .inter_host_cost = x->c->inter_host_cost,
   };
   sim_decide_out_t out;
   const char *why = sim_decide(&in, &x->plan, &out);
