@@ -267,10 +267,11 @@ static void run_instance(uint64_t seed) {
     handoff_t h;
     handoff_draw(&h, s.P, &g, s.tight);
     int64_t n = gathered(&h, samples);
+    /* One host, as the shim here; the solver's inter-host cost. */
     sim_decide_in_t in = {s.P,           n,         samples,
                           h.room,        history,   s.cfg.model,
                           s.cfg.cap_ratio, s.cfg.threshold, s.cfg.algo, 1,
-                          NULL,          0}; /* one host, as the shim here */
+                          NULL,          0,         0};
     sim_decide_out_t out;
     const char *why = sim_decide(&in, &plan, &out);
     cr_assert_eq(out.rc, 0, "seed %llu: sim: %s", (unsigned long long)seed,
