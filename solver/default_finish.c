@@ -392,34 +392,44 @@ static void least_per_host(const dpshim__ctx_t *ctx, const int32_t *ring,
   }
 }
 
-/* One pass of step 5 over the moved samples: returns how many it sent to
- * their home's host. */
+/* The least-loaded rank of sample i's home host (home aside; at most
+ * DPSHIM__HOST_SCAN asked) that may take it under the limit, or -1. */
+static int32_t on_home_host(const dpshim__ctx_t *ctx, const int32_t *ring,
+                            const tally_t *t, int64_t i, double limit) {
+  int32_t o = ctx->samples[i].origin, best = -1;
+  for (int32_t r = ring[o], asked = 0; r != o && asked < DPSHIM__HOST_SCAN;
+       r = ring[r], asked++)
+    if ((best < 0 || t->load[r] < t->load[best]) &&
+        may_move(ctx, t, i, r, limit))
+      best = r;
+  return best;
+}
+
+/* One pass of step 5 over the samples in away[*n], all on another host
+ * than their home's: those it sends to their home's host leave the list.
+ * Returns how many it sent. */
 static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
-                              const int64_t *moved, int64_t n, double limit,
+                              int64_t *away, int64_t *n, double limit,
                               tally_t *t, double *least) {
-  int64_t sent = 0;
+  int64_t kept = 0;
   least_per_host(ctx, ring, t, least);
-  for (int64_t k = 0; k < n; k++) {
-    int64_t i = moved[k];
-    int32_t o = ctx->samples[i].origin, best = -1;
-    if (ctx->host[ctx->dest[i]] == ctx->host[o] ||
-        least[o] + ctx->cost[i] > limit)
-      continue;
-    for (int32_t r = ring[o], k = 0; r != o && k < DPSHIM__HOST_SCAN;
-         r = ring[r], k++)
-      if ((best < 0 || t->load[r] < t->load[best]) &&
-          may_move(ctx, t, i, r, limit))
-        best = r;
-    if (best < 0) continue;
-    move(ctx, t, i, best);
-    sent++;
+  for (int64_t k = 0; k < *n; k++) {
+    int64_t i = away[k];
+    int32_t o = ctx->samples[i].origin;
+    int32_t to = least[o] + ctx->cost[i] > limit
+                     ? -1
+                     : on_home_host(ctx, ring, t, i, limit);
+    if (to >= 0) move(ctx, t, i, to);
+    else away[kept++] = i;
   }
+  int64_t sent = *n - kept;
+  *n = kept;
   return sent;
 }
 
-/* Steps 4, 5 and 4 again, each until a pass sends nothing: a sample gone
- * home (or to its home's host) lightens the rank it left, which may be
- * another's home. */
+/* Steps 4, then 5 and 4 again, each until a pass sends nothing: a sample
+ * gone home (or to its home's host) lightens the rank it left, which may
+ * be another's home. */
 static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
   double *least = DPSHIM__ALLOC(ctx, double, ctx->ranks);
@@ -436,9 +446,15 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   while (home_pass(ctx, moved, n, limit, t) > 0) {
   }
   if (!ring) return 0;
-  while (home_host_pass(ctx, ring, moved, n, limit, t, least) > 0) {
-  }
-  while (home_pass(ctx, moved, n, limit, t) > 0) {
+  int64_t *away = DPSHIM__ALLOC(ctx, int64_t, n + 1), m = 0, sent = 0, s;
+  if (!away) return DPSHIM_ENOMEM;
+  for (int64_t k = 0; k < n; k++)
+    if (ctx->host[ctx->dest[moved[k]]] !=
+        ctx->host[ctx->samples[moved[k]].origin])
+      away[m++] = moved[k];
+  while ((s = home_host_pass(ctx, ring, away, &m, limit, t, least)) > 0)
+    sent += s;
+  while (sent > 0 && home_pass(ctx, moved, n, limit, t) > 0) {
   }
   return 0;
 }
