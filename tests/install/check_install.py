@@ -22,16 +22,12 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "mpi"))
+from mpitest import check, outcome  # noqa: E402
+
 TOOLS = ("dpshim-run", "dpshim-report", "dpshim-solve-bench", "dpshim-sim",
          "dpshim-optcheck")
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-    return ok
 
 
 def sh(cmd, env=None, **kw):
@@ -132,8 +128,7 @@ def main():
         check(rc == 0 and "DPSHIM_VLM_BALANCE=1" in out,
               "installed dpshim-run --lib: rc %d, %r %r" % (rc, out, err))
         print("dpshim-run --dry-run: %s" % out.strip())
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-from mpitest import MPIRUN, check, check_plans_applied, failures, read_jsonl, run
+from mpitest import (MPIRUN, check, check_plans_applied, outcome,
+                     read_jsonl, run)
 
 PY = "/usr/bin/python3"
 SHIM = ["--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters", "2", "3",
@@ -151,8 +152,7 @@ def main():
         return 77
     handoffs(args)
     training(args)
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import tempfile
 
-from mpitest import MPIRUN, check, check_plans_applied, failures, read_jsonl, run
+from mpitest import (MPIRUN, check, check_plans_applied, outcome,
+                     read_jsonl, run)
 
 TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
          "--seed", "5", "--steps", "10", "--check"]
@@ -142,8 +143,7 @@ def main():
     dry_runs(args)
     refusals(args)
     real_runs(args)
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,12 @@ def check(ok, what):
     return ok
 
 
+def outcome():
+    """Prints how many checks failed (or ok); the exit status: 1 if any."""
+    print("%d failures" % len(failures) if failures else "ok")
+    return 1 if failures else 0
+
+
 def kill_session(sid):
     """SIGKILL to every process of session sid, until none is left. mpirun
     puts each rank in a process group of its own, so killing mpirun's group

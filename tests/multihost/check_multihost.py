@@ -36,7 +36,7 @@ from check_vlm import SHIM_ENV as VLM_ENV, TRAIN as VLM_TRAIN  # noqa: E402
 from check_vlm import encoder_keys, same_digests  # noqa: E402
 from check_vlm_vit import VIT_ENV  # noqa: E402
 from hosts import Hosts, Unavailable  # noqa: E402
-from mpitest import (check, check_plans_applied, failures, intact,  # noqa
+from mpitest import (check, check_plans_applied, intact, outcome,  # noqa
                      read_jsonl, run)
 
 TRAIN = ["--mode", "emulate", "--profile", "long", "--time-scale", "0.02",
@@ -168,8 +168,7 @@ def main():
     except Unavailable as e:
         print("SKIP: no network namespaces here (%s)" % e)
         return 77
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":

@@ -18,17 +18,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "mpi"))
+from mpitest import check, outcome  # noqa: E402
+
 REPO = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TOOL = os.path.join(REPO, "tools", "dpshim-report")
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL: " + what)
-    return ok
 
 
 def report(*args):
@@ -136,8 +132,7 @@ def main():
         rc, _, err = report(empty)
         check(rc == 1 and "no step line" in err,
               "no step line: exit %d, %r" % (rc, err))
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":

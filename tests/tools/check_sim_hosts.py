@@ -31,7 +31,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "mpi"))
-from mpitest import check, failures  # noqa: E402
+from mpitest import check, outcome  # noqa: E402
 
 SIM = sys.argv[1]
 SMALL = ["--profile", "long", "--seed", "5", "--time-scale", "0.2",
@@ -292,8 +292,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_calibrate(tmp)
         check_bad_values(tmp)
-    print("%d failures" % len(failures) if failures else "ok")
-    return 1 if failures else 0
+    return outcome()
 
 
 if __name__ == "__main__":
