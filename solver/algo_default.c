@@ -213,9 +213,8 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
     const dpshim_sample_t *smp = &ctx->samples[i];
     int32_t r = ctx->dest[i];
-    s->total_price += ctx->host ? (int64_t)llround((double)smp->bytes *
-                                                   ctx->inter_host_cost)
-                                : smp->bytes;
+    s->total_price +=
+        ctx->host ? dpshim__across_price(ctx, smp->bytes) : smp->bytes;
     s->moved_price += dpshim__move_price(ctx, i, r);
     s->tokens[r] += smp->len;
     s->rows[r] += smp->rows;
@@ -322,6 +321,7 @@ static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
     return reason;
   dpshim__ctx_t flat = *ctx;
   flat.host = NULL;
+  flat.host_ring = NULL;
   flat.dest = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!flat.dest) return DPSHIM_ENOMEM;
   dpshim__dest_at_origins(ctx, flat.dest);

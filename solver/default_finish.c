@@ -433,9 +433,8 @@ static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
 static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
   double *least = DPSHIM__ALLOC(ctx, double, ctx->ranks);
-  int32_t *ring;
-  if (!moved || !least || dpshim__host_ring(ctx, &ring) < 0)
-    return DPSHIM_ENOMEM;
+  const int32_t *ring = ctx->host_ring;
+  if (!moved || !least) return DPSHIM_ENOMEM;
   tally_of(ctx, ctx->dest, t);
   double limit = dpshim__max_load(t->load, ctx->ranks);
   int64_t n = 0;

@@ -37,7 +37,7 @@ typedef struct placer {
   double *key;                 /* load, or +inf while blocked */
   dpshim__rank_heap_t blocked; /* by tokens */
   sheddable_t *shed;           /* [ranks] */
-  int32_t *host_ring;          /* [ranks] the next rank on the same host */
+  const int32_t *host_ring;    /* ctx->host_ring */
   int32_t *host_first;         /* [ranks] the lowest rank on the same host */
   double *exports;             /* [ranks] by host_first: load still to leave */
 } placer_t;
@@ -277,9 +277,9 @@ int dpshim__default_place(dpshim__dstate_t *s) {
       .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
                   s->token_key},
-      .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks)};
+      .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks),
+      .host_ring = ctx->host_ring};
   if (!pl.key || !pl.blocked.e || !pl.shed ||
-      dpshim__host_ring(ctx, &pl.host_ring) < 0 ||
       (pl.host_ring && host_exports(s, &pl) < 0))
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {

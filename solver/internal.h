@@ -41,6 +41,7 @@ typedef struct dpshim__ctx {
   int64_t cap;           /* per-rank token cap, DPSHIM__NO_CAP for none */
   const int64_t *rows_cap; /* [ranks] per-rank rows cap, NULL for none */
   const int32_t *host;   /* [ranks] each rank's host, NULL for one */
+  const int32_t *host_ring; /* [ranks] dpshim__host_ring's, NULL for one */
   double inter_host_cost; /* a byte across hosts, in bytes within one */
   const int64_t *rows0;  /* [ranks] rows held before */
   double threshold;
@@ -107,6 +108,12 @@ static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,
   return add <= 0 || !ctx->rows_cap || held + add <= ctx->rows_cap[r];
 }
 
+/* `bytes` sent across hosts, in bytes sent within one. */
+static inline int64_t dpshim__across_price(const dpshim__ctx_t *ctx,
+                                           int64_t bytes) {
+  return (int64_t)llround((double)bytes * ctx->inter_host_cost);
+}
+
 /* What sending sample i from its origin to rank r costs, in bytes moved
  * within a host: nothing at home, inter_host_cost per byte across hosts. */
 static inline int64_t dpshim__move_price(const dpshim__ctx_t *ctx, int64_t i,
@@ -114,7 +121,7 @@ static inline int64_t dpshim__move_price(const dpshim__ctx_t *ctx, int64_t i,
   const dpshim_sample_t *s = &ctx->samples[i];
   if (r == s->origin) return 0;
   if (!ctx->host || ctx->host[r] == ctx->host[s->origin]) return s->bytes;
-  return (int64_t)llround((double)s->bytes * ctx->inter_host_cost);
+  return dpshim__across_price(ctx, s->bytes);
 }
 
 /* Every sample back on its origin: dest[i] = samples[i].origin. */
@@ -129,7 +136,8 @@ int32_t dpshim__rows_over_caps(const dpshim__ctx_t *ctx, const int32_t *where,
                                int64_t *rows);
 
 /* The ranks of each host in a ring: (*ring)[r] is the next rank on r's
- * host, by rank, the last back to the first; NULL without hosts. A step
+ * host, by rank, the last back to the first; NULL without hosts. Made
+ * once a solve, into ctx->host_ring. A step
  * looking for a rank on a sample's home host asks at most
  * DPSHIM__HOST_SCAN of them, the ones after home: wide hosts (hundreds of
  * ranks) would make that a scan of the group for every sample. */

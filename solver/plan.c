@@ -220,6 +220,9 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   ctx->rows0 = rows0;
   ctx->rows_cap = in->rows_cap;
   ctx->host = in->ignore_hosts || one_host(in) ? NULL : in->host;
+  int32_t *ring;
+  if (dpshim__host_ring(ctx, &ring) < 0) return DPSHIM_ENOMEM;
+  ctx->host_ring = ring;
   ctx->inter_host_cost = inter_host_cost(in);
   ctx->history = history;
   ctx->model = in->model;
