@@ -32,14 +32,12 @@ static void say_not_initialised(void) {
 static int may_communicate(dpshim__state_t *st, int main) {
   if (main || st->cfg.loader_thread) return 1;
   st->active = 0;
-  if (st->world_rank == 0 && !st->said_thread++) {
-    char line[384];
-    snprintf(line, sizeof line,
-             "a batch was handed off from a thread other than MPI_Init's: "
-             "set %s=1 for a loader that runs in its own thread; balancing "
-             "is off", DPSHIM_ENV_LOADER_THREAD);
-    dpshim__say(line);
-  }
+  char cause[320];
+  snprintf(cause, sizeof cause,
+           "a batch was handed off from a thread other than MPI_Init's: set "
+           "%s=1 for a loader that runs in its own thread",
+           DPSHIM_ENV_LOADER_THREAD);
+  dpshim__core_noop(&st->core, cause);
   return 0;
 }
 
@@ -63,4 +61,12 @@ DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {
 DPSHIM_EXTERN int dpshim_balance_fail(const char *why) {
   return handoff(NULL, why && *why ? why : "the adapter could not describe "
                                            "its batch");
+}
+
+DPSHIM_EXTERN int dpshim_step_end(void) {
+  dpshim__state_t *st = &dpshim__state;
+  if (st->active && !st->finalized &&
+      pthread_equal(pthread_self(), st->init_thread))
+    dpshim__core_step_end(&st->core);
+  return 0;
 }

@@ -338,12 +338,29 @@ static void format_algo(const dpshim__config_t *c, text_t *t) {
   put(t, "%s", dpshim_algo_name(c->algo));
 }
 
+/* 'auto': the shim picks per run (core.c); the fit field then holds the
+ * per-rank method, the one tried first. */
 static int parse_fit(const char *v, dpshim__config_t *c) {
+  c->fit_auto = !strcasecmp(v, "auto");
+  if (c->fit_auto) return c->fit = DPSHIM_FIT_RANKS, 0;
   return dpshim_fit_method_from_name(v, &c->fit) < 0 ? -1 : 0;
 }
 
 static void format_fit(const dpshim__config_t *c, text_t *t) {
-  put(t, "%s", dpshim_fit_method_name(c->fit));
+  put(t, "%s", c->fit_auto ? "auto" : dpshim_fit_method_name(c->fit));
+}
+
+static const char *const step_names[] = {"auto", "sync", "handoff"};
+
+static int parse_step(const char *v, dpshim__config_t *c) {
+  for (int k = 0; k < 3; k++)
+    if (!strcasecmp(v, step_names[k]))
+      return c->step = (dpshim__step_mode_t)k, 0;
+  return -1;
+}
+
+static void format_step(const dpshim__config_t *c, text_t *t) {
+  put(t, "%s", step_names[c->step]);
 }
 
 static int parse_log(const char *v, dpshim__config_t *c) {
@@ -375,6 +392,7 @@ INT_FIELD(topology, parse_bool)
 INT_FIELD(tp, parse_size)
 INT_FIELD(pp, parse_size)
 INT_FIELD(cp, parse_size)
+INT_FIELD(micro_batches, parse_size)
 
 /* ---- the table ----------------------------------------------------------- */
 
@@ -411,8 +429,8 @@ static const row_t rows[] = {
     {VALUE(DPSHIM_ENV_SOLVER, "default",
            "'default', 'seed', 'kk', 'kk-cap' or 'none'", NULL),
      parse_algo, format_algo},
-    {VALUE(DPSHIM_ENV_FIT, "ranks", "'ranks' or 'seed'", NULL), parse_fit,
-     format_fit},
+    {VALUE(DPSHIM_ENV_FIT, "auto", "'auto', 'ranks' or 'seed'", NULL),
+     parse_fit, format_fit},
     {VALUE(DPSHIM_ENV_COEFS, NULL,
            "a,b,c or a,b,c,d,e: numbers >= 0, not all 0, with "
            "a*L^2+b*L+c+d*L^2+e*L finite at L = 2147483647",
@@ -449,6 +467,10 @@ static const row_t rows[] = {
      parse_topology, format_topology},
     {VALUE(DPSHIM_ENV_INTER_HOST_COST, "10", "a number in 1..1000", NULL),
      parse_inter_host_cost, format_inter_host_cost},
+    {VALUE(DPSHIM_ENV_STEP, "auto", "'auto', 'sync' or 'handoff'", NULL),
+     parse_step, format_step},
+    {VALUE(DPSHIM_ENV_MICRO_BATCHES, "1", SIZE_TEXT, NULL),
+     parse_micro_batches, format_micro_batches},
 };
 #define NROWS ((int32_t)(sizeof rows / sizeof *rows))
 
@@ -559,6 +581,9 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_double(h, c->threshold);
   h = mix_int(h, c->algo);
   h = mix_int(h, c->fit);
+  h = mix_int(h, c->fit_auto != 0);
+  h = mix_int(h, c->step);
+  h = mix_int(h, c->micro_batches);
   h = mix_int(h, c->have_coefs != 0);
   h = mix_double(h, c->coefs.a);
   h = mix_double(h, c->coefs.b);

@@ -33,6 +33,14 @@ enum {
   DPSHIM__SYNC_BARRIER = 1 << 7
 };
 
+/* Where a step ends (DPSHIM_STEP). */
+typedef enum dpshim__step_mode {
+  DPSHIM__STEP_AUTO = 0, /* at the sync where every rank's is seen, else
+                          * after the hand-offs of a step */
+  DPSHIM__STEP_SYNC,     /* at the gradient sync (DPSHIM_SYNC_OPS) */
+  DPSHIM__STEP_HANDOFF   /* after micro_batches hand-offs, or a mark */
+} dpshim__step_mode_t;
+
 typedef struct dpshim__config {
   int enabled;       /* the LLM-level balance */
   int verbose;
@@ -48,6 +56,9 @@ typedef struct dpshim__config {
   double threshold;
   dpshim_algo_t algo;
   dpshim_fit_method_t fit;
+  int fit_auto;         /* DPSHIM_FIT=auto: the fit chosen per run */
+  dpshim__step_mode_t step;
+  int32_t micro_batches; /* hand-offs a step, in hand-off steps */
   int have_coefs;       /* DPSHIM_COEFS given: no warm-up */
   dpshim_cost_model_t coefs;
   int32_t tp, pp, cp;

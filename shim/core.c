@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "env.h"
 #include "report.h"
+#include "warmup.h"
 
 /* The original's ViT cost, L^2 per image: when nothing was fitted. */
 #define VIT_DEFAULT_MODEL ((dpshim_cost_model_t){1, 0, 0, 0, 0})
@@ -37,6 +38,8 @@ static void free_core(dpshim__core_t *c) {
   free(c->host);
   c->host = NULL;
   free(c->points);
+  free(c->shadow_points);
+  c->shadow_points = NULL;
   free(c->step.last.load_before);
   free(c->step.last.load_after);
   c->balancer = NULL;
@@ -58,6 +61,16 @@ static int copy_hosts(dpshim__core_t *c, const int32_t *host) {
   dpshim__balancer_set_hosts(c->balancer, c->host, c->cfg.topology,
                              c->cfg.inter_host_cost);
   return 0;
+}
+
+static void say_one_rank_groups(dpshim__core_t *c) {
+  char cause[320];
+  snprintf(cause, sizeof cause,
+           "every DP group has one rank (%d ranks, %s x %s x %s = %d): "
+           "run more ranks, or set those to the model-parallel sizes",
+           c->world->size, DPSHIM_ENV_TP, DPSHIM_ENV_PP, DPSHIM_ENV_CP,
+           c->cfg.tp * c->cfg.pp * c->cfg.cp);
+  dpshim__core_noop(c, cause);
 }
 
 static int alloc_loads(dpshim__handoff_note_t *h, int ranks) {
@@ -88,10 +101,12 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
                                  c->clock};
   c->balancer = dpshim__balancer_new(&bc);
   c->points = calloc((size_t)c->cfg.nwarmup + 1, sizeof *c->points);
-  c->step.index = 1;
+  c->shadow_points = calloc((size_t)c->cfg.nwarmup + 1, sizeof *c->points);
+  c->mode = c->cfg.step;
+  c->step.index = c->shadow.index = 1;
   c->step.last.decision = "warmup";
   c->opened_at = c->clock();
-  int rc = c->balancer && c->points ? 0 : DPSHIM_ENOMEM;
+  int rc = c->balancer && c->points && c->shadow_points ? 0 : DPSHIM_ENOMEM;
   if (rc == 0) rc = dpshim__balancer_reserve(c->balancer, c->dp->size);
   if (rc == 0) rc = copy_hosts(c, s->host);
   if (rc == 0) rc = alloc_loads(&c->step.last, c->dp->size);
@@ -99,18 +114,11 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
     rc = dpshim__steplog_open(&c->log, c->cfg.log_path, c->dp->rank == 0,
                               c->dp_group, c->dp->size, c->say);
   if (rc < 0) free_core(c);
+  else if (c->cfg.enabled && c->dp->size == 1) say_one_rank_groups(c);
   return rc;
 }
 
-void dpshim__core_close(dpshim__core_t *c) {
-  dpshim__steplog_close(&c->log, c->dp);
-  dpshim__report_summary(c);
-  free_core(c);
-  pthread_mutex_destroy(&c->lock);
-  pthread_mutex_destroy(&c->handoff);
-}
-
-/* ---- warm-up and the fit ---------------------------------------------------------- */
+/* ---- steps ------------------------------------------------------------------------- */
 
 /* Warm-up steps but the first (a cold start, dropped), numbered from 0. */
 static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
@@ -122,169 +130,80 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
   return slot;
 }
 
-#define POINT_DOUBLES (sizeof(dpshim__point_t) / sizeof(double))
-
-typedef struct fit_outcome {
-  int64_t rc, vision, vit_rc;
-  dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
-  dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
-} fit_outcome_t;
-
-/* The fit, and when the points have images the text-only fit of the same
- * points beside it: what the vision terms gain. */
-static int fit_both(dpshim_fit_input_t *in, fit_outcome_t *out) {
-  int64_t n = in->iters * (int64_t)in->ranks;
-  for (int64_t i = 0; i < n && !in->text_only; i++)
-    out->vision |= in->points[i].sum_patches_sq > 0 ||
-                   in->points[i].sum_patches > 0;
-  int rc = dpshim_fit(in, &out->fit);
-  if (rc == 0 && out->vision) {
-    in->text_only = 1;
-    if (dpshim_fit(in, &out->fit_text) < 0) out->vision = 0;
-  }
-  return rc;
+static void record_point(const dpshim__core_t *c, const dpshim__step_t *s,
+                         dpshim__point_t *points, double step_time) {
+  int32_t slot = point_slot(c, s->index);
+  if (slot < 0 || c->settled) return;
+  double encoder = c->cfg.vit ? s->vit_time : 0;
+  points[slot] = (dpshim__point_t){
+      .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
+      .sum_len2 = s->sum_len2,
+      .sum_len = s->sum_len,
+      .count = s->count,
+      .sum_patches_sq = s->sum_patches_sq,
+      .sum_patches = s->sum_patches,
+      .compute = s->compute - encoder,
+      .step = step_time,
+      .vit_len2 = s->vit_len2,
+      .vit_len = s->vit_len,
+      .vit_count = s->vit_count,
+      .vit_time = s->vit_time};
 }
 
-/* Rank 0: every rank's points -> one fit over the steps every rank
- * measured. */
-static int fit_points(dpshim__core_t *c, const dpshim__point_t *all,
-                      fit_outcome_t *out) {
-  int32_t ranks = c->world->size, slots = c->cfg.nwarmup, iters = 0;
-  dpshim_fit_point_t *pts = calloc((size_t)ranks * (size_t)slots + 1,
-                                   sizeof *pts);
-  double *iter_time = calloc((size_t)slots + 1, sizeof *iter_time);
-  int rc = DPSHIM_ENOMEM;
-  snprintf(out->fit.message, sizeof out->fit.message,
-           "out of memory for the fit");
-  if (pts && iter_time) {
-    for (int32_t it = 0; it < slots; it++) {
-      int all_valid = 1;
-      for (int32_t r = 0; r < ranks; r++)
-        all_valid &= all[(size_t)r * (size_t)slots + (size_t)it].valid == 1;
-      if (!all_valid) continue; /* a rank missed this step */
-      for (int32_t r = 0; r < ranks; r++) {
-        const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
-        pts[(size_t)iters * (size_t)ranks + (size_t)r] =
-            (dpshim_fit_point_t){p->sum_len2,       p->sum_len,
-                                 p->count,          p->compute,
-                                 p->sum_patches_sq, p->sum_patches};
-        if (p->step > iter_time[iters]) iter_time[iters] = p->step;
-      }
-      iters++;
-    }
-    /* With the ViT balance the images are encoded apart from their
-     * samples: the LLM's cost leaves them out. */
-    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, c->cfg.fit,
-                             c->cfg.vit};
-    rc = fit_both(&in, out);
-  }
-  free(pts);
-  free(iter_time);
-  return rc;
+/* The next step: the latest hand-off stays the next line's unless one
+ * comes (a loader thread's need not fall in every step). */
+static void next_step(dpshim__step_t *s) {
+  dpshim__handoff_note_t last = s->last;
+  int64_t index = s->index + 1;
+  memset(s, 0, sizeof *s);
+  s->index = index;
+  s->last = last;
+  s->last.bytes_moved = 0;
+  s->last.bytes_inter_host = 0;
 }
 
-/* The encoder's cost per image: NNLS over every (rank, warm-up step) that
- * encoded images, apart from the steps' structure (a step without images
- * on some rank still teaches the others'). */
-static int fit_vit(const dpshim__core_t *c, const dpshim__point_t *all,
-                   dpshim_fit_result_t *out) {
-  size_t n = (size_t)c->world->size * (size_t)c->cfg.nwarmup, k = 0;
-  dpshim_fit_point_t *pts = calloc(n + 1, sizeof *pts);
-  if (!pts) {
-    snprintf(out->message, sizeof out->message, "out of memory for the fit");
-    return DPSHIM_ENOMEM;
+/* Under c->lock: step s ends at `now`, after `wait` in the sync. The
+ * shadow only keeps its point and its time, for when it is taken over. */
+static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
+                     double wait) {
+  double step_time = now - s->first_entry - s->shim;
+  if (s == &c->shadow) {
+    record_point(c, s, c->shadow_points, step_time);
+    c->shadow_steps += 1;
+    c->shadow_time += step_time;
+    next_step(s);
+    return;
   }
-  for (size_t i = 0; i < n; i++)
-    if (all[i].valid == 1 && all[i].vit_count > 0 && all[i].vit_time > 0)
-      pts[k++] = (dpshim_fit_point_t){all[i].vit_len2, all[i].vit_len,
-                                      all[i].vit_count, all[i].vit_time, 0, 0};
-  dpshim_fit_input_t in = {(int64_t)k, 1, pts, NULL, DPSHIM_FIT_RANKS, 1};
-  int rc = k ? dpshim_fit(&in, out) : DPSHIM_EINVAL;
-  if (!k)
-    snprintf(out->message, sizeof out->message,
-             "no warm-up step encoded images");
-  free(pts);
-  return rc;
+  int phase = c->fitted || c->cfg.have_coefs;
+  c->stats.steps[phase] += 1;
+  c->stats.wait[phase] += wait;
+  c->stats.step_time[phase] += step_time;
+  record_point(c, s, c->points, step_time);
+  double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
+                                     s->vit_time};
+  dpshim__steplog_step(&c->log, s->index, times, &s->last, &s->vit);
+  next_step(s);
+  atomic_store(&c->open_hint, 0);
+  atomic_store(&c->sync_hint, 0);
 }
 
-/* Collective over the world: the same model on every rank. */
-static int fit_warmup(dpshim__core_t *c) {
-  size_t bytes = (size_t)c->cfg.nwarmup * sizeof(dpshim__point_t);
-  int root = c->world->rank == 0;
-  dpshim__point_t *all = root ? calloc((size_t)c->world->size, bytes + 1)
-                              : NULL;
-  int64_t failed = root && !all;
-  int rc = c->world->ops->max(c->world, &failed, 1);
-  if (rc < 0) return rc;
-  fit_outcome_t out;
-  memset(&out, 0, sizeof out);
-  out.rc = DPSHIM_ENOMEM;
-  snprintf(out.fit.message, sizeof out.fit.message, "out of memory");
-  if (!failed) {
-    rc = c->world->ops->gather(c->world, c->points, bytes, all);
-    if (rc < 0) {
-      free(all);
-      return rc;
-    }
-    if (root && !c->cfg.have_coefs) out.rc = fit_points(c, all, &out);
-    if (root && c->cfg.vit && !c->cfg.have_vit_coefs)
-      out.vit_rc = fit_vit(c, all, &out.vit);
-  }
-  free(all);
-  rc = c->world->ops->bcast(c->world, &out, sizeof out);
-  if (rc < 0) return rc;
-  pthread_mutex_lock(&c->lock);
-  if (!c->cfg.have_coefs) {
-    c->fit = out.fit;
-    c->fit_text = out.fit_text;
-    c->fit_vision = (int)out.vision;
-    c->fitted = out.rc == 0;
-    if (c->fitted) c->model = dpshim__policy_model_from_fit(out.fit.model);
-  }
-  if (c->cfg.vit && !c->cfg.have_vit_coefs) {
-    c->vit_fit = out.vit;
-    c->vit_fitted = out.vit_rc == 0;
-    if (c->vit_fitted)
-      c->vit_model = dpshim__policy_model_from_fit(out.vit.model);
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (!c->cfg.have_coefs) dpshim__report_fit(c, (int)out.rc);
-  if (c->cfg.vit && !c->cfg.have_vit_coefs)
-    dpshim__report_vit_fit(c, (int)out.vit_rc);
-  return 0;
+/* The step that hand-offs delimit now: the real one in hand-off steps, the
+ * shadow while auto is undecided, none in sync steps. */
+static dpshim__step_t *counted_step(dpshim__core_t *c) {
+  return c->mode == DPSHIM__STEP_HANDOFF ? &c->step
+         : c->mode == DPSHIM__STEP_AUTO  ? &c->shadow
+                                         : NULL;
 }
 
-static void settle(dpshim__core_t *c) {
-  pthread_mutex_lock(&c->lock);
-  c->settled = 1;
-  c->vit_settled = 1;
-  pthread_mutex_unlock(&c->lock);
-  dpshim__balancer_set_model(c->balancer, c->model);
+/* Under c->lock, at a hand-off's entry: a hand-off step full of its
+ * micro-batches ends here (unless the trainer marks its steps). */
+static void count_step(dpshim__core_t *c, double t0) {
+  dpshim__step_t *s = counted_step(c);
+  if (!s || c->marked || !s->open || s->handoffs < c->cfg.micro_batches)
+    return;
+  s->compute += t0 - s->last_return;
+  end_step(c, s, t0, 0);
 }
-
-/* Until settled: what this hand-off is, agreed over the world from every
- * rank's step counter and thread. *warm: measure only. */
-static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
-                       double *arrival) {
-  int64_t v[3] = {step, -step, !main};
-  double t = c->clock();
-  int rc = c->world->ops->max(c->world, v, 3);
-  *arrival = c->clock() - t;
-  if (rc < 0) return rc;
-  *warm = 0;
-  if (v[2]) { /* some loader thread hands off ahead of the steps */
-    dpshim__report_no_fit(c);
-    settle(c);
-  } else if (-v[1] > c->cfg.warmup_last) {
-    rc = fit_warmup(c);
-    settle(c);
-  } else {
-    *warm = dpshim__core_warming(c, v[0]);
-  }
-  return rc;
-}
-
-/* ---- hand-offs --------------------------------------------------------------------- */
 
 static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch) {
   for (int32_t i = 0; i < batch->nsamples; i++) {
@@ -297,6 +216,173 @@ static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch) {
     s->sum_patches += (double)batch->vision[i].patches;
   }
 }
+
+/* Under c->lock: the step's clock around a hand-off. */
+static void step_enter(dpshim__step_t *s, double t0) {
+  if (s->open) s->compute += t0 - s->last_return;
+  else s->first_entry = t0;
+}
+
+static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
+                       int rc, int warm, double t0, double t1,
+                       double arrival) {
+  if (warm && rc == 0) add_features(s, batch);
+  if (warm && rc < 0) s->bad = 1;
+  s->open = 1;
+  s->handoffs++;
+  s->last_return = t1;
+  s->shim += t1 - t0 - arrival;
+  s->arrival += arrival;
+}
+
+/* A loader thread's hand-off: no clock (it runs ahead), but it counts in a
+ * hand-off step, and the main thread's step begins. */
+static void loader_handoff(dpshim__core_t *c, double t1) {
+  dpshim__step_t *s = counted_step(c);
+  if (s && !c->marked && s->handoffs >= c->cfg.micro_batches) next_step(s);
+  if (s) s->handoffs++;
+  if (!c->step.open) {
+    c->step.open = 1;
+    c->step.first_entry = c->step.last_return = t1;
+  }
+}
+
+/* Hand-off steps end at the next step's first hand-off: the last one ends
+ * here where it is whole, and a last step short of its hand-offs is said
+ * (DPSHIM_MICRO_BATCHES may not be the trainer's). */
+static void end_last_step(dpshim__core_t *c) {
+  dpshim__step_t *s = &c->step;
+  if (c->mode != DPSHIM__STEP_HANDOFF || !s->open || c->marked ||
+      !c->main_handoffs)
+    return;
+  if (s->handoffs < c->cfg.micro_batches && c->world->rank == 0)
+    dpshim__core_say(c, "the run ended %d hand-offs into a step of %s=%d: "
+                     "set it to the hand-offs of one step",
+                     (int)s->handoffs, DPSHIM_ENV_MICRO_BATCHES,
+                     (int)c->cfg.micro_batches);
+  if (s->handoffs < c->cfg.micro_batches) return;
+  double now = c->clock();
+  pthread_mutex_lock(&c->lock);
+  s->compute += now - s->last_return;
+  end_step(c, s, now, 0);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void dpshim__core_close(dpshim__core_t *c) {
+  end_last_step(c);
+  dpshim__steplog_close(&c->log, c->dp);
+  dpshim__report_summary(c);
+  free_core(c);
+  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->handoff);
+}
+
+/* ---- warm-up and the step mode ---------------------------------------------------- */
+
+void dpshim__core_noop(dpshim__core_t *c, const char *cause) {
+  pthread_mutex_lock(&c->lock);
+  int first = !c->noop[0];
+  if (first) snprintf(c->noop, sizeof c->noop, "%s", cause);
+  pthread_mutex_unlock(&c->lock);
+  if (first && c->world->rank == 0)
+    dpshim__core_say(c, "nothing is balanced: %s", cause);
+}
+
+static void settle(dpshim__core_t *c) {
+  pthread_mutex_lock(&c->lock);
+  c->settled = 1;
+  c->vit_settled = 1;
+  pthread_mutex_unlock(&c->lock);
+  dpshim__balancer_set_model(c->balancer, c->model);
+}
+
+/* Hand-off steps, agreed: the shadow's steps and points become the
+ * run's. */
+static void take_shadow(dpshim__core_t *c) {
+  pthread_mutex_lock(&c->lock);
+  dpshim__handoff_note_t last = c->step.last;
+  dpshim__point_t *points = c->points;
+  c->step = c->shadow;
+  c->step.last = last;
+  c->points = c->shadow_points;
+  c->shadow_points = points;
+  c->stats.steps[0] += c->shadow_steps;
+  c->stats.step_time[0] += c->shadow_time;
+  c->mode = DPSHIM__STEP_HANDOFF;
+  pthread_mutex_unlock(&c->lock);
+  if (c->cfg.verbose && c->world->rank == 0)
+    dpshim__core_say(c, "no gradient sync seen through MPI on every rank: "
+                     "steps are taken from the hand-offs, %d a step (%s)",
+                     (int)c->cfg.micro_batches, DPSHIM_ENV_MICRO_BATCHES);
+}
+
+/* Auto: sync steps once every rank has seen its sync; hand-off steps once
+ * the warm-up window (two steps at least) has passed without. */
+static void decide_mode(dpshim__core_t *c, int all_synced, int64_t steps) {
+  int64_t window = c->cfg.warmup_last > 2 ? c->cfg.warmup_last : 2;
+  if (all_synced) {
+    pthread_mutex_lock(&c->lock);
+    c->mode = DPSHIM__STEP_SYNC;
+    pthread_mutex_unlock(&c->lock);
+  } else if (steps > window) {
+    take_shadow(c);
+  }
+}
+
+/* Sync steps asked for, and the window has passed with a rank that never
+ * saw its sync: steps never end, so nothing can be fitted or balanced. */
+static void check_sync_seen(dpshim__core_t *c, int all_synced) {
+  int64_t window = c->cfg.warmup_last > 2 ? c->cfg.warmup_last : 2;
+  if (all_synced || c->mode != DPSHIM__STEP_SYNC ||
+      c->stats.handoffs < window * c->cfg.micro_batches)
+    return;
+  char cause[320];
+  snprintf(cause, sizeof cause,
+           "%s=sync, but no gradient sync (%s) was seen on every rank in %lld "
+           "hand-offs: set %s=auto or handoff for a sync outside MPI, or %s "
+           "to the sync's collective", DPSHIM_ENV_STEP, DPSHIM_ENV_SYNC_OPS,
+           (long long)c->stats.handoffs, DPSHIM_ENV_STEP, DPSHIM_ENV_SYNC_OPS);
+  dpshim__core_noop(c, cause);
+}
+
+/* Until settled and the step mode decided: what this hand-off is, agreed
+ * over the world from every rank's step counters and thread. *warm:
+ * measure only. */
+static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
+                       double *arrival) {
+  pthread_mutex_lock(&c->lock);
+  int64_t counted = c->stats.handoffs / c->cfg.micro_batches + 1;
+  int64_t v[5] = {step, -step, !main, -(int64_t)(c->syncs > 0),
+                  c->shadow.index > counted ? c->shadow.index : counted};
+  pthread_mutex_unlock(&c->lock);
+  double t = c->clock();
+  int rc = c->world->ops->max(c->world, v, 5);
+  *arrival = c->clock() - t;
+  if (rc < 0) return rc;
+  int all_synced = v[3] == -1;
+  int64_t lo = -v[1], hi = v[0]; /* the steps the ranks are in */
+  if (c->mode == DPSHIM__STEP_AUTO) {
+    decide_mode(c, all_synced, v[4]);
+    if (c->mode == DPSHIM__STEP_HANDOFF) lo = hi = c->step.index;
+  }
+  *warm = c->mode == DPSHIM__STEP_AUTO;
+  if (c->settled) return 0;
+  if (v[2]) { /* some loader thread hands off ahead of the steps */
+    dpshim__report_no_fit(c);
+    settle(c);
+  } else if (c->mode == DPSHIM__STEP_AUTO) {
+    return 0;
+  } else if (lo > c->cfg.warmup_last) {
+    rc = dpshim__warmup_fit(c);
+    settle(c);
+  } else {
+    check_sync_seen(c, all_synced);
+    *warm = c->noop[0] || dpshim__core_warming(c, hi);
+  }
+  return rc;
+}
+
+/* ---- hand-offs --------------------------------------------------------------------- */
 
 /* Under c->lock: the hand-off into the totals and the step's log note. */
 static void count_handoff(dpshim__core_t *c, int rc, int warm,
@@ -343,29 +429,17 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
   s->bytes_total += (double)rep->bytes_total;
 }
 
-/* Under c->lock, on the main thread: the step's clock around a hand-off. */
-static void step_enter(dpshim__step_t *s, double t0) {
-  if (s->open) s->compute += t0 - s->last_return;
-  else s->first_entry = t0;
-}
-
-static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
-                       int rc, int warm, double t0, double t1,
-                       double arrival) {
-  if (warm && rc == 0) add_features(s, batch);
-  if (warm && rc < 0) s->bad = 1;
-  s->open = 1;
-  s->last_return = t1;
-  s->shim += t1 - t0 - arrival;
-  s->arrival += arrival;
-}
-
 int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
                          const char *invalid) {
   pthread_mutex_lock(&c->handoff);
   double t0 = c->clock(), note[DPSHIM__NOTES];
   pthread_mutex_lock(&c->lock);
-  if (main) step_enter(&c->step, t0);
+  if (main) {
+    c->main_handoffs++;
+    count_step(c, t0);
+    step_enter(&c->step, t0);
+    if (c->mode == DPSHIM__STEP_AUTO) step_enter(&c->shadow, t0);
+  }
   int64_t step = c->step.index;
   int noted = dpshim__steplog_note(&c->log, note);
   pthread_mutex_unlock(&c->lock);
@@ -374,7 +448,9 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   double arrival = 0;
   dpshim__balance_report_t rep;
   memset(&rep, 0, sizeof rep);
-  if (!c->settled) rc = agree_phase(c, step, main, &warm, &arrival);
+  if (!c->settled || c->mode == DPSHIM__STEP_AUTO)
+    rc = agree_phase(c, step, main, &warm, &arrival);
+  step = c->step.index; /* hand-off steps may have been taken over */
   if (rc < 0) {
     snprintf(rep.message, sizeof rep.message, "the warm-up agreement failed");
   } else {
@@ -390,9 +466,10 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
     step_leave(&c->step, batch, rc, warm, t0, t1, arrival);
-  } else if (!c->step.open) { /* the main thread's step begins */
-    c->step.open = 1;
-    c->step.first_entry = c->step.last_return = t1;
+    if (c->mode == DPSHIM__STEP_AUTO)
+      step_leave(&c->shadow, batch, rc, warm, t0, t1, arrival);
+  } else {
+    loader_handoff(c, t1);
   }
   atomic_store(&c->open_hint, 1);
   c->stats.shim_time += t1 - t0 - arrival;
@@ -404,14 +481,31 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   return rc;
 }
 
-/* ---- the sync ------------------------------------------------------------------------ */
+/* ---- the sync and the trainer's marks ---------------------------------------------- */
+
+/* Hand-off steps, where the shim sees a sync too: a sync every k
+ * hand-offs where DPSHIM_MICRO_BATCHES says otherwise is said once. */
+static void check_sync_period(dpshim__core_t *c) {
+  int64_t k = c->main_handoffs - c->handoffs_at_sync;
+  c->handoffs_at_sync = c->main_handoffs;
+  if (k <= 0 || k == c->cfg.micro_batches || c->marked || c->said_count)
+    return;
+  c->said_count = 1;
+  if (c->world->rank == 0)
+    dpshim__core_say(c, "the gradient sync came after %lld hand-offs, but "
+                     "%s=%d: set it to the hand-offs of one step",
+                     (long long)k, DPSHIM_ENV_MICRO_BATCHES,
+                     (int)c->cfg.micro_batches);
+}
 
 void dpshim__core_sync_begin(dpshim__core_t *c) {
   if (!atomic_load_explicit(&c->open_hint, memory_order_relaxed)) return;
   double t = c->clock();
   pthread_mutex_lock(&c->lock);
   dpshim__step_t *s = &c->step;
-  if (s->open && !s->syncing) {
+  if (c->mode == DPSHIM__STEP_HANDOFF) {
+    check_sync_period(c);
+  } else if (s->open && !s->syncing) {
     s->syncing = 1;
     atomic_store(&c->sync_hint, 1);
     s->compute += t - s->last_return;
@@ -420,55 +514,33 @@ void dpshim__core_sync_begin(dpshim__core_t *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
-static void record_point(dpshim__core_t *c, double step_time) {
-  const dpshim__step_t *s = &c->step;
-  int32_t slot = point_slot(c, s->index);
-  if (slot < 0 || c->settled) return;
-  double encoder = c->cfg.vit ? s->vit_time : 0;
-  c->points[slot] = (dpshim__point_t){
-      .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
-      .sum_len2 = s->sum_len2,
-      .sum_len = s->sum_len,
-      .count = s->count,
-      .sum_patches_sq = s->sum_patches_sq,
-      .sum_patches = s->sum_patches,
-      .compute = s->compute - encoder,
-      .step = step_time,
-      .vit_len2 = s->vit_len2,
-      .vit_len = s->vit_len,
-      .vit_count = s->vit_count,
-      .vit_time = s->vit_time};
-}
-
 void dpshim__core_sync_end(dpshim__core_t *c) {
   if (!atomic_load_explicit(&c->sync_hint, memory_order_relaxed)) return;
   double now = c->clock();
   pthread_mutex_lock(&c->lock);
   dpshim__step_t *s = &c->step;
-  if (!s->syncing) {
-    pthread_mutex_unlock(&c->lock);
-    return;
+  if (s->syncing) {
+    c->syncs++;
+    end_step(c, s, now, now - s->sync_entry);
   }
-  double wait = now - s->sync_entry, step_time = now - s->first_entry;
-  int phase = c->fitted || c->cfg.have_coefs;
-  c->stats.steps[phase] += 1;
-  c->stats.wait[phase] += wait;
-  c->stats.step_time[phase] += step_time;
-  record_point(c, step_time);
-  double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
-                                     s->vit_time};
-  dpshim__steplog_step(&c->log, s->index, times, &s->last, &s->vit);
-  /* The latest hand-off stays the next line's unless one comes: a loader
-   * thread's need not fall in every step. */
-  dpshim__handoff_note_t last = s->last;
-  int64_t next = s->index + 1;
-  memset(s, 0, sizeof *s);
-  s->index = next;
-  s->last = last;
-  s->last.bytes_moved = 0;
-  s->last.bytes_inter_host = 0;
-  atomic_store(&c->open_hint, 0);
-  atomic_store(&c->sync_hint, 0);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void dpshim__core_step_end(dpshim__core_t *c) {
+  double now = c->clock();
+  pthread_mutex_lock(&c->lock);
+  dpshim__step_t *s = counted_step(c);
+  if (s && s->open) {
+    if (s->handoffs != c->cfg.micro_batches && !c->said_count &&
+        c->world->rank == 0)
+      dpshim__core_say(c, "dpshim_step_end() came after %d hand-offs, but "
+                       "%s=%d: steps follow the marks", (int)s->handoffs,
+                       DPSHIM_ENV_MICRO_BATCHES, (int)c->cfg.micro_batches);
+    c->said_count |= s->handoffs != c->cfg.micro_batches;
+    c->marked = 1;
+    s->compute += now - s->last_return;
+    end_step(c, s, now, 0);
+  }
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -501,6 +573,15 @@ static void note_call(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
   n->bytes_moved += (double)r->bytes_moved;
 }
 
+/* The encoder's time and this rank's images, for the step's point. */
+static void add_vit_call(dpshim__step_t *s, const dpshim__vit_report_t *r) {
+  s->vit_time += r->encode_s;
+  if (r->kind != DPSHIM__VIT_FORWARD) return;
+  s->vit_len2 += r->own_patches_sq;
+  s->vit_len += r->own_patches;
+  s->vit_count += (double)r->own_images;
+}
+
 void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
                            double seconds) {
   pthread_mutex_lock(&c->lock);
@@ -510,12 +591,8 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
   c->stats.vit_time += rep->encode_s;
   c->stats.vit_shim += seconds - rep->encode_s - rep->arrival_s;
   c->stats.vit_arrival += rep->arrival_s;
-  s->vit_time += rep->encode_s;
-  if (rep->kind == DPSHIM__VIT_FORWARD) {
-    s->vit_len2 += rep->own_patches_sq;
-    s->vit_len += rep->own_patches;
-    s->vit_count += (double)rep->own_images;
-  }
+  add_vit_call(s, rep);
+  if (c->mode == DPSHIM__STEP_AUTO) add_vit_call(&c->shadow, rep);
   pthread_mutex_unlock(&c->lock);
   dpshim__report_vit(c, rep);
 }

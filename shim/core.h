@@ -7,12 +7,19 @@
  * number of times) or at close (MPI_Finalize, which every rank reaches):
  * never at a sync, whose communicator the core does not see.
  *
- * Warm-up is agreed: until the cost model is final ("settled"), each
- * hand-off starts with a small max over the world of each rank's step
- * counter and thread, so that every rank takes the same decision even when
- * a loader thread runs ahead of the steps: warm-up (measure, move nothing),
- * fit (every rank's points to rank 0, one model to all), or no fit at all
- * (a loader thread's hand-offs do not follow the steps).
+ * A step ends at the gradient sync where the shim sees it (an MPI call,
+ * DPSHIM_SYNC_OPS), else after DPSHIM_MICRO_BATCHES hand-offs or at the
+ * trainer's mark (dpshim_step_end). DPSHIM_STEP=auto (the default) agrees
+ * which: sync steps once every rank has seen a sync; hand-off steps when
+ * the warm-up window has passed without (a shadow step counts them
+ * meanwhile, so their warm-up is not lost).
+ *
+ * Warm-up is agreed: until the cost model is final ("settled") and the
+ * step mode decided, each hand-off starts with a small max over the world
+ * of each rank's step counters and thread, so that every rank takes the
+ * same decision even when a loader thread runs ahead of the steps:
+ * warm-up (measure, move nothing), fit (warmup.h), or no fit at all (a
+ * loader thread's hand-offs do not follow the steps).
  */
 #ifndef DPSHIM_SHIM_CORE_H
 #define DPSHIM_SHIM_CORE_H
@@ -33,16 +40,19 @@
 typedef struct dpshim__point {
   double valid; /* 1: every hand-off of the step was measured */
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
-  double compute; /* first hand-off entry -> sync entry, less hand-offs and,
-                   * with the ViT balance, less the encoder */
-  double step;    /* first hand-off entry -> sync exit */
+  double compute; /* first hand-off entry -> sync entry (hand-off steps:
+                   * the step's end), less hand-offs and, with the ViT
+                   * balance, less the encoder */
+  double step;    /* first hand-off entry -> the step's end, less the
+                   * shim's own time (waits for the other ranks count) */
   /* The encoder's calls: own images' patches^2, patches, images; seconds */
   double vit_len2, vit_len, vit_count, vit_time;
 } dpshim__point_t;
 
-/* This rank's step in progress: main-thread hand-offs, then the sync. */
+/* This rank's step in progress: main-thread hand-offs, then its end. */
 typedef struct dpshim__step {
   int64_t index; /* 1-based */
+  int32_t handoffs; /* hand-offs in this step */
   int open;      /* a hand-off came since the last sync */
   int syncing;   /* the trainer waits for the sync */
   int bad;       /* a warm-up hand-off failed: no point */
@@ -87,12 +97,32 @@ typedef struct dpshim__core {
    * when fit_vision (the warm-up batches gave their images). */
   dpshim_fit_result_t fit_text;
   int fit_vision;
+  /* Which fit was taken, and how well each predicted the warm-up's step
+   * times ([0] per-rank, [1] step-time; mean < 0: not made). */
+  int fit_from_steps;
+  double step_error_mean[2], step_error_max[2];
   /* The ViT balance's cost per image: final once vit_settled (agreed at
    * the same point as the LLM's model), fitted unless DPSHIM_VIT_COEFS. */
   int vit_settled, vit_fitted;
   dpshim_cost_model_t vit_model;
   dpshim_fit_result_t vit_fit;
+  /* How steps end: the configured mode, or in auto the agreed one
+   * (DPSHIM__STEP_AUTO until agreed). */
+  dpshim__step_mode_t mode;
   dpshim__step_t step;
+  /* Auto, undecided: the steps as hand-offs would count them, with their
+   * warm-up points, taken over if hand-off steps are agreed. */
+  dpshim__step_t shadow;
+  dpshim__point_t *shadow_points;
+  double shadow_steps, shadow_time;
+  int64_t syncs;         /* this rank's syncs seen (main thread) */
+  int64_t main_handoffs; /* this rank's main-thread hand-offs */
+  int64_t handoffs_at_sync; /* main_handoffs at the last sync's begin */
+  int marked;            /* dpshim_step_end() came: steps follow marks */
+  int said_count;        /* a hand-off count that does not fit, said */
+  /* Why nothing is balanced, agreed ("" when something can be): said
+   * once by world rank 0 when found, repeated by the summary. */
+  char noop[320];
   /* step.open and step.syncing, readable without the lock: a sync outside
    * a step (a benchmark's allreduce loop) costs no clock read. */
   atomic_int open_hint, sync_hint;
@@ -134,6 +164,16 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
  * without a begin, do nothing. Starts no collective. */
 void dpshim__core_sync_begin(dpshim__core_t *c);
 void dpshim__core_sync_end(dpshim__core_t *c);
+
+/* The trainer marked its step's end (dpshim_step_end), on the main
+ * thread: in hand-off steps the step ends here, not at the next hand-off.
+ * Starts no collective. */
+void dpshim__core_step_end(dpshim__core_t *c);
+
+/* Nothing can be balanced, for `cause` (one line naming it and the
+ * setting that fixes it; the same on every rank): said by world rank 0,
+ * kept for the summary. The first cause stays. */
+void dpshim__core_noop(dpshim__core_t *c, const char *cause);
 
 /* The ViT cost model: 1 and *model once final, 0 in warm-up. */
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model);

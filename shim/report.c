@@ -157,7 +157,9 @@ void dpshim__report_fit(const dpshim__core_t *c, int rc) {
     dpshim__core_say(c, "warm-up fit failed (%s); the cost stays linear",
                      c->fit.message);
   else if (c->cfg.verbose)
-    dpshim__core_say(c, "fitted cost = %s us per sample; %s", model, error);
+    dpshim__core_say(c, "fitted cost from %s = %s us per sample; %s",
+                     c->fit_from_steps ? "step times" : "per-rank times",
+                     model, error);
 }
 
 void dpshim__report_no_fit(const dpshim__core_t *c) {
@@ -176,7 +178,7 @@ enum {
   S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
-  S_COUNT
+  S_HANDOFFS, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -195,7 +197,7 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit.skipped, group * (double)s->vit.failed,
       group * (double)s->vit.solved, group * s->vit.imbalance_before,
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
-      s->vit_time, s->vit_shim, s->vit_arrival};
+      s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -212,15 +214,29 @@ static double share(double part, double whole) {
   return whole > 0 ? 100 * part / whole : 0;
 }
 
+/* How well each fit made predicted the warm-up's step times. */
+static void step_error_text(const dpshim__core_t *c, char *out, size_t n) {
+  static const char *const names[2] = {"per-rank", "step-time"};
+  int k = snprintf(out, n, "step times predicted within");
+  for (int f = 0, made = 0; f < 2 && k > 0 && (size_t)k < n; f++) {
+    if (c->step_error_mean[f] < 0) continue;
+    k += snprintf(out + k, n - (size_t)k, "%s %.2f%% (max %.2f%%) by the %s "
+                  "fit", made++ ? "," : "", 100 * c->step_error_mean[f],
+                  100 * c->step_error_max[f], names[f]);
+  }
+}
+
 static void say_fit(const dpshim__core_t *c) {
-  char model[160], error[160];
+  char model[160], error[160], steps[200];
   model_text(c->model, model, sizeof model);
   fit_error_text(c, error, sizeof error);
+  step_error_text(c, steps, sizeof steps);
   if (c->cfg.have_coefs)
     dpshim__core_say(c, "  cost model: %s: cost = %s", DPSHIM_ENV_COEFS, model);
   else if (c->fitted)
-    dpshim__core_say(c, "  fit (%s): cost = %s us per sample; %s",
-                     dpshim_fit_method_name(c->cfg.fit), model, error);
+    dpshim__core_say(c, "  fit from %s (%s): cost = %s us per sample; %s; %s",
+                     c->fit_from_steps ? "step times" : "per-rank times",
+                     c->fit_from_steps ? "seed" : "ranks", model, error, steps);
   else
     dpshim__core_say(c, "  no fitted cost model (warm-up unfinished, failed "
                      "or not possible): linear cost");
@@ -256,9 +272,42 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
     dpshim__core_say(c, "  ViT: no fitted cost model: patches^2 per image");
 }
 
+/* How steps were told apart. */
+static void say_steps(const dpshim__core_t *c) {
+  const char *how = c->cfg.step == DPSHIM__STEP_AUTO ? "no gradient sync "
+                    "seen through MPI on every rank" : DPSHIM_ENV_STEP
+                    "=handoff";
+  if (c->mode == DPSHIM__STEP_SYNC)
+    dpshim__core_say(c, "  steps: end at the gradient sync (%s)",
+                     DPSHIM_ENV_SYNC_OPS);
+  else if (c->mode == DPSHIM__STEP_HANDOFF && c->marked)
+    dpshim__core_say(c, "  steps: follow the trainer's dpshim_step_end() "
+                     "marks (%s)", how);
+  else if (c->mode == DPSHIM__STEP_HANDOFF)
+    dpshim__core_say(c, "  steps: %d hand-off%s each (%s; %s)",
+                     (int)c->cfg.micro_batches,
+                     c->cfg.micro_batches == 1 ? "" : "s",
+                     DPSHIM_ENV_MICRO_BATCHES, how);
+  else
+    dpshim__core_say(c, "  steps: not told apart (the run ended before the "
+                     "warm-up window did)");
+}
+
+/* Every rank's group handed off nothing: the loader's symbol was never
+ * interposed, or the trainer never asked for a batch. */
+static void check_handoffs(dpshim__core_t *c, double handoffs) {
+  if (handoffs > 0 || !c->cfg.enabled) return;
+  dpshim__core_noop(c, "no batch was handed off: preload the loader's "
+                    "adapter after libdpshim.so, keep the loader in a "
+                    "shared library (a call inside the executable cannot be "
+                    "interposed), or for Python run the trainer through "
+                    "dpshim-run");
+}
+
 void dpshim__report_summary(dpshim__core_t *c) {
   double v[S_COUNT] = {0};
   if (collect(c, v) < 0 || c->world->rank != 0) return;
+  check_handoffs(c, v[S_HANDOFFS]);
   int ranks = c->world->size, dp = c->dp->size;
   double solved = v[S_SOLVED] > 0 ? v[S_SOLVED] : 1;
   dpshim__core_say(c, "summary: %.0f steps on %d ranks (%d DP group%s of %d), "
@@ -277,12 +326,14 @@ void dpshim__report_summary(dpshim__core_t *c) {
                      "in the DP group)",
                      share(v[S_BYTES_INTER_HOST], v[S_BYTES_MOVED]),
                      (int)c->nhosts);
+  say_steps(c);
   /* The wait includes the collective's own time: telling them apart
    * needs every rank's times per step, which DPSHIM_LOG has. */
-  dpshim__core_say(c, "  time in the sync collective (straggler wait and the "
-                   "collective): %.1f%% of step time before the fit, %.1f%% "
-                   "after", share(v[S_WAIT], v[S_TIME]),
-                   share(v[S_WAIT_FIT], v[S_TIME_FIT]));
+  if (c->mode == DPSHIM__STEP_SYNC)
+    dpshim__core_say(c, "  time in the sync collective (straggler wait and "
+                     "the collective): %.1f%% of step time before the fit, "
+                     "%.1f%% after", share(v[S_WAIT], v[S_TIME]),
+                     share(v[S_WAIT_FIT], v[S_TIME_FIT]));
   /* Shares of wall time, not step time: a loader thread's hand-offs run
    * beside the steps. */
   dpshim__core_say(c, "  shim time %.2f%% of wall time, plus %.2f%% waiting "
@@ -290,4 +341,5 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
   say_fit(c);
   if (c->cfg.vit) say_vit(c, v);
+  if (c->noop[0]) dpshim__core_say(c, "  nothing is balanced: %s", c->noop);
 }

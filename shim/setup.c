@@ -219,7 +219,7 @@ void dpshim__on_init(void) {
     }
     return;
   }
-  st->active = 1;
+  st->active = st->core_open = 1;
   say_started(st);
   start_vit(st);
 }
@@ -234,8 +234,8 @@ void dpshim__on_finalize(void) {
     dpshim__vit_attach(st->vit, NULL);
     pthread_mutex_unlock(&st->encoder_lock);
   }
-  if (st->active) {
-    st->active = 0;
+  if (st->core_open) { /* also after a loader thread turned it off */
+    st->active = st->core_open = 0;
     dpshim__core_close(&st->core);
   }
   dpshim__comm_mpi_close(&st->dp_seam);

@@ -25,6 +25,7 @@ typedef struct dpshim__state {
   int mpi_up;           /* MPI_Init went through the shim */
   int finalized;        /* MPI_Finalize went through the shim */
   int active;           /* balancing is on */
+  int core_open;        /* the core is open: closed at MPI_Finalize */
   int provided;         /* the level MPI gives for what the trainer asked */
   int mpi_provided;     /* the level MPI gave the shim */
   pthread_t init_thread;
@@ -47,7 +48,7 @@ typedef struct dpshim__state {
   int vit_on, said_vit_thread;
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
   int nsync;
-  int said_thread, said_not_initialised;
+  int said_not_initialised;
 } dpshim__state_t;
 
 extern dpshim__state_t dpshim__state;

@@ -83,6 +83,14 @@ DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch);
  * balancing is off. */
 DPSHIM_EXTERN int dpshim_balance_fail(const char *why);
 
+/* Marks the end of this rank's training step (after the optimizer's step),
+ * for a trainer that wants exact step boundaries where its gradient sync
+ * is not an MPI call: steps then follow the marks instead of
+ * DPSHIM_MICRO_BATCHES hand-offs. Call it on the thread that called
+ * MPI_Init, once per step on every rank. Starts no collective; returns 0
+ * (also when balancing is off or MPI is not initialised). */
+DPSHIM_EXTERN int dpshim_step_end(void);
+
 #ifdef __cplusplus
 }
 #endif

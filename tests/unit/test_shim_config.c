@@ -135,6 +135,9 @@ Test(shim_config, defaults) {
   cr_assert_float_eq(cfg.threshold, 0.2, 1e-15);
   cr_assert_eq(cfg.algo, DPSHIM_ALGO_DEFAULT);
   cr_assert_eq(cfg.fit, DPSHIM_FIT_RANKS);
+  cr_assert_eq(cfg.fit_auto, 1);
+  cr_assert_eq(cfg.step, DPSHIM__STEP_AUTO);
+  cr_assert_eq(cfg.micro_batches, 1);
   cr_assert_eq(cfg.have_coefs, 0);
   cr_assert_eq(cfg.tp, 1);
   cr_assert_eq(cfg.pp, 1);
@@ -152,7 +155,8 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_CP, DPSHIM_ENV_SYNC_OPS, DPSHIM_ENV_LOG, DPSHIM_ENV_VERIFY,
       DPSHIM_ENV_LOADER_THREAD, DPSHIM_ENV_VIT, DPSHIM_ENV_VIT_THRESHOLD,
       DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO,
-      DPSHIM_ENV_TOPOLOGY, DPSHIM_ENV_INTER_HOST_COST};
+      DPSHIM_ENV_TOPOLOGY, DPSHIM_ENV_INTER_HOST_COST, DPSHIM_ENV_STEP,
+      DPSHIM_ENV_MICRO_BATCHES};
   int32_t n = (int32_t)(sizeof names / sizeof *names);
   cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
   for (int32_t k = 0; k < n; k++) {
@@ -346,6 +350,10 @@ Test(shim_config, solver_and_fit) {
   env_set(DPSHIM_ENV_FIT, "ranks");
   parse_ok();
   cr_assert_eq(cfg.fit, DPSHIM_FIT_RANKS);
+  cr_assert_eq(cfg.fit_auto, 0);
+  env_set(DPSHIM_ENV_FIT, "Auto");
+  parse_ok();
+  cr_assert_eq(cfg.fit_auto, 1);
 }
 
 Test(shim_config, log_path) {
@@ -430,6 +438,10 @@ Test(shim_config, bad_sync_ops) {
 Test(shim_config, bad_names) {
   expect_bad(DPSHIM_ENV_SOLVER, "fast");
   expect_bad(DPSHIM_ENV_FIT, "nnls");
+  expect_bad(DPSHIM_ENV_STEP, "loss");
+  expect_bad(DPSHIM_ENV_STEP, "handoff,sync");
+  expect_bad(DPSHIM_ENV_MICRO_BATCHES, "0");
+  expect_bad(DPSHIM_ENV_MICRO_BATCHES, "2.5");
   expect_bad(DPSHIM_ENV_ENABLE, "maybe");
   expect_bad(DPSHIM_ENV_VERBOSE, "2");
   expect_bad(DPSHIM_ENV_VERIFY, "yes please");
@@ -786,6 +798,10 @@ static const struct {
     {DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "1.5"},
     {DPSHIM_ENV_TOPOLOGY, "off"},
     {DPSHIM_ENV_INTER_HOST_COST, "2.5"},
+    {DPSHIM_ENV_STEP, "handoff"},
+    {DPSHIM_ENV_STEP, "SYNC"},
+    {DPSHIM_ENV_MICRO_BATCHES, "16"},
+    {DPSHIM_ENV_FIT, "ranks"},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 

@@ -1,0 +1,225 @@
+/* The warm-up fit; see warmup.h. */
+#include "warmup.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy.h"
+#include "report.h"
+
+/* With DPSHIM_FIT=auto, the step-time fit is taken over the per-rank one
+ * only where its step-time error is below this share of the other's: it
+ * is fitted to exactly those times, so it wins a close comparison on them
+ * by construction, and the per-rank fit, which sees every rank, is the
+ * better model wherever it is not fooled. */
+#define STEPS_FIT_MARGIN 0.5
+
+typedef struct fit_outcome {
+  int64_t rc, vision, vit_rc, from_steps;
+  dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
+  dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
+  double error_mean[2], error_max[2]; /* see core.h's step_error_* */
+} fit_outcome_t;
+
+/* The fit, and when the points have images the text-only fit of the same
+ * points beside it: what the vision terms gain. */
+static int fit_both(dpshim_fit_input_t in, dpshim_fit_result_t *fit,
+                    dpshim_fit_result_t *text, int64_t *vision) {
+  int64_t n = in.iters * (int64_t)in.ranks;
+  *vision = 0;
+  for (int64_t i = 0; i < n && !in.text_only; i++)
+    *vision |= in.points[i].sum_patches_sq > 0 || in.points[i].sum_patches > 0;
+  int rc = dpshim_fit(&in, fit);
+  if (rc == 0 && *vision) {
+    in.text_only = 1;
+    if (dpshim_fit(&in, text) < 0) *vision = 0;
+  }
+  return rc;
+}
+
+/* How well `m` (seconds per feature) predicts the step times: each step's
+ * predicted slowest rank against its measured time, after the mean
+ * difference (the sync, the optimizer and whatever else the model leaves
+ * out cost about the same every step, and the per-rank fit leaves them
+ * out by design). Relative to each step's time. */
+static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
+                       double *mean, double *max) {
+  double offset = 0, *gap = calloc((size_t)in->iters + 1, sizeof *gap);
+  *mean = *max = INFINITY;
+  if (!gap) return;
+  for (int64_t t = 0; t < in->iters; t++) {
+    double slowest = 0;
+    for (int32_t r = 0; r < in->ranks; r++) {
+      const dpshim_fit_point_t *p = &in->points[t * in->ranks + r];
+      slowest = fmax(slowest, m.a * p->sum_len2 + m.b * p->sum_len +
+                                  m.c * p->count + m.d * p->sum_patches_sq +
+                                  m.e * p->sum_patches);
+    }
+    gap[t] = in->iter_time[t] - slowest;
+    offset += gap[t] / (double)in->iters;
+  }
+  *mean = *max = 0;
+  for (int64_t t = 0; t < in->iters; t++) {
+    double e = fabs(gap[t] - offset) / in->iter_time[t];
+    *mean += e / (double)in->iters;
+    *max = fmax(*max, e);
+  }
+  free(gap);
+}
+
+/* One method's fit into out, with its step-time error in slot k. */
+static int fit_method(dpshim_fit_input_t in, dpshim_fit_method_t method,
+                      int k, fit_outcome_t *out) {
+  in.method = method;
+  int rc = fit_both(in, &out->fit, &out->fit_text, &out->vision);
+  if (rc == 0)
+    step_error(&in, out->fit.model, &out->error_mean[k], &out->error_max[k]);
+  return rc;
+}
+
+/* Hand-off steps: from step times. Sync steps: as set, or with auto both,
+ * the better predictor of the step times taken. */
+static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
+                      fit_outcome_t *out) {
+  out->error_mean[0] = out->error_mean[1] = -1;
+  int by_steps = c->mode == DPSHIM__STEP_HANDOFF ||
+                 (!c->cfg.fit_auto && c->cfg.fit == DPSHIM_FIT_SEED);
+  if (by_steps || !c->cfg.fit_auto) {
+    out->from_steps = by_steps;
+    return fit_method(in, by_steps ? DPSHIM_FIT_SEED : DPSHIM_FIT_RANKS,
+                      by_steps, out);
+  }
+  fit_outcome_t ranks = *out;
+  int rc_ranks = fit_method(in, DPSHIM_FIT_RANKS, 0, &ranks);
+  int rc = fit_method(in, DPSHIM_FIT_SEED, 1, out);
+  out->error_mean[0] = ranks.error_mean[0];
+  out->error_max[0] = ranks.error_max[0];
+  out->from_steps = 1;
+  if (rc_ranks == 0 &&
+      (rc < 0 || out->error_mean[1] >= STEPS_FIT_MARGIN * ranks.error_mean[0])) {
+    ranks.error_mean[1] = out->error_mean[1];
+    ranks.error_max[1] = out->error_max[1];
+    *out = ranks;
+    out->from_steps = 0;
+    return 0;
+  }
+  return rc;
+}
+
+/* Rank 0: every rank's points -> one fit over the steps every rank
+ * measured. */
+static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
+                      fit_outcome_t *out) {
+  int32_t ranks = c->world->size, slots = c->cfg.nwarmup, iters = 0;
+  dpshim_fit_point_t *pts = calloc((size_t)ranks * (size_t)slots + 1,
+                                   sizeof *pts);
+  double *iter_time = calloc((size_t)slots + 1, sizeof *iter_time);
+  int rc = DPSHIM_ENOMEM;
+  snprintf(out->fit.message, sizeof out->fit.message,
+           "out of memory for the fit");
+  if (pts && iter_time) {
+    for (int32_t it = 0; it < slots; it++) {
+      int all_valid = 1;
+      for (int32_t r = 0; r < ranks; r++)
+        all_valid &= all[(size_t)r * (size_t)slots + (size_t)it].valid == 1;
+      if (!all_valid) continue; /* a rank missed this step */
+      for (int32_t r = 0; r < ranks; r++) {
+        const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
+        pts[(size_t)iters * (size_t)ranks + (size_t)r] =
+            (dpshim_fit_point_t){p->sum_len2,       p->sum_len,
+                                 p->count,          p->compute,
+                                 p->sum_patches_sq, p->sum_patches};
+        if (p->step > iter_time[iters]) iter_time[iters] = p->step;
+      }
+      iters++;
+    }
+    /* With the ViT balance the images are encoded apart from their
+     * samples: the LLM's cost leaves them out. */
+    dpshim_fit_input_t in = {iters, ranks, pts, iter_time, DPSHIM_FIT_RANKS,
+                             c->cfg.vit};
+    rc = fit_chosen(c, in, out);
+  }
+  free(pts);
+  free(iter_time);
+  return rc;
+}
+
+/* The encoder's cost per image: NNLS over every (rank, warm-up step) that
+ * encoded images, apart from the steps' structure (a step without images
+ * on some rank still teaches the others'). */
+static int fit_vit(const dpshim__core_t *c, const dpshim__point_t *all,
+                   dpshim_fit_result_t *out) {
+  size_t n = (size_t)c->world->size * (size_t)c->cfg.nwarmup, k = 0;
+  dpshim_fit_point_t *pts = calloc(n + 1, sizeof *pts);
+  if (!pts) {
+    snprintf(out->message, sizeof out->message, "out of memory for the fit");
+    return DPSHIM_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (all[i].valid == 1 && all[i].vit_count > 0 && all[i].vit_time > 0)
+      pts[k++] = (dpshim_fit_point_t){all[i].vit_len2, all[i].vit_len,
+                                      all[i].vit_count, all[i].vit_time, 0, 0};
+  dpshim_fit_input_t in = {(int64_t)k, 1, pts, NULL, DPSHIM_FIT_RANKS, 1};
+  int rc = k ? dpshim_fit(&in, out) : DPSHIM_EINVAL;
+  if (!k)
+    snprintf(out->message, sizeof out->message,
+             "no warm-up step encoded images");
+  free(pts);
+  return rc;
+}
+
+/* The outcome into the core, the same on every rank. */
+static void take(dpshim__core_t *c, const fit_outcome_t *out) {
+  pthread_mutex_lock(&c->lock);
+  if (!c->cfg.have_coefs) {
+    c->fit = out->fit;
+    c->fit_text = out->fit_text;
+    c->fit_vision = (int)out->vision;
+    c->fit_from_steps = (int)out->from_steps;
+    memcpy(c->step_error_mean, out->error_mean, sizeof out->error_mean);
+    memcpy(c->step_error_max, out->error_max, sizeof out->error_max);
+    c->fitted = out->rc == 0;
+    if (c->fitted) c->model = dpshim__policy_model_from_fit(out->fit.model);
+  }
+  if (c->cfg.vit && !c->cfg.have_vit_coefs) {
+    c->vit_fit = out->vit;
+    c->vit_fitted = out->vit_rc == 0;
+    if (c->vit_fitted)
+      c->vit_model = dpshim__policy_model_from_fit(out->vit.model);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+int dpshim__warmup_fit(dpshim__core_t *c) {
+  size_t bytes = (size_t)c->cfg.nwarmup * sizeof(dpshim__point_t);
+  int root = c->world->rank == 0;
+  dpshim__point_t *all = root ? calloc((size_t)c->world->size, bytes + 1)
+                              : NULL;
+  int64_t failed = root && !all;
+  int rc = c->world->ops->max(c->world, &failed, 1);
+  if (rc < 0) return rc;
+  fit_outcome_t out;
+  memset(&out, 0, sizeof out);
+  out.rc = DPSHIM_ENOMEM;
+  snprintf(out.fit.message, sizeof out.fit.message, "out of memory");
+  if (!failed) {
+    rc = c->world->ops->gather(c->world, c->points, bytes, all);
+    if (rc < 0) {
+      free(all);
+      return rc;
+    }
+    if (root && !c->cfg.have_coefs) out.rc = fit_points(c, all, &out);
+    if (root && c->cfg.vit && !c->cfg.have_vit_coefs)
+      out.vit_rc = fit_vit(c, all, &out.vit);
+  }
+  free(all);
+  rc = c->world->ops->bcast(c->world, &out, sizeof out);
+  if (rc < 0) return rc;
+  take(c, &out);
+  if (!c->cfg.have_coefs) dpshim__report_fit(c, (int)out.rc);
+  if (c->cfg.vit && !c->cfg.have_vit_coefs)
+    dpshim__report_vit_fit(c, (int)out.vit_rc);
+  return 0;
+}
