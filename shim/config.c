@@ -429,7 +429,7 @@ static const row_t rows[] = {
     {VALUE(DPSHIM_ENV_SOLVER, "default",
            "'default', 'seed', 'kk', 'kk-cap' or 'none'", NULL),
      parse_algo, format_algo},
-    {VALUE(DPSHIM_ENV_FIT, "auto", "'auto', 'ranks' or 'seed'", NULL),
+    {VALUE(DPSHIM_ENV_FIT, "auto", "'auto', 'ranks', 'steps' or 'seed'", NULL),
      parse_fit, format_fit},
     {VALUE(DPSHIM_ENV_COEFS, NULL,
            "a,b,c or a,b,c,d,e: numbers >= 0, not all 0, with "

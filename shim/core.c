@@ -526,6 +526,15 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* The first mark: the steps closed before it by counting hand-offs were
+ * not the trainer's; this one ends its first. */
+static void forget_counted_steps(dpshim__core_t *c, dpshim__step_t *s) {
+  double wrong = (double)(s->index - 1);
+  s->index = 1;
+  if (s == &c->shadow) c->shadow_steps -= wrong;
+  else c->stats.steps[0] -= wrong;
+}
+
 void dpshim__core_step_end(dpshim__core_t *c) {
   double now = c->clock();
   pthread_mutex_lock(&c->lock);
@@ -537,6 +546,7 @@ void dpshim__core_step_end(dpshim__core_t *c) {
                        "%s=%d: steps follow the marks", (int)s->handoffs,
                        DPSHIM_ENV_MICRO_BATCHES, (int)c->cfg.micro_batches);
     c->said_count |= s->handoffs != c->cfg.micro_batches;
+    if (!c->marked) forget_counted_steps(c, s);
     c->marked = 1;
     s->compute += now - s->last_return;
     end_step(c, s, now, 0);

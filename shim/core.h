@@ -99,7 +99,7 @@ typedef struct dpshim__core {
   int fit_vision;
   /* Which fit was taken, and how well each predicted the warm-up's step
    * times ([0] per-rank, [1] step-time; mean < 0: not made). */
-  int fit_from_steps;
+  dpshim_fit_method_t fit_method;
   double step_error_mean[2], step_error_max[2];
   /* The ViT balance's cost per image: final once vit_settled (agreed at
    * the same point as the LLM's model), fitted unless DPSHIM_VIT_COEFS. */

@@ -158,7 +158,8 @@ void dpshim__report_fit(const dpshim__core_t *c, int rc) {
                      c->fit.message);
   else if (c->cfg.verbose)
     dpshim__core_say(c, "fitted cost from %s = %s us per sample; %s",
-                     c->fit_from_steps ? "step times" : "per-rank times",
+                     c->fit_method == DPSHIM_FIT_RANKS ? "per-rank times"
+                                                       : "step times",
                      model, error);
 }
 
@@ -235,8 +236,10 @@ static void say_fit(const dpshim__core_t *c) {
     dpshim__core_say(c, "  cost model: %s: cost = %s", DPSHIM_ENV_COEFS, model);
   else if (c->fitted)
     dpshim__core_say(c, "  fit from %s (%s): cost = %s us per sample; %s; %s",
-                     c->fit_from_steps ? "step times" : "per-rank times",
-                     c->fit_from_steps ? "seed" : "ranks", model, error, steps);
+                     c->fit_method == DPSHIM_FIT_RANKS ? "per-rank times"
+                                                       : "step times",
+                     dpshim_fit_method_name(c->fit_method), model, error,
+                     steps);
   else
     dpshim__core_say(c, "  no fitted cost model (warm-up unfinished, failed "
                      "or not possible): linear cost");

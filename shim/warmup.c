@@ -17,10 +17,12 @@
 #define STEPS_FIT_MARGIN 0.5
 
 typedef struct fit_outcome {
-  int64_t rc, vision, vit_rc, from_steps;
+  int64_t rc, vision, vit_rc, method; /* method: the fit taken */
   dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
   dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
   double error_mean[2], error_max[2]; /* see core.h's step_error_* */
+  double error_median[2]; /* what the choice compares: one odd step (a
+                           * checkpoint, a page-in) does not decide it */
 } fit_outcome_t;
 
 /* The fit, and when the points have images the text-only fit of the same
@@ -39,15 +41,20 @@ static int fit_both(dpshim_fit_input_t in, dpshim_fit_result_t *fit,
   return rc;
 }
 
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 /* How well `m` (seconds per feature) predicts the step times: each step's
  * predicted slowest rank against its measured time, after the mean
  * difference (the sync, the optimizer and whatever else the model leaves
  * out cost about the same every step, and the per-rank fit leaves them
- * out by design). Relative to each step's time. */
+ * out by design). Relative to each step's time, into slot k. */
 static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
-                       double *mean, double *max) {
+                       int k, fit_outcome_t *out) {
   double offset = 0, *gap = calloc((size_t)in->iters + 1, sizeof *gap);
-  *mean = *max = INFINITY;
+  out->error_mean[k] = out->error_max[k] = out->error_median[k] = INFINITY;
   if (!gap) return;
   for (int64_t t = 0; t < in->iters; t++) {
     double slowest = 0;
@@ -60,12 +67,14 @@ static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
     gap[t] = in->iter_time[t] - slowest;
     offset += gap[t] / (double)in->iters;
   }
-  *mean = *max = 0;
+  out->error_mean[k] = out->error_max[k] = 0;
   for (int64_t t = 0; t < in->iters; t++) {
-    double e = fabs(gap[t] - offset) / in->iter_time[t];
-    *mean += e / (double)in->iters;
-    *max = fmax(*max, e);
+    gap[t] = fabs(gap[t] - offset) / in->iter_time[t];
+    out->error_mean[k] += gap[t] / (double)in->iters;
+    out->error_max[k] = fmax(out->error_max[k], gap[t]);
   }
+  qsort(gap, (size_t)in->iters, sizeof *gap, by_value);
+  out->error_median[k] = gap[in->iters / 2];
   free(gap);
 }
 
@@ -74,8 +83,13 @@ static int fit_method(dpshim_fit_input_t in, dpshim_fit_method_t method,
                       int k, fit_outcome_t *out) {
   in.method = method;
   int rc = fit_both(in, &out->fit, &out->fit_text, &out->vision);
-  if (rc == 0)
-    step_error(&in, out->fit.model, &out->error_mean[k], &out->error_max[k]);
+  dpshim_cost_model_t m = out->fit.model;
+  if (rc == 0 && m.a + m.b + m.c + m.d + m.e <= 0) { /* explains nothing */
+    snprintf(out->fit.message, sizeof out->fit.message, "the %s times do "
+             "not grow with any feature", k ? "step" : "per-rank");
+    rc = DPSHIM_ENOCONV;
+  }
+  if (rc == 0) step_error(&in, out->fit.model, k, out);
   return rc;
 }
 
@@ -83,26 +97,29 @@ static int fit_method(dpshim_fit_input_t in, dpshim_fit_method_t method,
  * the better predictor of the step times taken. */
 static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
                       fit_outcome_t *out) {
+  const dpshim__config_t *cfg = &c->cfg;
+  dpshim_fit_method_t by_steps = !cfg->fit_auto && cfg->fit == DPSHIM_FIT_SEED
+                                     ? DPSHIM_FIT_SEED : DPSHIM_FIT_STEPS;
   out->error_mean[0] = out->error_mean[1] = -1;
-  int by_steps = c->mode == DPSHIM__STEP_HANDOFF ||
-                 (!c->cfg.fit_auto && c->cfg.fit == DPSHIM_FIT_SEED);
-  if (by_steps || !c->cfg.fit_auto) {
-    out->from_steps = by_steps;
-    return fit_method(in, by_steps ? DPSHIM_FIT_SEED : DPSHIM_FIT_RANKS,
-                      by_steps, out);
+  if (c->mode == DPSHIM__STEP_HANDOFF ||
+      (!cfg->fit_auto && cfg->fit != DPSHIM_FIT_RANKS)) {
+    out->method = by_steps;
+    return fit_method(in, by_steps, 1, out);
   }
+  out->method = DPSHIM_FIT_RANKS;
+  if (!cfg->fit_auto) return fit_method(in, DPSHIM_FIT_RANKS, 0, out);
   fit_outcome_t ranks = *out;
   int rc_ranks = fit_method(in, DPSHIM_FIT_RANKS, 0, &ranks);
-  int rc = fit_method(in, DPSHIM_FIT_SEED, 1, out);
+  int rc = fit_method(in, by_steps, 1, out);
   out->error_mean[0] = ranks.error_mean[0];
   out->error_max[0] = ranks.error_max[0];
-  out->from_steps = 1;
-  if (rc_ranks == 0 &&
-      (rc < 0 || out->error_mean[1] >= STEPS_FIT_MARGIN * ranks.error_mean[0])) {
+  out->error_median[0] = ranks.error_median[0];
+  out->method = by_steps;
+  if (rc_ranks == 0 && (rc < 0 || out->error_median[1] >=
+                                      STEPS_FIT_MARGIN * ranks.error_median[0])) {
     ranks.error_mean[1] = out->error_mean[1];
     ranks.error_max[1] = out->error_max[1];
     *out = ranks;
-    out->from_steps = 0;
     return 0;
   }
   return rc;
@@ -177,7 +194,7 @@ static void take(dpshim__core_t *c, const fit_outcome_t *out) {
     c->fit = out->fit;
     c->fit_text = out->fit_text;
     c->fit_vision = (int)out->vision;
-    c->fit_from_steps = (int)out->from_steps;
+    c->fit_method = (dpshim_fit_method_t)out->method;
     memcpy(c->step_error_mean, out->error_mean, sizeof out->error_mean);
     memcpy(c->step_error_max, out->error_max, sizeof out->error_max);
     c->fitted = out->rc == 0;

@@ -24,10 +24,11 @@ static bool finite_nonnegative(double x) { return isfinite(x) && x >= 0.0; }
 static bool finite_positive(double x) { return isfinite(x) && x > 0.0; }
 
 static int check_shape(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
-  if (in->method != DPSHIM_FIT_RANKS && in->method != DPSHIM_FIT_SEED)
+  if (in->method != DPSHIM_FIT_RANKS && in->method != DPSHIM_FIT_SEED &&
+      in->method != DPSHIM_FIT_STEPS)
     return reject(out,
-                  "method = %d: expected DPSHIM_FIT_RANKS or DPSHIM_FIT_SEED",
-                  (int)in->method);
+                  "method = %d: expected DPSHIM_FIT_RANKS, DPSHIM_FIT_SEED or "
+                  "DPSHIM_FIT_STEPS", (int)in->method);
   if (in->iters < 1)
     return reject(out, "iters = %lld: expected >= 1", (long long)in->iters);
   if (in->ranks < 1)
@@ -40,11 +41,11 @@ static int check_shape(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
   if (!in->points)
     return reject(out, "points = NULL: expected iters * ranks = %lld points",
                   (long long)(in->iters * in->ranks));
-  if (in->method == DPSHIM_FIT_SEED && !in->iter_time)
+  if (in->method != DPSHIM_FIT_RANKS && !in->iter_time)
     return reject(out,
                   "iter_time = NULL: expected %lld iteration times for "
-                  "the seed fit",
-                  (long long)in->iters);
+                  "the %s fit",
+                  (long long)in->iters, dpshim_fit_method_name(in->method));
   return 0;
 }
 
@@ -73,7 +74,7 @@ static int check_values(const dpshim_fit_input_t *in,
     int err = check_point(&in->points[i], i, need_time, out);
     if (err) return err;
   }
-  if (in->method != DPSHIM_FIT_SEED) return 0;
+  if (in->method == DPSHIM_FIT_RANKS) return 0;
   for (int64_t t = 0; t < in->iters; t++) {
     if (!finite_positive(in->iter_time[t]))
       return reject(out, "iter_time[%lld] = %g: expected a finite number > 0",
@@ -149,9 +150,11 @@ static dpshim_fit_point_t *text_points(const dpshim_fit_input_t *in,
 
 static int run_fitter(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
   dpshim_cost_model_t model = {0};
-  int err = in->method == DPSHIM_FIT_RANKS
-                ? dpshim__fit_ranks(in, &model, out->message, sizeof out->message)
-                : dpshim__fit_seed(in, &model, out->message, sizeof out->message);
+  char *msg = out->message;
+  size_t len = sizeof out->message;
+  int err = in->method == DPSHIM_FIT_RANKS  ? dpshim__fit_ranks(in, &model, msg, len)
+            : in->method == DPSHIM_FIT_SEED ? dpshim__fit_seed(in, &model, msg, len)
+                                            : dpshim__fit_steps(in, &model, msg, len);
   if (err) return err;
   if (!model_valid(model)) {
     snprintf(out->message, sizeof out->message,
@@ -194,6 +197,8 @@ int dpshim_fit_method_from_name(const char *name, dpshim_fit_method_t *method) {
     *method = DPSHIM_FIT_RANKS;
   else if (strcmp(name, "seed") == 0)
     *method = DPSHIM_FIT_SEED;
+  else if (strcmp(name, "steps") == 0)
+    *method = DPSHIM_FIT_STEPS;
   else
     return DPSHIM_EINVAL;
   return 0;
@@ -203,6 +208,7 @@ const char *dpshim_fit_method_name(dpshim_fit_method_t method) {
   switch (method) {
   case DPSHIM_FIT_RANKS: return "ranks";
   case DPSHIM_FIT_SEED: return "seed";
+  case DPSHIM_FIT_STEPS: return "steps";
   default: return "unknown";
   }
 }

@@ -61,5 +61,9 @@ int dpshim__fit_ranks(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                       char *message, size_t message_size);
 int dpshim__fit_seed(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                      char *message, size_t message_size);
+/* DPSHIM_FIT_STEPS: the seed fit's hard-max starts alone, the best by
+ * squared error (fit_seed.c). */
+int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
+                      char *message, size_t message_size);
 
 #endif

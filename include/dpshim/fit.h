@@ -8,7 +8,12 @@
  *                     on its features (uses every rank's point);
  *   DPSHIM_FIT_SEED   the original's: per iteration, the softmax-max over ranks
  *                     of the predicted load (alpha = 20, times in seconds)
- *                     against the iteration time.
+ *                     against the iteration time;
+ *   DPSHIM_FIT_STEPS  from iteration times too, by the hard max: each
+ *                     iteration's predicted slowest rank against its time,
+ *                     least squares. The softmax's bias (log(ranks) / alpha
+ *                     seconds) exceeds steps of milliseconds and drives the
+ *                     seed fit to 0 there; the hard max has none.
  * Features are scaled before solving, so len^2 and len may differ by many
  * orders of magnitude.
  */
@@ -27,7 +32,8 @@ extern "C" {
 
 typedef enum dpshim_fit_method {
   DPSHIM_FIT_RANKS = 0,
-  DPSHIM_FIT_SEED
+  DPSHIM_FIT_SEED,
+  DPSHIM_FIT_STEPS
 } dpshim_fit_method_t;
 
 /* One rank in one warm-up iteration. */
@@ -45,7 +51,7 @@ typedef struct dpshim_fit_input {
   int64_t iters;
   int32_t ranks;
   const dpshim_fit_point_t *points; /* [iters * ranks], iteration-major */
-  const double *iter_time;          /* [iters], seconds (DPSHIM_FIT_SEED) */
+  const double *iter_time; /* [iters], seconds (DPSHIM_FIT_SEED, _STEPS) */
   dpshim_fit_method_t method;
   /* 1: fit a, b, c only (d = e = 0), whatever the points' vision sums:
    * the images are encoded apart from their samples (ViT balance), or the
@@ -56,7 +62,7 @@ typedef struct dpshim_fit_input {
 typedef struct dpshim_fit_result {
   dpshim_cost_model_t model;
   /* |predicted - measured| / measured over the fitted targets: per point for
-   * RANKS, per iteration (predicted = max over ranks) for SEED. */
+   * RANKS, per iteration (predicted = max over ranks) for SEED and STEPS. */
   double mean_rel_error;
   double max_rel_error;
   char message[192]; /* why it failed */
@@ -67,7 +73,7 @@ typedef struct dpshim_fit_result {
 DPSHIM_EXTERN int dpshim_fit(const dpshim_fit_input_t *in,
                              dpshim_fit_result_t *out);
 
-/* "ranks", "seed" <-> enum. */
+/* "ranks", "seed", "steps" <-> enum. */
 DPSHIM_EXTERN int dpshim_fit_method_from_name(const char *name,
                                               dpshim_fit_method_t *method);
 DPSHIM_EXTERN const char *dpshim_fit_method_name(dpshim_fit_method_t method);

@@ -510,3 +510,45 @@ Test(fit_errors, method_names) {
   cr_expect_eq(dpshim_fit_method_from_name("seed", NULL), DPSHIM_EINVAL);
   cr_expect_eq(m, DPSHIM_FIT_SEED, "a failed lookup must not write");
 }
+
+/* ---- DPSHIM_FIT_STEPS: iteration times, by the hard max ------------------------- */
+
+/* Steps of milliseconds (the RANKS scales: 2..40 ms a step), where the
+ * seed's softmax bias (up to log(16)/20 s) swamps the signal: the hard max
+ * recovers the model from the iteration times alone, the seed does not. */
+Test(fit_steps, recovers_coefficients_at_millisecond_steps) {
+  workload_spec_t spec = ranks_spec;
+  spec.iters = 256;
+  workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  assert_model(out.model, spec.truth, 0.03);
+  cr_expect_lt(out.mean_rel_error, 0.02);
+  w.in.method = DPSHIM_FIT_SEED;
+  dpshim_fit_result_t seed = fit_ok(&w.in);
+  cr_expect_gt(fabs(seed.model.a - spec.truth.a), 0.1 * spec.truth.a,
+               "the seed fit's bias is what this method avoids");
+  free_workload(&w);
+}
+
+Test(fit_steps, is_exact_on_noise_free_timings) {
+  workload_spec_t spec = ranks_spec;
+  spec.noise = 0;
+  workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  assert_model(out.model, spec.truth, 1e-6);
+  free_workload(&w);
+}
+
+Test(fit_steps, needs_iteration_times) {
+  workload_t w = make_workload(&ranks_spec, DPSHIM_FIT_STEPS);
+  w.in.iter_time = NULL;
+  dpshim_fit_result_t out;
+  cr_assert_eq(dpshim_fit(&w.in, &out), DPSHIM_EINVAL);
+  cr_assert(strstr(out.message, "iter_time = NULL") &&
+            strstr(out.message, "steps fit"), "%s", out.message);
+  dpshim_fit_method_t m;
+  cr_assert_eq(dpshim_fit_method_from_name("steps", &m), 0);
+  cr_assert_eq(m, DPSHIM_FIT_STEPS);
+  cr_assert_str_eq(dpshim_fit_method_name(DPSHIM_FIT_STEPS), "steps");
+  free_workload(&w);
+}

@@ -19,7 +19,7 @@
 #define MAXP 8
 #define CAP_SAMPLES 64
 #define CAP_TOKENS 8192
-#define MAX_CALLS 24
+#define MAX_CALLS 32
 
 /* ---- what the ranks say --------------------------------------------------------- */
 
@@ -30,6 +30,7 @@ static int nsaid;
 static void capture(const char *line) {
   pthread_mutex_lock(&said_lock);
   if (nsaid < 64) snprintf(said[nsaid++], sizeof said[0], "%s", line);
+  if (getenv("SAY")) fprintf(stderr, "SAID %s\n", line);
   pthread_mutex_unlock(&said_lock);
 }
 
@@ -49,7 +50,8 @@ static double now(void) {
 
 /* ---- configuration ---------------------------------------------------------------- */
 
-static const char *env[16][2];
+static const char *env[24][2];
+static const char *extra_env[8][2]; /* more variables, for one test */
 
 static char *fake_getenv(const char *name) {
   for (int k = 0; env[k][0]; k++)
@@ -64,6 +66,11 @@ static dpshim__config_t config(const char *log, int vit) {
   env[k][0] = "DPSHIM_WARMUP_ITERS", env[k++][1] = "2-4";
   env[k][0] = "DPSHIM_VERIFY", env[k++][1] = "1";
   if (log) env[k][0] = "DPSHIM_LOG", env[k++][1] = log;
+  for (int e = 0; extra_env[e][0]; e++) { /* later entries win */
+    memmove(env + 1, env, (size_t)k * sizeof env[0]);
+    env[0][0] = extra_env[e][0], env[0][1] = extra_env[e][1];
+    k++;
+  }
   env[k][0] = NULL;
   dpshim__config_t c;
   char msg[256];
@@ -118,10 +125,24 @@ static uint64_t id_sum(const rank_batch_t *rb) {
 
 typedef enum { FAULT_NONE, FAULT_NULL, FAULT_RENAME } fault_t;
 
+/* The gradient sync, as the shim sees it. */
+typedef enum {
+  SYNC_SEEN,   /* an MPI sync after every step's hand-offs */
+  SYNC_HIDDEN, /* outside MPI (a barrier of the threads): nothing seen */
+  SYNC_LOSS,   /* hidden, then a small MPI collective the shim takes for
+                * the sync: every rank's "compute" ends at the same time */
+  SYNC_MARKED  /* hidden, then dpshim_step_end() */
+} sync_kind_t;
+
 typedef struct run {
   int P, ngroups, calls;
   int main_thread;        /* hand-offs from the main thread */
   int micro_rank;         /* syncs after every other hand-off (-1: none) */
+  sync_kind_t sync;
+  int micro;              /* hand-offs a step (SYNC_SEEN: 1) */
+  int hidden_rank;        /* SYNC_SEEN but this rank's is hidden (-1) */
+  double cost_us;         /* > 0: compute of cost_us * sum len^2 / 1e4 us */
+  pthread_barrier_t barrier; /* the hidden sync */
   int vit;                /* DPSHIM_VIT_BALANCE=1: encoder calls reported */
   fault_t fault;
   int fault_rank, fault_call;
@@ -135,6 +156,7 @@ typedef struct run {
   int fitted[MAXP], vit_fitted[MAXP];
   dpshim_cost_model_t model[MAXP], vit_model[MAXP];
   int64_t applied[MAXP], handoffs[MAXP];
+  int mode[MAXP], from_steps[MAXP], noop[MAXP];
   mock_stats_t stats;
 } run_t;
 
@@ -163,6 +185,32 @@ static void encoder_calls(dpshim__core_t *c, int rank, int call) {
   dpshim__core_vit_call(c, &b, b.encode_s);
 }
 
+/* A rank's compute: fixed, or following its samples' sum len^2. */
+static void compute(const run_t *x, const dpshim_batch_t *b, int rank) {
+  if (x->cost_us <= 0 || !b) {
+    usleep(200 + 50 * (unsigned)rank);
+    return;
+  }
+  double len2 = 0;
+  for (int i = 0; i < b->nsamples; i++) {
+    double len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
+    len2 += len * len;
+  }
+  usleep((unsigned)(x->cost_us * len2 / 1e4));
+}
+
+/* The step's end outside MPI, after its last micro-batch. */
+static void hidden_sync(run_t *x, dpshim__core_t *c, int call) {
+  if (call % x->micro) return;
+  pthread_barrier_wait(&x->barrier);
+  if (x->sync == SYNC_LOSS) {
+    dpshim__core_sync_begin(c);
+    dpshim__core_sync_end(c);
+  } else if (x->sync == SYNC_MARKED) {
+    dpshim__core_step_end(c);
+  }
+}
+
 static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   rank_batch_t rb;
   draw(&rb, rank / x->ngroups, call);
@@ -175,13 +223,21 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL);
   x->after[rank][call] = id_sum(&rb);
   x->bad[rank] |= !intact(&rb);
-  usleep(200 + 50 * (unsigned)rank); /* compute */
+  compute(x, b, rank);
   if (x->vit) encoder_calls(c, rank, call);
+  if (x->sync != SYNC_SEEN) {
+    hidden_sync(x, c, call);
+    return;
+  }
   /* micro_rank takes two micro-batches a step: its step counter falls
    * behind the others', as a rank's does whose loader runs ahead. */
   if (rank == x->micro_rank && call % 2) return;
-  dpshim__core_sync_begin(c);
-  dpshim__core_sync_end(c);
+  int seen = rank != x->hidden_rank;
+  if (seen) dpshim__core_sync_begin(c);
+  /* The sync's wait for the slowest rank, where the test times compute
+   * (micro_rank's syncs are not timed: its count differs). */
+  if (x->cost_us > 0) pthread_barrier_wait(&x->barrier);
+  if (seen) dpshim__core_sync_end(c);
 }
 
 static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
@@ -198,6 +254,9 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
   dpshim__core_vit_model(&c, &x->vit_model[rank]);
   x->applied[rank] = c.stats.applied;
   x->handoffs[rank] = c.stats.handoffs;
+  x->mode[rank] = c.mode;
+  x->from_steps[rank] = c.fit_method != DPSHIM_FIT_RANKS;
+  x->noop[rank] = c.noop[0] != 0;
   dpshim__core_close(&c);
 }
 
@@ -208,8 +267,12 @@ static run_t *run_new(int P, int ngroups, int calls) {
   x->calls = calls;
   x->main_thread = 1;
   x->micro_rank = -1;
+  x->hidden_rank = -1;
+  x->micro = 1;
   x->fault_rank = -1;
+  pthread_barrier_init(&x->barrier, NULL, (unsigned)P);
   nsaid = 0;
+  memset(extra_env, 0, sizeof extra_env);
   return x;
 }
 
@@ -455,5 +518,139 @@ Test(shim_core, summary_shares_stay_within_100_percent) {
     }
   }
   cr_assert_geq(seen, 4, "expected the summary's shares");
+  free(x);
+}
+
+/* ---- steps without an MPI sync -------------------------------------------------- */
+
+static void all_ranks(const run_t *x, int mode, int from_steps) {
+  for (int r = 0; r < x->P; r++) {
+    cr_assert_eq(x->mode[r], mode, "rank %d's step mode", r);
+    cr_assert(x->fitted[r], "rank %d did not fit", r);
+    cr_assert_eq(x->from_steps[r], from_steps, "rank %d's fit", r);
+    cr_assert(!memcmp(&x->model[r], &x->model[0], sizeof x->model[0]),
+              "rank %d has another model", r);
+    cr_assert_eq(x->applied[r], x->applied[0], "rank %d decided otherwise",
+                 r);
+  }
+}
+
+/* A sync the shim never sees (DDP over NCCL or Gloo): two hand-offs a
+ * step, as DPSHIM_MICRO_BATCHES says; the warm-up's steps are counted
+ * meanwhile, the fit comes from step times, plans apply after it. */
+Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
+  run_t *x = run_new(4, 1, 24);
+  x->sync = SYNC_HIDDEN;
+  x->micro = 2;
+  x->cost_us = 40;
+  extra_env[0][0] = "DPSHIM_MICRO_BATCHES", extra_env[0][1] = "2";
+  extra_env[1][0] = "DPSHIM_WARMUP_ITERS", extra_env[1][1] = "2-8";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
+  cr_assert_gt(x->applied[0], 0, "nothing applied after the warm-up");
+  for (int k = 1; k <= 16; k++) /* steps 1-8: undecided, then warm-up */
+    for (int r = 0; r < x->P; r++)
+      cr_assert_eq(x->before[r][k], x->after[r][k], "warm-up moved samples");
+  cr_assert_eq(said_with("summary: 12 steps", NULL), 1);
+  cr_assert_eq(said_with("steps: 2 hand-offs each", "no gradient sync"), 1);
+  cr_assert_eq(said_with("fit from step times", NULL), 1);
+  cr_assert_eq(said_with("nothing is balanced", NULL), 0);
+  free(x);
+}
+
+/* One rank's sync hidden: not every rank sees one, so hand-off steps,
+ * agreed by all. */
+Test(shim_core, a_sync_seen_on_some_ranks_only_gives_handoff_steps) {
+  run_t *x = run_new(4, 1, 14);
+  x->hidden_rank = 1;
+  x->cost_us = 40;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
+  free(x);
+}
+
+/* dpshim_step_end() after every two hand-offs: steps follow the marks,
+ * whatever DPSHIM_MICRO_BATCHES says (the mismatch said once). */
+Test(shim_core, marked_steps_follow_the_marks) {
+  run_t *x = run_new(4, 1, 24);
+  x->sync = SYNC_MARKED;
+  x->micro = 2;
+  x->cost_us = 40;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
+  cr_assert_eq(said_with("summary: 12 steps", NULL), 1);
+  cr_assert_eq(said_with("steps: follow", "marks"), 1);
+  cr_assert_eq(said_with("dpshim_step_end() came after 2 hand-offs", NULL), 1);
+  free(x);
+}
+
+/* A sync seen after every step (M = 1): sync steps, the per-rank fit. */
+Test(shim_core, seen_syncs_keep_sync_steps_and_the_per_rank_fit) {
+  run_t *x = run_new(4, 1, 14);
+  x->cost_us = 200;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_SYNC, 0);
+  cr_assert_eq(said_with("steps: end at the gradient sync", NULL), 1);
+  free(x);
+}
+
+/* The trainer's loss all-reduce after a sync the shim cannot see looks
+ * like the sync, but every rank reaches it together: per-rank "compute"
+ * is the slowest rank's everywhere. The fit from step times predicts the
+ * steps; the per-rank fit cannot, and is not taken. */
+Test(shim_core, a_loss_allreduce_after_a_hidden_sync_does_not_fool_the_fit) {
+  run_t *x = run_new(4, 1, 14);
+  x->sync = SYNC_LOSS;
+  x->cost_us = 200; /* steps of ~15 ms: above a loaded machine's noise */
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_SYNC, 1);
+  cr_assert_eq(said_with("fit from step times", "by the per-rank fit"), 1);
+  free(x);
+}
+
+/* ---- no silent no-op ---------------------------------------------------------- */
+
+Test(shim_core, sync_steps_without_a_sync_say_nothing_is_balanced) {
+  run_t *x = run_new(4, 1, 10);
+  x->sync = SYNC_HIDDEN;
+  extra_env[0][0] = "DPSHIM_STEP", extra_env[0][1] = "sync";
+  run_go(x);
+  /* Said once the window's 4 hand-offs (warm-up 2-4) are done, and from
+   * the next one on nothing moves. */
+  for (int r = 0; r < x->P; r++) {
+    cr_assert(x->noop[r], "rank %d does not know", r);
+    for (int k = 5; k <= x->calls; k++)
+      cr_assert_eq(x->before[r][k], x->after[r][k], "rank %d moved", r);
+  }
+  cr_assert_eq(said_with("nothing is balanced: DPSHIM_STEP=sync", NULL), 2,
+               "said once, and again by the summary");
+  free(x);
+}
+
+Test(shim_core, one_rank_groups_say_nothing_is_balanced) {
+  run_t *x = run_new(4, 4, 4);
+  run_go(x);
+  cr_assert_eq(said_with("nothing is balanced: every DP group has one rank",
+                         NULL), 2);
+  free(x);
+}
+
+Test(shim_core, no_handoff_says_nothing_is_balanced) {
+  run_t *x = run_new(4, 1, 0);
+  run_go(x);
+  cr_assert_eq(said_with("nothing is balanced: no batch was handed off",
+                         NULL), 2);
+  free(x);
+}
+
+/* The causes hold only where they are: a run that balances says none. */
+Test(shim_core, a_run_that_balances_says_no_cause) {
+  run_t *x = run_new(4, 1, 8);
+  run_go(x);
+  cr_assert_eq(said_with("nothing is balanced", NULL), 0);
   free(x);
 }
