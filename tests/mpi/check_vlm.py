@@ -125,7 +125,7 @@ def scenario_fitted(args):
     on, err = vlmtrain(args, [], shim=True, what=what, env=env)
     if not on:
         return
-    fit = [l for l in err.splitlines() if "fit (ranks)" in l]
+    fit = [l for l in err.splitlines() if "  fit from " in l]
     check(len(fit) == 1 and "without the vision terms" in fit[0],
           "%s: expected the summary's fit line with the error without the "
           "vision terms beside it, got %r" % (what, fit))
