@@ -235,11 +235,13 @@ static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
   s->arrival += arrival;
 }
 
-/* A loader thread's hand-off: no clock (it runs ahead), but it counts in a
- * hand-off step, and the main thread's step begins. */
+/* A loader thread's hand-off: it counts in a hand-off step (timed by the
+ * loader's pace, which follows the trainer's once its queue is full; no
+ * fit is made from it), and the main thread's step begins. */
 static void loader_handoff(dpshim__core_t *c, double t1) {
   dpshim__step_t *s = counted_step(c);
-  if (s && !c->marked && s->handoffs >= c->cfg.micro_batches) next_step(s);
+  if (s && !c->marked && s->handoffs >= c->cfg.micro_batches)
+    end_step(c, s, t1, 0);
   if (s) s->handoffs++;
   if (!c->step.open) {
     c->step.open = 1;
@@ -252,15 +254,16 @@ static void loader_handoff(dpshim__core_t *c, double t1) {
  * (DPSHIM_MICRO_BATCHES may not be the trainer's). */
 static void end_last_step(dpshim__core_t *c) {
   dpshim__step_t *s = &c->step;
-  if (c->mode != DPSHIM__STEP_HANDOFF || !s->open || c->marked ||
-      !c->main_handoffs)
+  if (c->mode != DPSHIM__STEP_HANDOFF || !s->open || c->marked) return;
+  if (s->handoffs < c->cfg.micro_batches) {
+    /* A loader thread's prefetched batches are not the trainer's. */
+    if (c->main_handoffs && c->world->rank == 0)
+      dpshim__core_say(c, "the run ended %d hand-offs into a step of %s=%d: "
+                       "set it to the hand-offs of one step",
+                       (int)s->handoffs, DPSHIM_ENV_MICRO_BATCHES,
+                       (int)c->cfg.micro_batches);
     return;
-  if (s->handoffs < c->cfg.micro_batches && c->world->rank == 0)
-    dpshim__core_say(c, "the run ended %d hand-offs into a step of %s=%d: "
-                     "set it to the hand-offs of one step",
-                     (int)s->handoffs, DPSHIM_ENV_MICRO_BATCHES,
-                     (int)c->cfg.micro_batches);
-  if (s->handoffs < c->cfg.micro_batches) return;
+  }
   double now = c->clock();
   pthread_mutex_lock(&c->lock);
   s->compute += now - s->last_return;
