@@ -42,6 +42,12 @@ static int said_with(const char *w1, const char *w2) {
   return n;
 }
 
+/* A rank's own clock where the test says how long compute takes: exact,
+ * whatever the machine's load. */
+static __thread double virtual_seconds;
+
+static double virtual_now(void) { return virtual_seconds; }
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -142,7 +148,9 @@ typedef struct run {
   int micro;              /* hand-offs a step (SYNC_SEEN: 1) */
   int hidden_rank;        /* SYNC_SEEN but this rank's is hidden (-1) */
   double cost_us;         /* > 0: compute of cost_us * sum len^2 / 1e4 us */
+  int virtual_time;       /* compute advances virtual_now(), no sleep */
   pthread_barrier_t barrier; /* the hidden sync */
+  double arrived[MAXP];      /* each rank's virtual time at the barrier */
   int vit;                /* DPSHIM_VIT_BALANCE=1: encoder calls reported */
   fault_t fault;
   int fault_rank, fault_call;
@@ -196,13 +204,23 @@ static void compute(const run_t *x, const dpshim_batch_t *b, int rank) {
     double len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
     len2 += len * len;
   }
-  usleep((unsigned)(x->cost_us * len2 / 1e4));
+  if (x->virtual_time) virtual_seconds += x->cost_us * len2 / 1e10;
+  else usleep((unsigned)(x->cost_us * len2 / 1e4));
+}
+
+/* The ranks meet: in virtual time, each leaves at the last one's arrival. */
+static void meet(run_t *x, int rank) {
+  x->arrived[rank] = virtual_seconds;
+  pthread_barrier_wait(&x->barrier);
+  for (int r = 0; r < x->P; r++)
+    virtual_seconds = fmax(virtual_seconds, x->arrived[r]);
+  pthread_barrier_wait(&x->barrier); /* before anyone arrives again */
 }
 
 /* The step's end outside MPI, after its last micro-batch. */
-static void hidden_sync(run_t *x, dpshim__core_t *c, int call) {
+static void hidden_sync(run_t *x, dpshim__core_t *c, int rank, int call) {
   if (call % x->micro) return;
-  pthread_barrier_wait(&x->barrier);
+  meet(x, rank);
   if (x->sync == SYNC_LOSS) {
     dpshim__core_sync_begin(c);
     dpshim__core_sync_end(c);
@@ -226,7 +244,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   compute(x, b, rank);
   if (x->vit) encoder_calls(c, rank, call);
   if (x->sync != SYNC_SEEN) {
-    hidden_sync(x, c, call);
+    hidden_sync(x, c, rank, call);
     return;
   }
   /* micro_rank takes two micro-batches a step: its step counter falls
@@ -236,7 +254,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   if (seen) dpshim__core_sync_begin(c);
   /* The sync's wait for the slowest rank, where the test times compute
    * (micro_rank's syncs are not timed: its count differs). */
-  if (x->cost_us > 0) pthread_barrier_wait(&x->barrier);
+  if (x->cost_us > 0) meet(x, rank);
   if (seen) dpshim__core_sync_end(c);
 }
 
@@ -245,7 +263,9 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
   run_t *x = arg;
   dpshim__core_t c;
   dpshim__core_setup_t s = {&x->cfg, world, dp, peers, rank % x->ngroups,
-                            x->ngroups, x->host, now, capture};
+                            x->ngroups, x->host,
+                            x->virtual_time ? virtual_now : now, capture};
+  virtual_seconds = 0;
   if (dpshim__core_open(&c, &s) < 0) return;
   for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
   x->fitted[rank] = c.fitted;
@@ -543,6 +563,7 @@ Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
   x->sync = SYNC_HIDDEN;
   x->micro = 2;
   x->cost_us = 40;
+  x->virtual_time = 1;
   extra_env[0][0] = "DPSHIM_MICRO_BATCHES", extra_env[0][1] = "2";
   extra_env[1][0] = "DPSHIM_WARMUP_ITERS", extra_env[1][1] = "2-8";
   run_go(x);
@@ -564,6 +585,7 @@ Test(shim_core, a_sync_seen_on_some_ranks_only_gives_handoff_steps) {
   run_t *x = run_new(4, 1, 14);
   x->hidden_rank = 1;
   x->cost_us = 40;
+  x->virtual_time = 1;
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
@@ -577,6 +599,7 @@ Test(shim_core, marked_steps_follow_the_marks) {
   x->sync = SYNC_MARKED;
   x->micro = 2;
   x->cost_us = 40;
+  x->virtual_time = 1;
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
@@ -589,7 +612,8 @@ Test(shim_core, marked_steps_follow_the_marks) {
 /* A sync seen after every step (M = 1): sync steps, the per-rank fit. */
 Test(shim_core, seen_syncs_keep_sync_steps_and_the_per_rank_fit) {
   run_t *x = run_new(4, 1, 14);
-  x->cost_us = 200;
+  x->cost_us = 40;
+  x->virtual_time = 1;
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_SYNC, 0);
@@ -604,7 +628,8 @@ Test(shim_core, seen_syncs_keep_sync_steps_and_the_per_rank_fit) {
 Test(shim_core, a_loss_allreduce_after_a_hidden_sync_does_not_fool_the_fit) {
   run_t *x = run_new(4, 1, 14);
   x->sync = SYNC_LOSS;
-  x->cost_us = 200; /* steps of ~15 ms: above a loaded machine's noise */
+  x->cost_us = 40;
+  x->virtual_time = 1;
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_SYNC, 1);
