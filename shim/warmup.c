@@ -93,6 +93,16 @@ static int fit_method(dpshim_fit_input_t in, dpshim_fit_method_t method,
   return rc;
 }
 
+/* Whether the step-time fit can be judged on the steps it was fitted to:
+ * with as many steps as coefficients it meets them exactly, whatever the
+ * truth. */
+static int enough_steps(const dpshim_fit_input_t *in) {
+  int images = 0;
+  for (int64_t i = 0; i < in->iters * in->ranks && !in->text_only; i++)
+    images |= in->points[i].sum_patches_sq > 0 || in->points[i].sum_patches > 0;
+  return in->iters >= (images ? 5 : 3) + 3;
+}
+
 /* Hand-off steps: from step times. Sync steps: as set, or with auto both,
  * the better predictor of the step times taken. */
 static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
@@ -107,7 +117,8 @@ static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
     return fit_method(in, by_steps, 1, out);
   }
   out->method = DPSHIM_FIT_RANKS;
-  if (!cfg->fit_auto) return fit_method(in, DPSHIM_FIT_RANKS, 0, out);
+  if (!cfg->fit_auto || !enough_steps(&in))
+    return fit_method(in, DPSHIM_FIT_RANKS, 0, out);
   fit_outcome_t ranks = *out;
   int rc_ranks = fit_method(in, DPSHIM_FIT_RANKS, 0, &ranks);
   int rc = fit_method(in, by_steps, 1, out);
