@@ -319,10 +319,18 @@ static void take_shadow(dpshim__core_t *c) {
                      (int)c->cfg.micro_batches, DPSHIM_ENV_MICRO_BATCHES);
 }
 
+/* The steps (as hand-offs count them) that auto waits for a sync: the
+ * warm-up's, which are measured both ways meanwhile; three where nothing
+ * is to be fitted. */
+static int64_t decision_window(const dpshim__core_t *c) {
+  if (c->settled) return 3;
+  return c->cfg.warmup_last > 2 ? c->cfg.warmup_last : 2;
+}
+
 /* Auto: sync steps once every rank has seen its sync; hand-off steps once
- * the warm-up window (two steps at least) has passed without. */
+ * the decision window has passed without. */
 static void decide_mode(dpshim__core_t *c, int all_synced, int64_t steps) {
-  int64_t window = c->cfg.warmup_last > 2 ? c->cfg.warmup_last : 2;
+  int64_t window = decision_window(c);
   if (all_synced) {
     pthread_mutex_lock(&c->lock);
     c->mode = DPSHIM__STEP_SYNC;
@@ -335,7 +343,7 @@ static void decide_mode(dpshim__core_t *c, int all_synced, int64_t steps) {
 /* Sync steps asked for, and the window has passed with a rank that never
  * saw its sync: steps never end, so nothing can be fitted or balanced. */
 static void check_sync_seen(dpshim__core_t *c, int all_synced) {
-  int64_t window = c->cfg.warmup_last > 2 ? c->cfg.warmup_last : 2;
+  int64_t window = decision_window(c);
   if (all_synced || c->mode != DPSHIM__STEP_SYNC ||
       c->stats.handoffs < window * c->cfg.micro_batches)
     return;
@@ -535,7 +543,7 @@ static void forget_counted_steps(dpshim__core_t *c, dpshim__step_t *s) {
   double wrong = (double)(s->index - 1);
   s->index = 1;
   if (s == &c->shadow) c->shadow_steps -= wrong;
-  else c->stats.steps[0] -= wrong;
+  else c->stats.steps[c->fitted || c->cfg.have_coefs] -= wrong;
 }
 
 void dpshim__core_step_end(dpshim__core_t *c) {
