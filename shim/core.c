@@ -27,6 +27,15 @@ void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...) {
   if (c->say) c->say(line);
 }
 
+/* Balanced hand-off steps kept for the refits: their token counts differ
+ * (within the cap), which a warm-up's do not, so a refit can tell the
+ * per-token cost from the step's overhead. */
+#define LATER_POINTS 16
+
+int32_t dpshim__core_slots(const dpshim__core_t *c) {
+  return c->cfg.nwarmup + LATER_POINTS;
+}
+
 int dpshim__core_warming(const dpshim__core_t *c, int64_t step) {
   return dpshim__config_is_warmup(&c->cfg, step, NULL);
 }
@@ -100,8 +109,8 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
                                  c->cfg.threshold, c->model, c->cfg.verify,
                                  c->clock};
   c->balancer = dpshim__balancer_new(&bc);
-  c->points = calloc((size_t)c->cfg.nwarmup + 1, sizeof *c->points);
-  c->shadow_points = calloc((size_t)c->cfg.nwarmup + 1, sizeof *c->points);
+  c->points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
+  c->shadow_points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
   c->mode = c->cfg.step;
   c->step.index = c->shadow.index = 1;
   c->step.last.decision = "warmup";
@@ -120,9 +129,29 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
 
 /* ---- steps ------------------------------------------------------------------------- */
 
-/* Warm-up steps but the first (a cold start, dropped), numbered from 0. */
+/* A model fitted from hand-off steps keeps learning: every rank's step
+ * index is its hand-off count's, so the refits' schedule is the same on
+ * every rank (marks and a loader thread excepted: no refit there). */
+static int refitting(const dpshim__core_t *c) {
+  return c->mode == DPSHIM__STEP_HANDOFF && c->fitted && !c->marked &&
+         c->fit_method != DPSHIM_FIT_RANKS && !c->cfg.have_coefs;
+}
+
+/* Refits at 2, 4, 8, 16 balanced steps after the warm-up. */
+static int refit_due(const dpshim__core_t *c, int64_t step) {
+  int64_t after = step - c->cfg.warmup_last - 1;
+  return refitting(c) && after >= 2 && after <= LATER_POINTS &&
+         !(after & (after - 1));
+}
+
+/* Warm-up steps but the first (a cold start, dropped), numbered from 0;
+ * then, for the refits of a fit from hand-off steps, the later steps in a
+ * ring. */
 static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
   int first = 0;
+  if (c->settled)
+    return refitting(c) ? c->cfg.nwarmup + (int32_t)(step % LATER_POINTS)
+                        : -1;
   if (!dpshim__config_is_warmup(&c->cfg, step, &first) || first) return -1;
   int32_t slot = 0;
   for (int64_t s = c->cfg.warmup_first + 1; s < step; s++)
@@ -133,7 +162,7 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
 static void record_point(const dpshim__core_t *c, const dpshim__step_t *s,
                          dpshim__point_t *points, double step_time) {
   int32_t slot = point_slot(c, s->index);
-  if (slot < 0 || c->settled) return;
+  if (slot < 0) return;
   double encoder = c->cfg.vit ? s->vit_time : 0;
   points[slot] = (dpshim__point_t){
       .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
@@ -224,10 +253,9 @@ static void step_enter(dpshim__step_t *s, double t0) {
 }
 
 static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
-                       int rc, int warm, double t0, double t1,
-                       double arrival) {
-  if (warm && rc == 0) add_features(s, batch);
-  if (warm && rc < 0) s->bad = 1;
+                       int rc, double t0, double t1, double arrival) {
+  if (rc == 0) add_features(s, batch); /* as balanced */
+  else s->bad = 1;
   s->open = 1;
   s->handoffs++;
   s->last_return = t1;
@@ -393,6 +421,17 @@ static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
   return rc;
 }
 
+/* The balanced steps' points join the warm-up's (every rank at the same
+ * hand-off: refit_due). */
+static int refit_model(dpshim__core_t *c) {
+  int rc = dpshim__warmup_fit(c);
+  pthread_mutex_lock(&c->lock);
+  c->refits++;
+  pthread_mutex_unlock(&c->lock);
+  dpshim__balancer_set_model(c->balancer, c->model);
+  return rc;
+}
+
 /* ---- hand-offs --------------------------------------------------------------------- */
 
 /* Under c->lock: the hand-off into the totals and the step's log note. */
@@ -452,6 +491,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     if (c->mode == DPSHIM__STEP_AUTO) step_enter(&c->shadow, t0);
   }
   int64_t step = c->step.index;
+  int refit = main && c->step.handoffs == 0 && refit_due(c, step);
   int noted = dpshim__steplog_note(&c->log, note);
   pthread_mutex_unlock(&c->lock);
 
@@ -461,6 +501,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   memset(&rep, 0, sizeof rep);
   if (!c->settled || c->mode == DPSHIM__STEP_AUTO)
     rc = agree_phase(c, step, main, &warm, &arrival);
+  else if (refit)
+    rc = refit_model(c);
   step = c->step.index; /* hand-off steps may have been taken over */
   if (rc < 0) {
     snprintf(rep.message, sizeof rep.message, "the warm-up agreement failed");
@@ -476,9 +518,9 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   pthread_mutex_lock(&c->lock);
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
-    step_leave(&c->step, batch, rc, warm, t0, t1, arrival);
+    step_leave(&c->step, batch, rc, t0, t1, arrival);
     if (c->mode == DPSHIM__STEP_AUTO)
-      step_leave(&c->shadow, batch, rc, warm, t0, t1, arrival);
+      step_leave(&c->shadow, batch, rc, t0, t1, arrival);
   } else {
     loader_handoff(c, t1);
   }

@@ -126,7 +126,10 @@ typedef struct dpshim__core {
   /* step.open and step.syncing, readable without the lock: a sync outside
    * a step (a benchmark's allreduce loop) costs no clock read. */
   atomic_int open_hint, sync_hint;
-  dpshim__point_t *points; /* [cfg.nwarmup], by warm-up ordinal */
+  /* [slots]: the warm-up's by ordinal, then (hand-off steps) a ring of
+   * the balanced steps' since, for the refits */
+  dpshim__point_t *points;
+  int64_t refits;          /* done */
   dpshim__stats_t stats;
   dpshim__steplog_t log;
   double opened_at;
@@ -186,6 +189,9 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
 /* One diagnostic line through c->say (printf format). */
 void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Points a rank keeps: the warm-up's and the refits' ring. */
+int32_t dpshim__core_slots(const dpshim__core_t *c);
 
 /* Whether step `step` is a warm-up step of this configuration. */
 int dpshim__core_warming(const dpshim__core_t *c, int64_t step);

@@ -235,11 +235,12 @@ static void say_fit(const dpshim__core_t *c) {
   if (c->cfg.have_coefs)
     dpshim__core_say(c, "  cost model: %s: cost = %s", DPSHIM_ENV_COEFS, model);
   else if (c->fitted)
-    dpshim__core_say(c, "  fit from %s (%s): cost = %s us per sample; %s; %s",
-                     c->fit_method == DPSHIM_FIT_RANKS ? "per-rank times"
-                                                       : "step times",
-                     dpshim_fit_method_name(c->fit_method), model, error,
-                     steps);
+    dpshim__core_say(c, "  fit from %s (%s%s): cost = %s us per sample; %s; "
+                     "%s", c->fit_method == DPSHIM_FIT_RANKS
+                               ? "per-rank times" : "step times",
+                     dpshim_fit_method_name(c->fit_method),
+                     c->refits ? ", refitted on balanced steps" : "", model,
+                     error, steps);
   else
     dpshim__core_say(c, "  no fitted cost model (warm-up unfinished, failed "
                      "or not possible): linear cost");

@@ -140,7 +140,7 @@ static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
  * measured. */
 static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
                       fit_outcome_t *out) {
-  int32_t ranks = c->world->size, slots = c->cfg.nwarmup, iters = 0;
+  int32_t ranks = c->world->size, slots = dpshim__core_slots(c), iters = 0;
   dpshim_fit_point_t *pts = calloc((size_t)ranks * (size_t)slots + 1,
                                    sizeof *pts);
   double *iter_time = calloc((size_t)slots + 1, sizeof *iter_time);
@@ -179,7 +179,7 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
  * on some rank still teaches the others'). */
 static int fit_vit(const dpshim__core_t *c, const dpshim__point_t *all,
                    dpshim_fit_result_t *out) {
-  size_t n = (size_t)c->world->size * (size_t)c->cfg.nwarmup, k = 0;
+  size_t n = (size_t)c->world->size * (size_t)dpshim__core_slots(c), k = 0;
   dpshim_fit_point_t *pts = calloc(n + 1, sizeof *pts);
   if (!pts) {
     snprintf(out->message, sizeof out->message, "out of memory for the fit");
@@ -211,7 +211,7 @@ static void take(dpshim__core_t *c, const fit_outcome_t *out) {
     c->fitted = out->rc == 0;
     if (c->fitted) c->model = dpshim__policy_model_from_fit(out->fit.model);
   }
-  if (c->cfg.vit && !c->cfg.have_vit_coefs) {
+  if (c->cfg.vit && !c->cfg.have_vit_coefs && out->vit_rc >= 0) {
     c->vit_fit = out->vit;
     c->vit_fitted = out->vit_rc == 0;
     if (c->vit_fitted)
@@ -221,7 +221,7 @@ static void take(dpshim__core_t *c, const fit_outcome_t *out) {
 }
 
 int dpshim__warmup_fit(dpshim__core_t *c) {
-  size_t bytes = (size_t)c->cfg.nwarmup * sizeof(dpshim__point_t);
+  size_t bytes = (size_t)dpshim__core_slots(c) * sizeof(dpshim__point_t);
   int root = c->world->rank == 0;
   dpshim__point_t *all = root ? calloc((size_t)c->world->size, bytes + 1)
                               : NULL;
@@ -245,9 +245,13 @@ int dpshim__warmup_fit(dpshim__core_t *c) {
   free(all);
   rc = c->world->ops->bcast(c->world, &out, sizeof out);
   if (rc < 0) return rc;
+  if (c->settled) { /* a refit: kept only where it is one */
+    if (out.rc < 0) return 0;
+    out.vit_rc = -1;
+  }
   take(c, &out);
   if (!c->cfg.have_coefs) dpshim__report_fit(c, (int)out.rc);
-  if (c->cfg.vit && !c->cfg.have_vit_coefs)
+  if (c->cfg.vit && !c->cfg.have_vit_coefs && out.vit_rc >= 0)
     dpshim__report_vit_fit(c, (int)out.vit_rc);
   return 0;
 }

@@ -16,7 +16,9 @@
 #include "core.h"
 
 /* Collective over the world, at an agreed hand-off: fits c->points and
- * sets c's model, fit and ViT model. 0 or the seam's error. */
+ * sets c's model, fit and ViT model. Once settled it is a refit (hand-off
+ * steps, the balanced steps' points too): the LLM's model alone, kept only
+ * where the fit succeeds. 0 or the seam's error. */
 int dpshim__warmup_fit(dpshim__core_t *c);
 
 #endif

@@ -113,7 +113,8 @@ static void seed_errors(const dpshim_fit_input_t *in,
     double slowest = 0.0;
     for (int32_t r = 0; r < in->ranks; r++)
       slowest = fmax(slowest, dpshim__fit_predict(out->model, &row[r]));
-    accumulate_rel_error(slowest, in->iter_time[t], &sum, &max);
+    accumulate_rel_error(slowest + out->overhead, in->iter_time[t], &sum,
+                         &max);
   }
   out->mean_rel_error = sum / (double)in->iters;
   out->max_rel_error = max;
@@ -154,7 +155,7 @@ static int run_fitter(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
   size_t len = sizeof out->message;
   int err = in->method == DPSHIM_FIT_RANKS  ? dpshim__fit_ranks(in, &model, msg, len)
             : in->method == DPSHIM_FIT_SEED ? dpshim__fit_seed(in, &model, msg, len)
-                                            : dpshim__fit_steps(in, &model, msg, len);
+            : dpshim__fit_steps(in, &model, &out->overhead, msg, len);
   if (err) return err;
   if (!model_valid(model)) {
     snprintf(out->message, sizeof out->message,

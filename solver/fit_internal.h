@@ -49,7 +49,7 @@ void dpshim__feature_scales(const dpshim_fit_point_t *points, int64_t n,
                             double scale[DPSHIM__NFEAT]);
 
 /* Exact non-negative least squares of points[i].time on the five features,
- * over n >= 1 points with finite features >= 0. Cannot fail; all-zero
+ * over n >= 1 points with finite features (>= 0, or centred). Cannot fail; all-zero
  * coefficients when no feature explains the times. Deterministic. */
 void dpshim__nnls_points(const dpshim_fit_point_t *points, int64_t n,
                          dpshim_cost_model_t *model);
@@ -61,9 +61,8 @@ int dpshim__fit_ranks(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                       char *message, size_t message_size);
 int dpshim__fit_seed(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                      char *message, size_t message_size);
-/* DPSHIM_FIT_STEPS: the seed fit's hard-max starts alone, the best by
- * squared error (fit_seed.c). */
+/* DPSHIM_FIT_STEPS also gives the per-iteration overhead (fit_steps.c). */
 int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
-                      char *message, size_t message_size);
+                      double *overhead, char *message, size_t message_size);
 
 #endif

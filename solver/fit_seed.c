@@ -271,39 +271,3 @@ int dpshim__fit_seed(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
   return err;
 }
 
-/* The hard max's squared error of scaled coefficients z. */
-static double hard_max_error(const seed_problem_t *sp, const double z[NFEAT]) {
-  dpshim_cost_model_t model = scaled_to_model(sp, z);
-  double sum = 0.0;
-  for (int64_t t = 0; t < sp->in->iters; t++) {
-    const dpshim_fit_point_t *row = &sp->in->points[t * sp->in->ranks];
-    double slowest = dpshim__fit_predict(model, &row[slowest_rank(sp->in, t,
-                                                                  model)]);
-    double err = (slowest - sp->in->iter_time[t]) / sp->time_scale;
-    sum += err * err;
-  }
-  return sum;
-}
-
-int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
-                      char *message, size_t message_size) {
-  seed_problem_t sp;
-  memset(&sp, 0, sizeof sp);
-  double best[NFEAT] = {0.0}, best_f = INFINITY;
-  int err = seed_problem_init(&sp, in);
-  for (int s = 0; !err && s < NSTARTS; s++) {
-    if (s == IMAGE_START && !sp.images) continue;
-    double z[NFEAT];
-    hard_max_start(&sp, start_rules[s], z);
-    double f = hard_max_error(&sp, z);
-    if (f < best_f) {
-      best_f = f;
-      memcpy(best, z, sizeof best);
-    }
-  }
-  if (!err) *model = scaled_to_model(&sp, best);
-  if (err == DPSHIM_ENOMEM)
-    snprintf(message, message_size, "steps fit: out of memory");
-  seed_problem_free(&sp);
-  return err;
-}

@@ -4,6 +4,7 @@ tiny text model, reftrain) and OUT/vlm-runs/ (the VLM section, vlmtrain).
 
     demo_report.py OUT --warmup-last 11 --steps N [--profile NAME]
                    [--lengths FILE] [--seed S] [--grad-bytes B] [--time-scale X]
+                   [--handoff-dp N]
     demo_report.py OUT --vlm-only     the VLM section alone: OUT/results.json
                                       keeps its text runs, gets a new "vlm"
 
@@ -21,6 +22,17 @@ warm-up (when the shim balances):
   shim       the shim's own time per step (waiting for the other ranks at
              the hand-off excluded), as a share of step time
 Writes OUT/results.json, OUT/tgs_vs_dp.png and OUT/imbalance.png (gnuplot).
+
+The hand-off row (demo.sh --quick or --handoff-row; --handoff-dp N says
+that it was run, at DP N, and that its absence is an error): the text run
+default@handoff, the default solver with DPSHIM_STEP=handoff (a step is
+DPSHIM_MICRO_BATCHES hand-offs, the cost fitted from step times: what a
+trainer whose gradient sync is not an MPI call gets; reftrain's sync still
+is one). Its row joins the DP's table; below, its TGS gain over none
+beside default's (sync steps), how the shim's summary says it told steps
+and fitted the cost (fit_from, fit_method, fit_error_pct, step_error_pct),
+and its consumed digest against none's. In results.json it is one of the
+"runs" (variant "default@handoff"), and "handoff" sums it up.
 
 The VLM section (when OUT/vlm-runs/setup.json exists: layout, preset, steps,
 warm-up, time scale, vlmtrain arguments, as demo.sh ran them) has the same
@@ -55,6 +67,8 @@ import subprocess
 import sys
 
 VARIANTS = ("none", "seed", "default")
+HANDOFF = "default@handoff"  # default, steps told by hand-offs
+TEXT_VARIANTS = VARIANTS + (HANDOFF,)
 SIM_ALGOS = ("none", "seed", "default", "seed+vit", "default+vit")
 
 
@@ -84,6 +98,35 @@ def fit_error(err_path):
         m = re.search(r"prediction error mean ([0-9.]+)%, max ([0-9.]+)%",
                       f.read())
     return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def shim_summary(err_path):
+    """How the shim's summary (rank 0's stderr) says it told steps apart
+    and fitted the cost: steps_by ("hand-offs", "the sync", "marks"),
+    fit_from ("step times", "per-rank times"), fit_method (the fit's name:
+    "steps", "ranks", "seed"), step_error_pct ({"per-rank"|"step-time":
+    [mean, max]}, the step times each fit predicted). None where it does
+    not say."""
+    r = {"steps_by": None, "fit_from": None, "fit_method": None,
+         "step_error_pct": {}}
+    if not os.path.exists(err_path):
+        return r
+    with open(err_path) as f:
+        err = f.read()
+    m = re.search(r"^dpshim:\s+steps: (.*)$", err, re.M)
+    if m:
+        r["steps_by"] = ("marks" if "dpshim_step_end" in m.group(1) else
+                         "hand-offs" if "hand-off" in m.group(1) else
+                         "the sync" if "gradient sync" in m.group(1) else None)
+    m = re.search(r"^dpshim:\s+fit from (step times|per-rank times) "
+                  r"\(([a-z]+)\)(.*)$", err, re.M)
+    if m:
+        r["fit_from"], r["fit_method"] = m.group(1), m.group(2)
+        for mean_, max_, name in re.findall(
+                r"([0-9.]+)% \(max ([0-9.]+)%\) by the ([a-z-]+) fit",
+                m.group(3)):
+            r["step_error_pct"][name] = [float(mean_), float(max_)]
+    return r
 
 
 def run_figures(out, dp, variant, warmup_last, runs_dir="runs"):
@@ -119,6 +162,7 @@ def run_figures(out, dp, variant, warmup_last, runs_dir="runs"):
         "applied": sum(1 for e in log if e["decision"] == "apply"),
         "balanced_steps": len(stats),
         "consumed_digest": summary["consumed_digest"],
+        **(shim_summary(base + ".err") if variant != "none" else {}),
     }
 
 
@@ -130,6 +174,9 @@ def add_gains(runs):
         ideal = (at.get("default") or {}).get("ideal_gain")
         for r in at.values():
             r["achieved_gain"] = at["none"]["step_ms_balanced"] / r["step_ms_balanced"]
+            r["gain"] = r["tgs"] / at["none"]["tgs"]
+            r["digest_equal_to_none"] = (r["consumed_digest"] ==
+                                         at["none"]["consumed_digest"])
             r["ideal_gain"] = ideal
             r["share_of_ideal"] = ((r["achieved_gain"] - 1) / (ideal - 1)
                                    if ideal and ideal > 1 else None)
@@ -350,52 +397,142 @@ def print_gains(runs, vlm):
     print("\nTGS gain over none, after warm-up: tiny text model (reftrain) "
           "beside %s" % (vlm_label(vlm) if vlm else "no VLM section"))
     vv = [v for v in (vlm or {}).get("variants", VARIANTS) if v != "none"]
-    print("  %-4s %17s %17s  " % ("DP", "tiny: seed", "tiny: default") +
-          "".join(" %17s" % ("VLM: " + v) for v in vv))
+    tv = [v for v in TEXT_VARIANTS[1:]
+          if v in VARIANTS or any(r["variant"] == v for r in runs)]
+    tw = [max(17, len("tiny: " + v)) for v in tv]
+    print("  %-4s" % "DP" + "".join(" %*s" % (w, "tiny: " + v)
+                                    for w, v in zip(tw, tv)) +
+          "  " + "".join(" %17s" % ("VLM: " + v) for v in vv))
     def g(r):
         return "-" if r is None else "%+.1f%%" % (100 * (r - 1))
     for dp in dps:
-        t = {v: text.get((dp, v)) for v in VARIANTS}
+        t = {v: text.get((dp, v)) for v in TEXT_VARIANTS}
         tg = [None if not (t[v] and t["none"]) else t[v]["tgs"] / t["none"]["tgs"]
-              for v in ("seed", "default")]
+              for v in tv]
         vg = [vl[dp]["gain"].get(v) if dp in vl else None for v in vv]
-        print("  %-4d %17s %17s  " % (dp, g(tg[0]), g(tg[1])) +
+        print("  %-4d" % dp + "".join(" %*s" % (w, g(x))
+                                      for w, x in zip(tw, tg)) + "  " +
               "".join(" %17s" % g(x) for x in vg))
+    if HANDOFF in tv:
+        print("  (tiny: %s: hand-off steps, see above)" % HANDOFF)
 
 
 def fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
-def print_table(runs):
+# The fit's coefficients (a, b, c of a*len^2 + b*len + c).
+COEFS = 3
+
+
+def fit_steps(warmup_last):
+    """The warm-up steps a fit is over: demo.sh's warm-up is 2-N and the
+    shim drops its first step."""
+    return warmup_last - 2
+
+
+def exact_note(r, warmup_last):
+    """A fit from step times over no more steps than it has coefficients
+    fits them exactly: its error is 0 by construction and says nothing."""
+    n = fit_steps(warmup_last)
+    if r.get("fit_from") != "step times" or n > COEFS:
+        return ""
+    return (" (%d step times for %d coefficients: exact by construction, "
+            "the error says nothing)" % (n, COEFS))
+
+
+def print_table(runs, warmup_last):
     head = ("variant", "TGS", "step ms", "wait", "ideal", "achieved",
             "of ideal", "MB moved", "shim")
+    w = max([8] + [len(r["variant"]) for r in runs])
     for dp in sorted({r["dp"] for r in runs}):
         print("\nDP %d" % dp)
-        print("  %-8s %9s %8s %6s %6s %8s %8s %8s %6s" % head)
-        for r in sorted((r for r in runs if r["dp"] == dp),
-                        key=lambda r: VARIANTS.index(r["variant"])):
-            print("  %-8s %9.0f %8.1f %5.1f%% %6s %8s %8s %8.2f %5.2f%%" % (
-                r["variant"], r["tgs"], r["step_ms_balanced"],
+        print(("  %-*s %9s %8s %6s %6s %8s %8s %8s %6s") % ((w,) + head))
+        at = sorted((r for r in runs if r["dp"] == dp),
+                    key=lambda r: TEXT_VARIANTS.index(r["variant"]))
+        for r in at:
+            print("  %-*s %9.0f %8.1f %5.1f%% %6s %8s %8s %8.2f %5.2f%%" % (
+                w, r["variant"], r["tgs"], r["step_ms_balanced"],
                 100 * r["wait_share"], fmt(r["ideal_gain"], ".3f"),
                 fmt(r["achieved_gain"], ".3f"),
                 fmt(r["share_of_ideal"] and 100 * r["share_of_ideal"], ".0f") +
                 ("%" if r["share_of_ideal"] is not None else ""),
                 r["bytes_moved_per_step"] / 1e6, 100 * r["shim_share"]))
+        if any(r["variant"] == HANDOFF for r in at):
+            print("  (%s: the default solver with hand-off steps, "
+                  "DPSHIM_STEP=handoff: see below)" % HANDOFF)
     print("\ndefault: straggler wait in the warm-up steps (nothing moved) "
           "-> after; the warm-up fit's error")
     for r in sorted((r for r in runs if r["variant"] == "default"),
                     key=lambda r: r["dp"]):
         fit = r["fit_error_pct"]
         print("  DP %-3d wait %5.1f%% -> %5.1f%%   fit error mean "
-              "%s%%, max %s%%" % (r["dp"], 100 * r["wait_share_warmup"],
-                                  100 * r["wait_share"],
-                                  fit[0] if fit else "-",
-                                  fit[1] if fit else "-"))
+              "%s%%, max %s%%%s" % (r["dp"], 100 * r["wait_share_warmup"],
+                                    100 * r["wait_share"],
+                                    fit[0] if fit else "-",
+                                    fit[1] if fit else "-",
+                                    exact_note(r, warmup_last)))
+    print_handoff(runs, warmup_last)
     digests = {(r["dp"], r["consumed_digest"]) for r in runs}
     same = len(digests) == len({r["dp"] for r in runs})
+    differ = ["%s at DP %d" % (r["variant"], r["dp"]) for r in runs
+              if r.get("digest_equal_to_none") is False]
     print("\nconsumed digests %s across variants at every DP"
-          % ("equal" if same else "DIFFER"))
+          % ("equal" if same else "DIFFER" + (
+              " from none's: " + ", ".join(differ) if differ else "")))
+
+
+def handoff_summary(runs, warmup_last):
+    """results.json's "handoff": the hand-off row beside default's and
+    none's of its DP; None without it."""
+    at = {(r["dp"], r["variant"]): r for r in runs}
+    h = [r for r in runs if r["variant"] == HANDOFF]
+    if not h:
+        return None
+    r = max(h, key=lambda r: r["dp"])
+    sync = at.get((r["dp"], "default"))
+    return {
+        "dp": r["dp"], "variant": HANDOFF, "tgs": r["tgs"],
+        "gain": r.get("gain"),
+        "default_gain": sync.get("gain") if sync else None,
+        "steps_by": r["steps_by"], "fit_from": r["fit_from"],
+        "fit_method": r["fit_method"], "fit_error_pct": r["fit_error_pct"],
+        "step_error_pct": r["step_error_pct"],
+        "fit_steps": fit_steps(warmup_last),
+        "fit_exact": bool(exact_note(r, warmup_last)),
+        "default_fit_from": sync["fit_from"] if sync else None,
+        "default_fit_error_pct": sync["fit_error_pct"] if sync else None,
+        "digest_equal_to_none": r.get("digest_equal_to_none"),
+    }
+
+
+def print_handoff(runs, warmup_last):
+    h = handoff_summary(runs, warmup_last)
+    if not h:
+        return
+    def g(x):
+        return "-" if x is None else "%+.1f%%" % (100 * (x - 1))
+    fit = h["fit_error_pct"]
+    step = h["step_error_pct"].get("step-time" if h["fit_method"] == "steps"
+                                   else "per-rank")
+    print("\n%s: hand-off steps (DPSHIM_STEP=handoff): a step is "
+          "DPSHIM_MICRO_BATCHES hand-offs and the cost is fitted from step "
+          "times, what a trainer whose gradient sync the shim cannot see "
+          "(DDP over NCCL) gets; reftrain's sync is still an MPI_Allreduce"
+          % HANDOFF)
+    print("  DP %-3d TGS %.0f, gain over none %s (default, steps at the "
+          "sync: %s); steps told by %s" % (
+              h["dp"], h["tgs"], g(h["gain"]), g(h["default_gain"]),
+              h["steps_by"] or "? (the summary does not say)"))
+    print("         fit from %s%s: prediction error mean %s%%, max %s%%; "
+          "step times predicted within %s%% (max %s%%)%s; consumed digest "
+          "%s none's" % (
+              h["fit_from"] or "? (no fit in the summary)",
+              " (%s)" % h["fit_method"] if h["fit_method"] else "",
+              fmt(fit and fit[0], ".2f"), fmt(fit and fit[1], ".2f"),
+              fmt(step and step[0], ".2f"), fmt(step and step[1], ".2f"),
+              exact_note(h, warmup_last),
+              "equal to" if h["digest_equal_to_none"] else "DIFFERS from"))
 
 
 def gnuplot(script):
@@ -486,6 +623,9 @@ def main():
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--vlm-only", action="store_true",
                    help="the VLM section alone, into results.json's 'vlm'")
+    p.add_argument("--handoff-dp", type=int,
+                   help="the hand-off row (%s) was run at this DP size: "
+                   "an error without it" % HANDOFF)
     args = p.parse_args()
     if not args.vlm_only and (args.warmup_last is None or args.steps is None):
         p.error("--warmup-last and --steps are needed (or --vlm-only)")
@@ -501,13 +641,20 @@ def main():
                 doc = json.load(f)
         runs = doc.get("runs", [])
     else:
-        runs = [r for dp in sizes_in(args.out, "runs") for v in VARIANTS
+        runs = [r for dp in sizes_in(args.out, "runs") for v in TEXT_VARIANTS
                 if (r := run_figures(args.out, dp, v, args.warmup_last))]
         if not runs:
             print("demo: no runs under %s/runs" % args.out)
             return 1
+        if args.handoff_dp and not any(
+                r["dp"] == args.handoff_dp and r["variant"] == HANDOFF
+                for r in runs):
+            print("demo: no %s run at DP %d under %s/runs (its steps after "
+                  "the warm-up are missing)" % (HANDOFF, args.handoff_dp,
+                                               args.out))
+            return 1
         add_gains(runs)
-        print_table(runs)
+        print_table(runs, args.warmup_last)
         # What dpshim-sim --calibrate replays: the same runs, simulated.
         doc = {"profile": args.profile, "seed": args.seed,
                "time_scale": args.time_scale, "steps": args.steps,
@@ -516,6 +663,8 @@ def main():
         if args.lengths:
             doc["lengths"] = os.path.abspath(args.lengths)
         doc["runs"] = runs
+        if handoff_summary(runs, args.warmup_last):
+            doc["handoff"] = handoff_summary(runs, args.warmup_last)
     doc.pop("vlm", None)
     doc.pop("vlm_sim", None)
     if vlm:

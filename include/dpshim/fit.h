@@ -10,8 +10,11 @@
  *                     of the predicted load (alpha = 20, times in seconds)
  *                     against the iteration time;
  *   DPSHIM_FIT_STEPS  from iteration times too, by the hard max: each
- *                     iteration's predicted slowest rank against its time,
- *                     least squares. The softmax's bias (log(ranks) / alpha
+ *                     iteration's predicted slowest rank plus an overhead
+ *                     (the same every iteration) against its time, least
+ *                     squares, with the features fitted chosen by the error
+ *                     on iterations left out (few iterations pin few
+ *                     coefficients). The softmax's bias (log(ranks) / alpha
  *                     seconds) exceeds steps of milliseconds and drives the
  *                     seed fit to 0 there; the hard max has none.
  * Features are scaled before solving, so len^2 and len may differ by many
@@ -65,6 +68,9 @@ typedef struct dpshim_fit_result {
    * RANKS, per iteration (predicted = max over ranks) for SEED and STEPS. */
   double mean_rel_error;
   double max_rel_error;
+  /* STEPS: what every iteration pays besides its slowest rank (the sync,
+   * the optimizer), seconds, in its predictions; 0 for the others. */
+  double overhead;
   char message[192]; /* why it failed */
 } dpshim_fit_result_t;
 

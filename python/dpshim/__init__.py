@@ -24,13 +24,19 @@ reason on rank 0). A batch this module cannot describe (a GPU tensor, a
 wrong dtype) raises TypeError or ValueError here and fails the hand-off on
 every rank, so that no rank waits. BalancedLoader (dpshim.loader) wraps a DataLoader of
 packed batches.
+
+A trainer needs no code change at all when run by dpshim-run: its start-up
+hook (dpshim.autowrap) balances every packed batch a torch DataLoader
+yields. exclude(loader) keeps one DataLoader out of it (one that not every
+rank iterates). step_end() marks a step's end where the gradient sync is
+not an MPI call (PyTorch DDP over Gloo or NCCL).
 """
 import ctypes
 
 from .loader import BalancedLoader  # noqa: F401 (re-exported)
 
 __all__ = ["Batch", "Field", "Error", "balance", "fail", "available",
-           "BalancedLoader"]
+           "step_end", "exclude", "BalancedLoader"]
 
 # The library's DPSHIM_E* codes (<dpshim/dpshim.h>).
 EINVAL, ENOMEM, ENOCONV, EMPI = -22, -12, -61, -71
@@ -83,7 +89,20 @@ def _library():
     return balance_fn, fail_fn, strerror
 
 
+def _step_end_entry():
+    """dpshim_step_end where the preloaded library has it (an older one
+    does not), else None."""
+    try:
+        fn = ctypes.CDLL(None).dpshim_step_end
+    except AttributeError:
+        return None
+    fn.argtypes = []
+    fn.restype = ctypes.c_int
+    return fn
+
+
 _LIB = _library()
+_STEP_END = _step_end_entry() if _LIB else None
 
 
 def available():
@@ -229,3 +248,28 @@ def fail(why):
     if rc < 0:
         raise Error(rc, _LIB[2](rc).decode(errors="replace"))
     return 0
+
+
+def step_end():
+    """Marks the end of this rank's training step (after the optimizer's
+    step), for a trainer whose gradient sync is not an MPI call: the shim's
+    steps then follow the marks instead of DPSHIM_MICRO_BATCHES hand-offs.
+    Every rank marks each step once, on the thread that called MPI_Init;
+    no collective. Returns 0, also doing nothing when libdpshim.so is not
+    preloaded (or is too old to know step marks)."""
+    if _STEP_END is None:
+        return 0
+    rc = _STEP_END()
+    if rc < 0:
+        raise Error(rc, _LIB[2](rc).decode(errors="replace"))
+    return 0
+
+
+def exclude(loader):
+    """Keeps `loader` (a torch DataLoader) out of dpshim-run's start-up
+    hook: its batches are yielded as they come, with no collective. For a
+    loader that not every DP rank iterates in step (an evaluation on rank 0
+    alone). Returns `loader`."""
+    from . import autowrap
+    autowrap.exclude(loader)
+    return loader

@@ -11,7 +11,9 @@
   - the installed dpshim-run looks for the installed library, not the
     build tree's, and with --lib prints the command;
   - the Python package is installed, and imports from there (without the
-    preload: balancing not available).
+    preload: balancing not available); the installed dpshim-run gives a
+    python command the installed start-up hook's directory (holding only
+    sitecustomize.py) and the package's.
 Prints each file's path and the outputs; exit 1 when a check fails.
 
     check_install.py BUILD SOURCE PREFIX LIBDIR BINDIR INCLUDEDIR MANDIR
@@ -128,6 +130,20 @@ def main():
         check(rc == 0 and "DPSHIM_VLM_BALANCE=1" in out,
               "installed dpshim-run --lib: rc %d, %r %r" % (rc, out, err))
         print("dpshim-run --dry-run: %s" % out.strip())
+        rc, out, err = sh([run, "--lib", root(installed), "--dry-run", "--",
+                           "python3", "-c", "pass"])
+        paths = [w.split("=", 1)[1].split(":") for w in shlex.split(out)
+                 if w.startswith("PYTHONPATH=")]
+        if check(rc == 0 and paths and len(paths[0]) == 2,
+                 "installed dpshim-run, python: rc %d, %r %r"
+                 % (rc, out, err)):
+            boot, package = paths[0]
+            check(os.listdir(root(boot)) == ["sitecustomize.py"] and
+                  os.path.exists(root(os.path.join(package, "dpshim",
+                                                   "autowrap.py"))),
+                  "the start-up hook %s or the package %s not installed"
+                  % (boot, package))
+            print("installed: %s, %s" % (boot, package))
     return outcome()
 
 

@@ -47,6 +47,26 @@ killed and a "hang:" line says so.
   summary_shares
               every percentage of rank 0's summary at MPI_Finalize lies in
               [0, 100]; also with a prefetching loader thread
+The gradient sync outside MPI (reftrain --sync shm: shared memory and a
+process-shared barrier, no MPI call in the steps), DPSHIM_STEP left at its
+default (auto). Each run is bounded by HANG_S; the step count is the
+summary's ("dpshim: summary: N steps").
+  shm_micro_batches
+              --micro-batches 1, 2, 3 with DPSHIM_MICRO_BATCHES alike: the
+              digest of the run without the shim, samples intact, as many
+              steps as --steps, plans applied; and the control: with
+              DPSHIM_STEP=sync nothing can be balanced, and the summary says
+              so ("nothing is balanced"), applying none
+  shm_chatter reftrain --chatter 2 beside it (a coordinator thread's
+              MPI_Allreduce every 2 ms on a duplicate of MPI_COMM_WORLD):
+              no hang, the digest, as many steps as --steps (the chatter's
+              hundreds of all-reduces are not steps), the chatter ran
+  shm_loss_allreduce
+              reftrain --loss-allreduce beside it (an MPI_Allreduce of the
+              loss on MPI_COMM_WORLD after the sync): no hang, the digest,
+              as many steps as --steps, the loss summed as without the shim
+  shm_chatter_loss
+              both at once
 Exit status 0 when every check holds; each failed check prints one line.
 """
 import argparse
@@ -399,8 +419,10 @@ def scenario_thread_without_setting(args):
     on, err = shim_run(args, what, SHIM_ENV, extra)
     check_same_result(what, on, plain)
     lines = lines_naming(err, "DPSHIM_LOADER_THREAD")
-    check(len(lines) == 1, "%s: expected one stderr line naming "
-          "DPSHIM_LOADER_THREAD, got %d: %r" % (what, len(lines), lines[:4]))
+    check(len(lines) == 2 and "nothing is balanced" in lines[0] and
+          lines[1].startswith("dpshim:   nothing is balanced"),
+          "%s: expected one stderr line naming DPSHIM_LOADER_THREAD and the "
+          "summary's repeat, got %d: %r" % (what, len(lines), lines[:4]))
 
 
 def scenario_log_unwritable(args):
@@ -448,6 +470,137 @@ def scenario_summary_shares(args):
             check_summary_shares(what, err)
 
 
+# ---- the gradient sync outside MPI (--sync shm) ---------------------------
+
+# Without per-rank times the fit is made from step times, one point a step
+# (the original's), and this machine's own per-token work (packing,
+# --check) is in them: emulated steps 2.5x TRAIN's keep the attention the
+# larger part, and a warm-up of 2-8 gives the fit six points (the first is
+# dropped) for its three coefficients, where 2-4 would give two. Steps 9-12
+# follow the fit. A later --time-scale overrides TRAIN's.
+SHM = ["--sync", "shm", "--time-scale", "0.05"]
+SHM_WARMUP, SHM_STEPS = "2-8", 12
+SUMMARY_STEPS = re.compile(r"^dpshim: summary: (\d+) steps on", re.MULTILINE)
+HANDOFFS = re.compile(r"^dpshim:\s+hand-offs balanced: (\d+) applied, "
+                      r"(\d+) skipped, (\d+) failed", re.MULTILINE)
+CHATTER_ROUNDS = re.compile(r"^reftrain: --chatter: (\d+) rounds",
+                            re.MULTILINE)
+LOSS_SUM = re.compile(r"^reftrain: --loss-allreduce: loss summed over steps "
+                      r"(\d+), rank 0's own (\d+)", re.MULTILINE)
+
+
+def summary_counts(what, err):
+    """(steps, applied) from rank 0's summary; None for what is missing,
+    with a failed check."""
+    steps, handoffs = SUMMARY_STEPS.search(err), HANDOFFS.search(err)
+    check(steps, "%s: no 'dpshim: summary: N steps' line: %r"
+          % (what, err[-400:]))
+    check(handoffs, "%s: no 'hand-offs balanced' line: %r"
+          % (what, err[-400:]))
+    return (int(steps.group(1)) if steps else None,
+            int(handoffs.group(1)) if handoffs else None)
+
+
+def check_shm_steps(what, err, steps):
+    """The summary counts one step per reftrain step: none lost (steps
+    not seen), none extra (another collective taken for the sync).
+    Returns the hand-offs applied."""
+    got, applied = summary_counts(what, err)
+    if got is not None:
+        check(got == steps, "%s: the summary counts %d steps, reftrain made "
+              "%d" % (what, got, steps))
+    return applied
+
+
+def shm_env(micro=1):
+    """Balancing with hand-off steps, DPSHIM_MICRO_BATCHES a step. The
+    trigger at 0.05, not the original's 0.2: a step-time fit tends to a
+    large per-sample constant that dilutes the imbalance of later
+    micro-batches (which count the earlier ones' loads), and these checks
+    are of the steps, not of that rule."""
+    return dict(SHIM_ENV, DPSHIM_WARMUP_ITERS=SHM_WARMUP,
+                DPSHIM_MICRO_BATCHES=str(micro),
+                DPSHIM_TRIGGER_THRESHOLD="0.05")
+
+
+def scenario_shm_micro_batches(args):
+    for micro in (1, 2, 3):
+        what = "--sync shm, --micro-batches %d" % micro
+        extra = SHM + ["--micro-batches", str(micro)]
+        plain = plain_run(args, extra, steps=SHM_STEPS)
+        on, err = shim_run(args, what, shm_env(micro), extra,
+                           steps=SHM_STEPS)
+        check_same_result(what, on, plain)
+        if on:
+            applied = check_shm_steps(what, err, SHM_STEPS)
+            check(applied is None or applied > 0, "%s: no plan applied"
+                  % what)
+        if micro == 1:
+            shm_control(args, plain, extra)
+
+
+def shm_control(args, plain, extra):
+    """Steps at the sync, which the shim never sees: nothing can be
+    balanced, which it must say rather than skip in silence."""
+    what = "--sync shm, DPSHIM_STEP=sync"
+    on, err = shim_run(args, what, dict(shm_env(), DPSHIM_STEP="sync"), extra,
+                       steps=SHM_STEPS)
+    check_same_result(what, on, plain)
+    if not on:
+        return
+    check(lines_naming(err, "nothing is balanced"), "%s: no 'nothing is "
+          "balanced' line: %r" % (what, err[-400:]))
+    _, applied = summary_counts(what, err)
+    check(applied == 0, "%s: %s hand-offs applied, expected none"
+          % (what, applied))
+
+
+def distractors(args, what, extra):
+    """--sync shm beside trainer MPI traffic that is no gradient sync;
+    reftrain --verbose says how much of it there was."""
+    extra = SHM + list(extra) + ["--verbose"]
+    plain, plain_err = reftrain(args, RANKS, SHM_STEPS, extra=extra,
+                                timeout=hang_timeout(),
+                                what="without the shim")
+    on, err = shim_run(args, what, shm_env(), extra, steps=SHM_STEPS)
+    check_same_result(what, on, plain)
+    if not on:
+        return
+    check_shm_steps(what, err, SHM_STEPS)
+    if "--chatter" in extra:
+        rounds = CHATTER_ROUNDS.search(err)
+        check(rounds and int(rounds.group(1)) >= SHM_STEPS, "%s: the chatter "
+              "thread made %s rounds, expected at least one a step"
+              % (what, rounds.group(1) if rounds else "no"))
+    if "--loss-allreduce" in extra:
+        check_loss(what, LOSS_SUM.search(err), LOSS_SUM.search(plain_err))
+
+
+def check_loss(what, mine, ref):
+    """The all-reduced loss: as without the shim, and more than rank 0's
+    own (it was summed over the ranks, not left alone)."""
+    if not check(mine and ref, "%s: no loss line from reftrain --verbose"
+                 % what):
+        return
+    check(mine.group(1) == ref.group(1), "%s: loss summed %s, without the "
+          "shim %s" % (what, mine.group(1), ref.group(1)))
+    check(int(mine.group(1)) > int(mine.group(2)), "%s: loss summed %s, no "
+          "more than rank 0's own %s" % (what, mine.group(1), mine.group(2)))
+
+
+def scenario_shm_chatter(args):
+    distractors(args, "--sync shm --chatter 2", ["--chatter", "2"])
+
+
+def scenario_shm_loss_allreduce(args):
+    distractors(args, "--sync shm --loss-allreduce", ["--loss-allreduce"])
+
+
+def scenario_shm_chatter_loss(args):
+    distractors(args, "--sync shm --chatter 2 --loss-allreduce",
+                ["--chatter", "2", "--loss-allreduce"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario",
@@ -455,7 +608,9 @@ def main():
                             "thread", "stray_self", "stray_half", "prefetch",
                             "nonblocking_sync", "thread_level",
                             "thread_without_setting", "log_unwritable",
-                            "summary_shares"])
+                            "summary_shares", "shm_micro_batches",
+                            "shm_chatter", "shm_loss_allreduce",
+                            "shm_chatter_loss"])
     p.add_argument("--shim", required=True)
     p.add_argument("--reftrain", required=True)
     p.add_argument("--ranks", type=int, default=4)

@@ -5,17 +5,25 @@
              LD_PRELOAD first and ahead of one already set, DPSHIM_* from
              the environment forwarded (a flag overrides it); `-np N prog`
              implies mpirun; a command that is no launcher gets them as
-             `env` assignments;
+             `env` assignments; a command that runs python* gets the
+             start-up hook's and the package's directories ahead of its
+             PYTHONPATH, and DPSHIM_PY_* from the environment (another
+             command gets neither); --global-batch-size G
+             --micro-batch-size M give DPSHIM_MICRO_BATCHES = G / (M * DP)
+             for -np and -n, an equal --micro-batches too;
   refusals   a bad value: exit 2, one line naming the variable as the shim
              says it, and the command never runs; an unknown flag, no
-             command: exit 2;
+             command: exit 2; batch sizes that do not divide, one without
+             the other, no -np, a --micro-batches that disagrees, a bad
+             DPSHIM_PY_WRAP: exit 2, one line naming the flags, nothing
+             run;
   real runs  reftrain at 4 ranks through dpshim-run with the original's
              flags: plans applied (DPSHIM_LOG), the digest of the run
              without the shim, dpshim-report's counts equal to the log's;
              and the exit status is the command's.
 
     check_run.py --run DPSHIM_RUN --shim LIBDPSHIM --reftrain REFTRAIN
-                 --report DPSHIM_REPORT
+                 --report DPSHIM_REPORT --python DIR
 """
 import argparse
 import json
@@ -73,6 +81,47 @@ def dry_runs(args):
         "a b"], "dry run of a plain command: %r" % out)
 
 
+def python_dry_runs(args):
+    """The start-up hook's PYTHONPATH and settings, for python only."""
+    ours = "%s/boot:%s" % (args.python, args.python)
+    env = {"PYTHONPATH": "/opt/site", "DPSHIM_PY_WRAP": "0",
+           "DPSHIM_PY_CU_KEY": "cu"}
+    rc, out, err = launcher(args, "--use-vlm-dp-balance", "--dry-run", "--",
+                            "mpirun", "-np", "4", "-x", "PYTHONPATH",
+                            "/usr/bin/python3.11", "train.py", env=env)
+    want = ["LD_PRELOAD=" + args.shim, "DPSHIM_VLM_BALANCE=1",
+            "PYTHONPATH=%s:/opt/site" % ours, "DPSHIM_PY_WRAP=0",
+            "DPSHIM_PY_CU_KEY=cu", "PYTHONPATH"]
+    check(rc == 0 and exports(shlex.split(out)) == want,
+          "dry run of python under mpirun: rc %d, exports %s, expected %s %r"
+          % (rc, exports(shlex.split(out)), want, err))
+    rc, out, _ = launcher(args, "--dry-run", "--", "python3", "-c", "pass")
+    check(rc == 0 and shlex.split(out) == [
+        "env", "LD_PRELOAD=" + args.shim, "PYTHONPATH=" + ours, "python3",
+        "-c", "pass"], "dry run of a plain python: %r" % out)
+    rc, out, _ = launcher(args, "--dry-run", "-np", "2", "./trainer",
+                          env=env)
+    check(rc == 0 and not any(w.startswith(("PYTHONPATH", "DPSHIM_PY"))
+                              for w in exports(shlex.split(out))),
+          "dry run of no python, yet: %r" % out)
+
+
+def batch_sizes(args):
+    """Megatron's --global-batch-size/--micro-batch-size: accepted forms."""
+    cases = [(["--tp", "2", "--dry-run", "-np", "8", "./t"], "8"),
+             (["--dry-run", "--", "mpirun", "-n", "4", "./t"], "8"),
+             (["--micro-batches", "16", "--dry-run", "-np", "2", "./t"],
+              "16")]
+    for argv, want in cases:
+        rc, out, err = launcher(args, "--global-batch-size", "64",
+                                "--micro-batch-size=2", *argv)
+        got = [e for e in exports(shlex.split(out))
+               if e.startswith("DPSHIM_MICRO_BATCHES=")]
+        check(rc == 0 and got == ["DPSHIM_MICRO_BATCHES=" + want],
+              "batch sizes 64/2 with %s: rc %d, %s, %r" % (
+                  " ".join(argv), rc, got, err))
+
+
 def refusals(args):
     with tempfile.TemporaryDirectory() as tmp:
         marker = os.path.join(tmp, "ran")
@@ -89,6 +138,29 @@ def refusals(args):
         check(rc == 2 and "DPSHIM_SOLVER='fast'" in err and
               not os.path.exists(marker),
               "bad value from the environment: rc %d, %r" % (rc, err))
+        flags = ("--global-batch-size", "--micro-batch-size")
+        for argv, words in (
+                (["--global-batch-size", "60", "--micro-batch-size", "4",
+                  "--tp", "2", "-np", "8"], flags),
+                (["--global-batch-size", "64", "-np", "8"], flags),
+                (["--global-batch-size", "64", "--micro-batch-size", "2",
+                  "--tp", "3", "-np", "8"], flags + ("-np 8",)),
+                (["--global-batch-size", "64", "--micro-batch-size", "2",
+                  "--", "env"], flags + ("-np",)),
+                (["--global-batch-size", "64", "--micro-batch-size", "2",
+                  "--micro-batches", "3", "-np", "8"],
+                 flags + ("--micro-batches 3", "= 4"))):
+            rc, _, err = launcher(args, *argv, "touch", marker)
+            check(rc == 2 and len(err.strip().splitlines()) == 1 and
+                  all(w in err for w in words) and
+                  not os.path.exists(marker),
+                  "%s: rc %d, stderr %r (expected it to name %s), ran: %s"
+                  % (" ".join(argv), rc, err, words, os.path.exists(marker)))
+        rc, _, err = launcher(args, "--", "python3", "-c", "pass",
+                              env={"DPSHIM_PY_WRAP": "maybe"})
+        check(rc == 2 and "DPSHIM_PY_WRAP='maybe'" in err and
+              len(err.strip().splitlines()) == 1,
+              "DPSHIM_PY_WRAP=maybe: rc %d, %r" % (rc, err))
     for argv in (["--bogus", "-np", "2", "true"], ["--solver", "seed"]):
         rc, _, err = launcher(args, *argv)
         check(rc == 2 and len(err.strip().splitlines()) == 1,
@@ -139,8 +211,11 @@ def main():
     ap.add_argument("--shim", required=True)
     ap.add_argument("--reftrain", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--python", required=True)
     args = ap.parse_args()
     dry_runs(args)
+    python_dry_runs(args)
+    batch_sizes(args)
     refusals(args)
     real_runs(args)
     return outcome()

@@ -4,6 +4,16 @@ the default+vit variant's columns and results.json fields, the digests
 compared with none's, and "vlm_sim" from a dpshim-sim JSON; then the same
 without default+vit (demo.sh --no-vlm-vit, or a setup.json from before it).
 
+Then tools/demo_report.py on made-up text runs (reftrain's: none, seed,
+default at DP 4 and 8) with the hand-off row (default@handoff at DP 8,
+--handoff-dp 8, as demo.sh --quick runs it): its row in the DP 8 table,
+labelled hand-off steps, its TGS gain over none beside default's, the fit
+from step times and its errors as the shim's summary says them, its
+consumed digest against none's, in the printed text and in results.json
+("runs" and "handoff"); the report fails when --handoff-dp names a row
+that is missing; a digest that differs from none's is named; without the
+row (and without --handoff-dp) nothing of it appears.
+
     check_demo_report.py [REPO]     REPO: the source tree (default: ..)
 """
 import json
@@ -98,6 +108,182 @@ def expect(cond, what):
         sys.exit("check_demo_report: " + what)
 
 
+# ---- the text runs and the hand-off row --------------------------------------
+
+T_STEPS, T_LAST = 10, 5  # demo.sh --quick: 10 steps, warm-up 2-5
+T_STEP_MS = {"none": 1000.0, "seed": 960.0, "default": 950.0,
+             "default@handoff": 970.0}
+SUMMARY = {  # what the shim's summary says (rank 0's stderr)
+    "seed": "dpshim:   steps: end at the gradient sync (DPSHIM_SYNC_OPS)\n"
+            "dpshim:   fit from step times (seed): cost = 0.001*L^2 + 0.5*L "
+            "+ 10 us per sample; prediction error mean 3.10%, max 6.20%; "
+            "step times predicted within 3.00% (max 6.00%) by the step-time "
+            "fit\n",
+    "default": "dpshim:   steps: end at the gradient sync (DPSHIM_SYNC_OPS)\n"
+               "dpshim:   fit from per-rank times (ranks): cost = 0.001*L^2 "
+               "+ 0.5*L + 10 us per sample; prediction error mean 0.90%, "
+               "max 2.00%; step times predicted within 1.80% (max 2.59%) by "
+               "the per-rank fit, 2.06% (max 3.08%) by the step-time fit\n",
+    "default@handoff": "dpshim:   steps: 1 hand-off each "
+                       "(DPSHIM_MICRO_BATCHES; DPSHIM_STEP=handoff)\n"
+                       "dpshim:   fit from step times (steps): cost = "
+                       "0.001*L^2 + 0.5*L + 10 us per sample; prediction "
+                       "error mean 1.32%, max 2.49%; step times predicted "
+                       "within 1.33% (max 2.47%) by the step-time fit\n",
+}
+
+
+def make_text_run(runs, dp, variant, digest="c0"):
+    base = os.path.join(runs, "dp%d_%s" % (dp, variant))
+    step_ms = T_STEP_MS[variant]
+    write_jsonl(base + ".stats.jsonl", [{
+        "step": s, "step_ms": step_ms,
+        "wait_ms": [1.0 + r for r in range(dp)], "tokens": [1000] * dp}
+        for s in range(T_STEPS)])
+    if variant != "none":
+        write_jsonl(base + ".log.jsonl", [{
+            "step": s, "decision": "apply", "shim_ms": [0.5] * dp,
+            "load_before": [1100.0] + [1000.0] * (dp - 1),
+            "lower_bound": 1000.0, "bytes_moved": 1e5,
+            "imbalance_before": 0.1, "imbalance_after": 0.01}
+            for s in range(T_LAST + 1, T_STEPS + 1)])
+    with open(base + ".json", "w") as f:
+        f.write(json.dumps({"steps": T_STEPS, "tgs": 1.0,
+                            "step_ms_mean": step_ms,
+                            "consumed_digest": digest}) + "\n")
+    with open(base + ".err", "w") as f:
+        if variant != "none":
+            f.write("dpshim: summary: %d steps on %d ranks (1 DP group of "
+                    "%d), solver %s\n" % (T_STEPS, dp, dp,
+                                          variant.split("@")[0]))
+            f.write(SUMMARY[variant])
+
+
+def make_text_out(out, handoff=True, handoff_digest="c0"):
+    runs = os.path.join(out, "runs")
+    os.makedirs(runs)
+    for dp in (4, 8):
+        for v in ("none", "seed", "default"):
+            make_text_run(runs, dp, v)
+    if handoff:
+        make_text_run(runs, 8, "default@handoff", handoff_digest)
+
+
+def text_report(out, *extra, last=T_LAST):
+    r = subprocess.run([sys.executable, REPORT, out, "--warmup-last",
+                        str(last), "--steps", str(T_STEPS)] + list(extra),
+                       capture_output=True, text=True)
+    doc = None
+    if os.path.exists(os.path.join(out, "results.json")):
+        with open(os.path.join(out, "results.json")) as f:
+            doc = json.load(f)
+    return r.returncode, r.stdout + r.stderr, doc
+
+
+def near(x, y):
+    return x is not None and abs(x - y) < 1e-9
+
+
+def check_handoff(tmp):
+    out = os.path.join(tmp, "handoff")
+    make_text_out(out)
+    rc, text, doc = text_report(out, "--handoff-dp", "8")
+    expect(rc == 0 and doc, "demo_report.py with the hand-off row failed "
+           "(%d):\n%s" % (rc, text))
+    at = {(r["dp"], r["variant"]): r for r in doc["runs"]}
+    expect(sorted(at) == [(4, "default"), (4, "none"), (4, "seed"),
+                          (8, "default"), (8, "default@handoff"),
+                          (8, "none"), (8, "seed")],
+           "results.json's runs: %s" % sorted(at))
+    h = at[(8, "default@handoff")]
+    expect(near(h["gain"], 1000.0 / 970.0) and
+           near(h["tgs"], 1000.0 / 0.970) and
+           near(h["achieved_gain"], 1000.0 / 970.0),
+           "the hand-off row's TGS and gain: %s" % h)
+    expect(h["steps_by"] == "hand-offs" and h["fit_from"] == "step times"
+           and h["fit_method"] == "steps" and
+           h["fit_error_pct"] == [1.32, 2.49] and
+           h["step_error_pct"] == {"step-time": [1.33, 2.47]} and
+           h["digest_equal_to_none"] is True,
+           "the hand-off row's steps, fit and digest: %s" % h)
+    d = at[(8, "default")]
+    expect(d["steps_by"] == "the sync" and d["fit_from"] == "per-rank times"
+           and d["fit_method"] == "ranks" and
+           d["step_error_pct"] == {"per-rank": [1.8, 2.59],
+                                   "step-time": [2.06, 3.08]},
+           "default's steps and fit: %s" % d)
+    expect(doc.get("handoff") and doc["handoff"]["dp"] == 8 and
+           doc["handoff"]["variant"] == "default@handoff" and
+           near(doc["handoff"]["gain"], 1000.0 / 970.0) and
+           near(doc["handoff"]["default_gain"], 1000.0 / 950.0) and
+           doc["handoff"]["fit_from"] == "step times" and
+           doc["handoff"]["digest_equal_to_none"] is True,
+           "results.json's handoff: %s" % doc.get("handoff"))
+    # The DP 8 table has the row, labelled; DP 4's has not.
+    tables = text.split("\nDP ")
+    dp8 = [t for t in tables if t.startswith("8\n")]
+    dp4 = [t for t in tables if t.startswith("4\n")]
+    expect(dp8 and any(l.startswith("  default@handoff ")
+                       for l in dp8[0].splitlines()) and
+           "hand-off steps" in dp8[0] and "DPSHIM_STEP=handoff" in dp8[0],
+           "no labelled default@handoff row in the DP 8 table:\n" + text)
+    expect(dp4 and "default@handoff" not in dp4[0].split("\n\n")[0],
+           "a default@handoff row at DP 4:\n" + text)
+    # Below: its gain beside default's, the fit from step times, errors.
+    expect("gain over none +3.1% (default, steps at the sync: +5.3%)" in text
+           and "steps told by hand-offs" in text and
+           "fit from step times (steps): prediction error mean 1.32%, "
+           "max 2.49%; step times predicted within 1.33% (max 2.47%)" in text
+           and "consumed digest equal to none's" in text and
+           "consumed digests equal across variants" in text,
+           "the hand-off row's lines:\n" + text)
+    # Warm-up 2-5 (--quick): 3 step times for 3 coefficients, an exact fit
+    # whose error says nothing; said for the hand-off row, not for default
+    # (fitted from per-rank times). With a longer warm-up, not said.
+    line = [l for l in text.splitlines() if "fit from step times (steps)"
+            in l]
+    expect(line and "exact by construction" in line[0] and
+           doc["handoff"]["fit_exact"] is True and
+           doc["handoff"]["fit_steps"] == 3 and
+           text.count("exact by construction") == 1,
+           "the exact step-time fit is not said (once):\n" + text)
+    rc, text, doc = text_report(out, "--handoff-dp", "8", last=6)
+    expect(rc == 0 and "exact by construction" not in text and
+           doc["handoff"]["fit_exact"] is False and
+           "fit from step times (steps): prediction error mean 1.32%" in text,
+           "warm-up 2-6: the step-time fit said exact:\n" + text)
+    expect("tiny: default@handoff" in text,
+           "the gains table lacks the hand-off row:\n" + text)
+
+    # Expected (--handoff-dp) but missing: the report fails, saying so.
+    out = os.path.join(tmp, "missing")
+    make_text_out(out, handoff=False)
+    rc, text, doc = text_report(out, "--handoff-dp", "8")
+    expect(rc != 0 and "no default@handoff run at DP 8" in text,
+           "a missing hand-off row passed (%d):\n%s" % (rc, text))
+
+    # Its digest differs from none's: said, by name.
+    out = os.path.join(tmp, "handoff-differ")
+    make_text_out(out, handoff_digest="c1")
+    rc, text, doc = text_report(out, "--handoff-dp", "8")
+    expect(rc == 0 and doc and
+           {(r["dp"], r["variant"]): r for r in doc["runs"]}[
+               (8, "default@handoff")]["digest_equal_to_none"] is False and
+           doc["handoff"]["digest_equal_to_none"] is False and
+           "DIFFER from none's: default@handoff at DP 8" in text and
+           "consumed digest DIFFERS from none's" in text,
+           "a differing hand-off digest is not said:\n" + text)
+
+    # Without the row (the full demo's default): nothing of it.
+    out = os.path.join(tmp, "no-handoff")
+    make_text_out(out, handoff=False)
+    rc, text, doc = text_report(out)
+    expect(rc == 0 and doc and "handoff" not in doc and
+           "default@handoff" not in text and
+           len(doc["runs"]) == 6 and "consumed digests equal" in text,
+           "without the hand-off row (%d):\n%s" % (rc, text))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "vit")
@@ -155,6 +341,8 @@ def main():
         expect(doc["vlm"]["variants"] == ["none", "seed", "default"] and
                d["digests_equal"] and "default+vit" not in text,
                "without default+vit: %s" % doc["vlm"]["variants"])
+
+        check_handoff(tmp)
     print("check_demo_report: ok")
 
 

@@ -18,7 +18,8 @@
     shows hosts, topology and link, the fit comes within 5 % and --json
     has the inter-host parameters and each run's hosts; with every link
     shaped the inter-host bandwidth is not fitted; a single-host file's
-    table is as before;
+    table is as before, and a default@handoff run in it (the demo's
+    hand-off row) is left out with a note;
   - bad values, on the command line and in the file: exit 2, one line
     naming the option or the key.
     check_sim_hosts.py DPSHIM_SIM
@@ -243,6 +244,14 @@ def check_calibrate(tmp):
           "inter_latency_us" not in fit["fitted"] and
           "ranks_per_host" not in fit["runs"][0],
           "single host: %s %s" % (out[-600:], fit))
+    # A run of the demo's hand-off row (default@handoff) is left out, said.
+    rc2, out2, err2, fit2 = calibrate(tmp, dict(CONFIG, runs=single + [
+        {"dp": 4, "variant": "default@handoff", "step_ms_balanced": 570.0}]))
+    check(rc2 == rc and fit2 and len(fit2["runs"]) == 2 and
+          "default@handoff at DP 4 left out" in err2 and
+          "default@handoff" not in out2,
+          "a default@handoff run: rc %d (%d without), %s %s" % (
+              rc2, rc, err2[-400:], fit2 and fit2["runs"]))
 
 
 def check_bad_values(tmp):

@@ -521,7 +521,11 @@ Test(fit_steps, recovers_coefficients_at_millisecond_steps) {
   spec.iters = 256;
   workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
   dpshim_fit_result_t out = fit_ok(&w.in);
-  assert_model(out.model, spec.truth, 0.03);
+  /* Every rank packs the same tokens, so b * len is nearly the same on
+   * every rank, as the overhead is: b is the loosest coefficient. */
+  assert_coef(out.model.a, spec.truth.a, 0.03, "a");
+  assert_coef(out.model.b, spec.truth.b, 0.10, "b");
+  assert_coef(out.model.c, spec.truth.c, 0.03, "c");
   cr_expect_lt(out.mean_rel_error, 0.02);
   w.in.method = DPSHIM_FIT_SEED;
   dpshim_fit_result_t seed = fit_ok(&w.in);
@@ -536,6 +540,35 @@ Test(fit_steps, is_exact_on_noise_free_timings) {
   workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
   dpshim_fit_result_t out = fit_ok(&w.in);
   assert_model(out.model, spec.truth, 1e-6);
+  free_workload(&w);
+}
+
+/* What every step pays besides its slowest rank (a sync, an optimizer) is
+ * the overhead, not a per-sample or per-token cost: the balance would
+ * otherwise even out sample counts. */
+Test(fit_steps, separates_the_overhead_from_the_costs) {
+  workload_spec_t spec = ranks_spec;
+  spec.iters = 64;
+  spec.noise = 0;
+  workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
+  double overhead = 0.005;
+  for (int64_t t = 0; t < w.in.iters; t++) w.iter_time[t] += overhead;
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  assert_model(out.model, spec.truth, 1e-6);
+  cr_expect(fabs(out.overhead - overhead) < 1e-9, "overhead %g", out.overhead);
+  free_workload(&w);
+}
+
+/* Three steps cannot pin three coefficients and an overhead: the fit
+ * keeps to what the steps left out confirm, not to an exact fit of all. */
+Test(fit_steps, few_steps_fit_few_coefficients) {
+  workload_spec_t spec = ranks_spec;
+  spec.iters = 3;
+  workload_t w = make_workload(&spec, DPSHIM_FIT_STEPS);
+  dpshim_fit_result_t out = fit_ok(&w.in);
+  int fitted = (out.model.a > 0) + (out.model.b > 0) + (out.model.c > 0);
+  cr_expect_eq(fitted, 1, "a %g, b %g, c %g", out.model.a, out.model.b,
+               out.model.c);
   free_workload(&w);
 }
 

@@ -113,6 +113,18 @@ double emu_pack_seconds(const emu_model_t *m, const int32_t *cu_seqlens,
          nsamples * m->sample_s;
 }
 
+/* A sample's tiles nb (nb + 1) / 2, nb = ceil(len / T), with nb taken as
+ * len / T + 1/2 (ceil rounds up by half a tile on average): len^2 / (2 T^2)
+ * + len / T + 3/8 tiles. Off by up to about len / (2 T) tiles, a share
+ * of about T / len of the sample's attention: small for the long samples
+ * whose attention matters. */
+void emu_quadratic(const emu_model_t *m, double coef[3]) {
+  double tile_s = attn_flops_per_tile(m) / m->attn_flops;
+  coef[0] = tile_s / (2.0 * m->tile * m->tile);
+  coef[1] = linear_flops_per_token(m) / m->matmul_flops + tile_s / m->tile;
+  coef[2] = m->sample_s + 0.375 * tile_s;
+}
+
 /* Asymptotically tiles ~ len^2 / (2 tile^2). */
 double emu_break_even(const emu_model_t *m) {
   double lin = linear_flops_per_token(m) / m->matmul_flops;

@@ -58,6 +58,10 @@ double emu_grad_seconds(const emu_model_t *m, int32_t dp, int32_t tp);
 /* exp(sigma * z), z standard normal drawn from (seed, rank, step, micro). */
 double emu_noise(const emu_model_t *m, uint64_t seed, int rank, int64_t step,
                  int32_t micro);
+/* The quadratic that emu_pack_seconds follows per sample, in seconds
+ * (unscaled, unsharded, no noise): a*len^2 + b*len + c into coef[0..2].
+ * Not exact, as the tiles are not (emu.c). */
+void emu_quadratic(const emu_model_t *m, double coef[3]);
 /* Sample length at which attention and linear cost are equal. */
 double emu_break_even(const emu_model_t *m);
 

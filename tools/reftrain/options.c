@@ -15,13 +15,13 @@ enum {
   OPT_TP, OPT_CP, OPT_PP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_HEADROOM,
   OPT_PACK_TOKENS, OPT_CPU_DIM, OPT_CHECK, OPT_VERBOSE, OPT_LOADER_THREAD, OPT_IDS_OUT,
   OPT_STATS_OUT, OPT_PREFETCH, OPT_SYNC, OPT_BUCKETS, OPT_STRAY, OPT_MODEL,
-  OPT_HELP
+  OPT_CHATTER, OPT_LOSS_ALLREDUCE, OPT_PRINT_COEFS, OPT_HELP
 };
 
 /* Values of the enum-valued options, in enum order. */
 static const char *const sync_names[] = {"allreduce", "iallreduce-wait",
                                          "iallreduce-waitall",
-                                         "iallreduce-test"};
+                                         "iallreduce-test", "shm"};
 static const char *const stray_names[] = {"none", "self", "half"};
 
 static const struct option longopts[] = {
@@ -49,6 +49,9 @@ static const struct option longopts[] = {
     {"sync", required_argument, NULL, OPT_SYNC},
     {"buckets", required_argument, NULL, OPT_BUCKETS},
     {"stray-collective", required_argument, NULL, OPT_STRAY},
+    {"chatter", required_argument, NULL, OPT_CHATTER},
+    {"loss-allreduce", no_argument, NULL, OPT_LOSS_ALLREDUCE},
+    {"print-coefs", no_argument, NULL, OPT_PRINT_COEFS},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
 
@@ -56,8 +59,9 @@ void rt_usage(FILE *f) {
   fputs(
       "usage: mpirun -np N reftrain [options]\n"
       "A reference data-parallel trainer: per step, M hand-offs from\n"
-      "libpackload (packload_next) each followed by compute, then one\n"
-      "MPI_Allreduce of a gradient buffer. Prints one JSON line on rank 0.\n"
+      "libpackload (packload_next) each followed by compute, then the\n"
+      "sum of a gradient buffer over the ranks (--sync; by default one\n"
+      "MPI_Allreduce). Prints one JSON line on rank 0.\n"
       "\n"
       "  --steps N           steps to run (default 10)\n"
       "  --mode emulate|cpu  emulate: sleep for a modelled H100 time;\n"
@@ -88,11 +92,21 @@ void rt_usage(FILE *f) {
       "                      batches ahead of the trainer (a bounded queue,\n"
       "                      as a prefetching DataLoader); 0-3 (default 0:\n"
       "                      one batch per request)\n"
+      "\n",
+      f);
+  /* In parts: C11 compilers need not take a literal over 4095 chars. */
+  fputs(
+      "MPI traffic in the steps:\n"
       "  --sync MODE         gradient sync: allreduce (one blocking\n"
       "                      MPI_Allreduce, default); iallreduce-wait,\n"
       "                      iallreduce-waitall, iallreduce-test: one\n"
       "                      MPI_Iallreduce per bucket, then MPI_Wait on\n"
-      "                      each, one MPI_Waitall, or MPI_Testall polling\n"
+      "                      each, one MPI_Waitall, or MPI_Testall polling;\n"
+      "                      shm: no MPI call at all, the ranks sum through\n"
+      "                      POSIX shared memory and a process-shared\n"
+      "                      barrier, in rank order (as a sync over NCCL or\n"
+      "                      Gloo, which a balancer seeing MPI does not\n"
+      "                      see); every rank on one host\n"
       "  --buckets K         gradient buckets of the iallreduce modes,\n"
       "                      1-4096 (default 4)\n"
       "  --stray-collective self|half|none\n"
@@ -101,14 +115,32 @@ void rt_usage(FILE *f) {
       "                      on MPI_COMM_SELF, or on a communicator of the\n"
       "                      first half of the ranks, ceil(world/2) (the\n"
       "                      others skip it) (default none)\n"
+      "  --chatter MS        a coordinator thread (as Horovod's) that does an\n"
+      "                      MPI_Allreduce of two ints on its own duplicate\n"
+      "                      of MPI_COMM_WORLD every MS milliseconds,\n"
+      "                      1-60000, from set-up to the end of the steps;\n"
+      "                      asks MPI_Init_thread for MPI_THREAD_MULTIPLE\n"
+      "  --loss-allreduce    after each step's gradient sync, an\n"
+      "                      MPI_Allreduce of one double (the step's loss,\n"
+      "                      for metrics) on MPI_COMM_WORLD\n"
+      "\n",
+      f);
+  fputs(
       "  --verbose           per-step lines on stderr\n"
+      "  --print-coefs       print the emulated time per sample as\n"
+      "                      DPSHIM_COEFS takes it, a,b,c for\n"
+      "                      a*len^2 + b*len + c microseconds (for --model,\n"
+      "                      --time-scale and --tp, --cp, --pp; near, not\n"
+      "                      exact: the emulated attention works in tiles),\n"
+      "                      and exit without starting MPI\n"
       "  --help              this text\n"
       "\n"
       "The JSON line holds steps, tokens, tgs, step_ms_mean,\n"
       "consumed_digest (order-independent hash of every sample consumed),\n"
-      "thread_level (MPI_Query_thread after init; with --loader-thread the\n"
-      "trainer asks MPI_Init_thread for MPI_THREAD_FUNNELED, else calls\n"
-      "MPI_Init) and, with --check, check_errors.\n",
+      "thread_level (MPI_Query_thread after init; with --chatter the\n"
+      "trainer asks MPI_Init_thread for MPI_THREAD_MULTIPLE, with\n"
+      "--loader-thread for MPI_THREAD_FUNNELED, else calls MPI_Init) and,\n"
+      "with --check, check_errors.\n",
       f);
 }
 
@@ -240,6 +272,13 @@ static int apply(int code, const char *arg, rt_opts_t *o, char *err,
       return bad(err, errlen, name, "an integer in [1, 4096]", arg);
     o->buckets = (int32_t)v;
     return 0;
+  case OPT_CHATTER:
+    if (cli_int(arg, 1, 60000, &v))
+      return bad(err, errlen, name, "milliseconds in [1, 60000]", arg);
+    o->chatter_ms = (int32_t)v;
+    return 0;
+  case OPT_LOSS_ALLREDUCE: o->loss_allreduce = true; return 0;
+  case OPT_PRINT_COEFS: o->print_coefs = true; return 0;
   case OPT_SYNC: case OPT_STRAY:
     return apply_name(code, arg, o, err, errlen);
   case OPT_CHECK: o->check = true; return 0;

@@ -15,7 +15,10 @@ typedef enum rt_sync {
   RT_SYNC_ALLREDUCE,  /* one blocking MPI_Allreduce */
   RT_SYNC_IWAIT,      /* MPI_Iallreduce per bucket, MPI_Wait on each */
   RT_SYNC_IWAITALL,   /* MPI_Iallreduce per bucket, one MPI_Waitall */
-  RT_SYNC_ITEST       /* MPI_Iallreduce per bucket, MPI_Testall polling */
+  RT_SYNC_ITEST,      /* MPI_Iallreduce per bucket, MPI_Testall polling */
+  RT_SYNC_SHM         /* POSIX shared memory and a process-shared barrier:
+                       * no MPI call (shmsync.c), as a sync over NCCL or
+                       * Gloo is none to a balancer that sees MPI only */
 } rt_sync_t;
 
 /* A collective after each hand-off that is not the gradient sync. */
@@ -44,6 +47,10 @@ typedef struct rt_opts {
   rt_sync_t sync;
   int32_t buckets;    /* gradient buckets of the iallreduce modes */
   rt_stray_t stray;
+  int32_t chatter_ms; /* > 0: a coordinator thread's MPI_Allreduce this
+                       * often (chatter.c); 0: none */
+  bool loss_allreduce; /* MPI_Allreduce of the step's loss after the sync */
+  bool print_coefs;    /* print the emulated cost model and exit */
   const char *ids_out, *stats_out;
   emu_model_t model;   /* emulate: --model */
 } rt_opts_t;

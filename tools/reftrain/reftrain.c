@@ -2,12 +2,15 @@
  *
  * A plain MPI program that knows nothing of dpshim. Each step it takes
  * --micro-batches packs from libpackload, each through packload_next() and
- * each followed by its compute, then all-reduces a gradient buffer over
- * MPI_COMM_WORLD (--sync: one MPI_Allreduce, or buckets of MPI_Iallreduce;
- * sync.c). packload_next() lives in a shared library and is called through
- * the PLT, so a preloaded balancer can interpose it; the time from its
- * return to the sync's entry is the rank's compute. --loader-thread moves
- * the hand-offs to a second thread (loader.c).
+ * each followed by its compute, then sums a gradient buffer over
+ * MPI_COMM_WORLD (--sync: one MPI_Allreduce, buckets of MPI_Iallreduce, or
+ * shared memory with no MPI call; sync.c, shmsync.c). packload_next() lives
+ * in a shared library and is called through the PLT, so a preloaded
+ * balancer can interpose it; the time from its return to the sync's entry
+ * is the rank's compute. --loader-thread moves the hand-offs to a second
+ * thread (loader.c); --chatter adds a coordinator thread's all-reduces
+ * (chatter.c) and --loss-allreduce one of the loss after the sync: MPI
+ * traffic that is no gradient sync.
  *
  * Ranks follow Megatron's order (tp fastest, then cp, dp, pp); the loader
  * slot is the dp index, so model-parallel peers draw the same packs. Tokens
@@ -22,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chatter.h"
 #include "compute.h"
 #include "ledger.h"
 #include "loader.h"
@@ -110,6 +114,10 @@ typedef struct trainer {
   double cpu_sink; /* keeps the CPU work observable */
   float *grad;
   int64_t ngrad;
+  rt_chatter_t *chatter; /* --chatter */
+  double loss;           /* this rank's, of the step being made */
+  double loss_own;       /* this rank's, every step's */
+  double loss_sink;      /* every step's all-reduced loss */
 } trainer_t;
 
 /* The rank's share of one pack's modelled time: a model replica's tp*cp*pp
@@ -137,12 +145,23 @@ static const packload_batch_t *next_batch(trainer_t *t) {
   return b;
 }
 
+/* A stand-in for the loss: the tokens it weighs, as a trainer all-reduces
+ * to normalise it. Whole numbers: their sum is exact in any order. */
+static double batch_loss(const packload_batch_t *b) {
+  int32_t n = b->cu_seqlens[b->nsamples];
+  if (!b->loss_weights) return n;
+  double sum = 0;
+  for (int32_t i = 0; i < n; i++) sum += b->loss_weights[i];
+  return sum;
+}
+
 /* One hand-off and its compute; returns the compute seconds. */
 static double micro_batch(trainer_t *t, int64_t step, int32_t m) {
   double t0 = dpshim__tool_now_s();
   const packload_batch_t *b = next_batch(t);
   double t1 = dpshim__tool_now_s();
   t->led.handoff_ms[step] += 1e3 * (t1 - t0);
+  if (t->o->loss_allreduce) t->loss += batch_loss(b);
   /* Part of the compute as the balancer times it (hand-off return to the
    * sync), but a collective all the same. */
   rt_sync_stray(&t->sync);
@@ -169,6 +188,9 @@ static void step(trainer_t *t, int64_t s) {
     t->led.compute_ms[s] += 1e3 * micro_batch(t, s, m);
   double t1 = dpshim__tool_now_s();
   rt_sync_grad(&t->sync, t->grad, t->ngrad);
+  t->loss_own += t->loss;
+  t->loss_sink += rt_sync_loss(&t->sync, t->loss);
+  t->loss = 0;
   /* The model's own gradient all-reduce, beyond the small real one: the
    * same time on every rank, after it (so outside the shim's steps). */
   if (t->o->mode == RT_EMULATE)
@@ -192,6 +214,8 @@ static void step(trainer_t *t, int64_t s) {
             (long long)t->led.step_tokens[s]);
 }
 
+/* 0; -1 when out of memory; -2 when a refusal has been said (on every
+ * rank alike). */
 static int trainer_init(trainer_t *t, const rt_opts_t *o,
                         const rt_layout_t *lay, packload_t *pl) {
   *t = (trainer_t){.o = o, .lay = lay, .pl = pl,
@@ -205,7 +229,8 @@ static int trainer_init(trainer_t *t, const rt_opts_t *o,
   if (!t->grad) return -1;
   for (int64_t i = 0; i < t->ngrad; i++) t->grad[i] = 1.0f;
   if (o->mode == RT_CPU && !(t->cpu = cpu_work_new(o->cpu_dim))) return -1;
-  if (rt_sync_init(&t->sync, o) < 0) return -1;
+  int rc = rt_sync_init(&t->sync, o);
+  if (rc < 0) return rc;
   if (o->loader_thread &&
       !(t->loader = rt_loader_start(pl, o->steps * o->micro, o->prefetch)))
     return -1;
@@ -213,6 +238,7 @@ static int trainer_init(trainer_t *t, const rt_opts_t *o,
 }
 
 static void trainer_free(trainer_t *t) {
+  rt_chatter_stop(t->chatter);
   rt_loader_stop(t->loader);
   rt_sync_free(&t->sync);
   ledger_free(&t->led);
@@ -223,10 +249,20 @@ static void trainer_free(trainer_t *t) {
 static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl,
                  int thread_level) {
   trainer_t t;
-  if (trainer_init(&t, o, lay, pl) < 0) {
+  int init = trainer_init(&t, o, lay, pl);
+  if (init == -2) {
+    trainer_free(&t);
+    return 2;
+  }
+  if (init < 0) {
     fprintf(stderr, "reftrain: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  /* Started last and stopped first: every rank's thread makes its rounds
+   * while every rank steps. A failure aborts, as the others' threads would
+   * wait for this one. */
+  if (o->chatter_ms > 0 && !(t.chatter = rt_chatter_start(o->chatter_ms)))
+    MPI_Abort(MPI_COMM_WORLD, 1);
   if (lay->rank == 0 && o->verbose)
     fprintf(stderr,
             "reftrain: world %d = tp %d x cp %d x dp %d x pp %d; emulate "
@@ -237,6 +273,13 @@ static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl,
   double t0 = dpshim__tool_now_s();
   for (int64_t s = 0; s < o->steps; s++) step(&t, s);
   double elapsed = dpshim__tool_now_s() - t0;
+  int64_t rounds = rt_chatter_stop(t.chatter);
+  t.chatter = NULL;
+  if (o->verbose && lay->rank == 0 && o->chatter_ms > 0)
+    fprintf(stderr, "reftrain: --chatter: %lld rounds\n", (long long)rounds);
+  if (o->verbose && lay->rank == 0 && o->loss_allreduce)
+    fprintf(stderr, "reftrain: --loss-allreduce: loss summed over steps "
+            "%.0f, rank 0's own %.0f\n", t.loss_sink, t.loss_own);
   if (o->verbose && o->mode == RT_CPU)
     fprintf(stderr, "reftrain: rank %d cpu checksum %.6g\n", lay->rank,
             t.cpu_sink);
@@ -245,18 +288,31 @@ static int train(const rt_opts_t *o, const rt_layout_t *lay, packload_t *pl,
   return rc;
 }
 
-/* Initialises MPI; returns the thread level MPI reports. The loader thread
+/* Initialises MPI; returns the thread level MPI reports. The chatter thread
+ * calls MPI beside the main thread: MPI_THREAD_MULTIPLE. The loader thread
  * makes no MPI call of its own, so a trainer with one needs only
  * MPI_THREAD_FUNNELED; one without asks nothing (MPI_Init). Anything more
  * a balancer needs is its own to ask for, and shows in the level. */
 static int init_mpi(const rt_opts_t *o, int *argc, char ***argv) {
   int provided = MPI_THREAD_SINGLE;
-  if (o->loader_thread)
+  if (o->chatter_ms > 0)
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  else if (o->loader_thread)
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   else
     MPI_Init(argc, argv);
   MPI_Query_thread(&provided);
   return provided;
+}
+
+/* --print-coefs: the emulated GPU's time per sample, as the rank's share
+ * of it is slept (emulated_seconds), in the shim's unit (microseconds).
+ * The noise's mean, exp(sigma^2 / 2), is 1 to within 0.02%. */
+static void print_coefs(const rt_opts_t *o) {
+  double c[3];
+  emu_quadratic(&o->model, c);
+  double us = 1e6 * o->time_scale / ((double)o->tp * o->cp * o->pp);
+  printf("%.6g,%.6g,%.6g\n", c[0] * us, c[1] * us, c[2] * us);
 }
 
 int main(int argc, char **argv) {
@@ -270,11 +326,20 @@ int main(int argc, char **argv) {
     }
     return parsed > 0 ? 0 : 2;
   }
+  if (o.print_coefs) {
+    if (launcher_rank() == 0) print_coefs(&o);
+    return 0;
+  }
   int thread_level = init_mpi(&o, &argc, &argv);
   rt_layout_t lay;
   packload_t *pl = NULL;
   int rc = 2;
-  if (make_layout(&o, &lay) == 0 && (pl = open_loader(&o, &lay)) != NULL)
+  if (o.chatter_ms > 0 && thread_level < MPI_THREAD_MULTIPLE) {
+    if (launcher_rank() == 0)
+      fprintf(stderr, "reftrain: --chatter needs MPI_THREAD_MULTIPLE; this "
+              "MPI provides level %d\n", thread_level);
+  } else if (make_layout(&o, &lay) == 0 &&
+             (pl = open_loader(&o, &lay)) != NULL)
     rc = train(&o, &lay, pl, thread_level);
   packload_close(pl);
   MPI_Finalize();

@@ -18,10 +18,13 @@ static int split_half(MPI_Comm *out) {
 
 int rt_sync_init(rt_sync_state_t *s, const rt_opts_t *o) {
   *s = (rt_sync_state_t){.mode = o->sync, .buckets = o->buckets,
-                         .stray = MPI_COMM_NULL};
+                         .stray = MPI_COMM_NULL, .loss = o->loss_allreduce};
   if (o->stray == RT_STRAY_SELF) s->stray = MPI_COMM_SELF;
   if (o->stray == RT_STRAY_HALF) split_half(&s->stray);
   if (s->stray != MPI_COMM_NULL) MPI_Comm_size(s->stray, &s->stray_size);
+  if (s->mode == RT_SYNC_SHM)
+    return (s->shm = rt_shm_open(o->grad_bytes / (int64_t)sizeof(float)))
+               ? 0 : -2;
   if (s->mode == RT_SYNC_ALLREDUCE) return 0;
   s->req = malloc((size_t)s->buckets * sizeof *s->req);
   return s->req ? 0 : -1;
@@ -32,6 +35,7 @@ void rt_sync_free(rt_sync_state_t *s) {
   if (s->stray != MPI_COMM_NULL && s->stray != MPI_COMM_SELF)
     MPI_Comm_free(&s->stray);
   free(s->req);
+  rt_shm_close(s->shm);
   *s = (rt_sync_state_t){.stray = MPI_COMM_NULL};
 }
 
@@ -69,12 +73,16 @@ static void finish_buckets(rt_sync_state_t *s) {
       if (done) return;
       pause_us(20);
     }
-  case RT_SYNC_ALLREDUCE:
+  case RT_SYNC_ALLREDUCE: case RT_SYNC_SHM:
     return;
   }
 }
 
 void rt_sync_grad(rt_sync_state_t *s, float *grad, int64_t n) {
+  if (s->mode == RT_SYNC_SHM) {
+    rt_shm_sum(s->shm, grad);
+    return;
+  }
   if (s->mode == RT_SYNC_ALLREDUCE) {
     MPI_Allreduce(MPI_IN_PLACE, grad, (int)n, MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
@@ -82,6 +90,13 @@ void rt_sync_grad(rt_sync_state_t *s, float *grad, int64_t n) {
   }
   start_buckets(s, grad, n);
   finish_buckets(s);
+}
+
+double rt_sync_loss(const rt_sync_state_t *s, double loss) {
+  if (s->loss)
+    MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  return loss;
 }
 
 void rt_sync_stray(const rt_sync_state_t *s) {

@@ -3,19 +3,32 @@
  * ...) or dpshim's own (--solver, --log, --tp, ...; every DPSHIM_* variable
  * as --name). The whole configuration is checked first by the shim's own
  * parser, with its messages; then mpirun runs with -x LD_PRELOAD=... and one
- * -x per setting (another command gets them in its environment). The exit
+ * -x per setting (another command gets them in its environment). A command
+ * that runs python also gets dpshim's start-up hook on PYTHONPATH, which
+ * balances a PyTorch trainer's DataLoaders with no change to it. The exit
  * status is the command's. See dpshim-run(1). */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "../cli.h"
 #include "config.h"
 
 #define PROG "dpshim-run"
 #define NVARS_MAX 64
+
+/* The Python hook's own settings (python/dpshim/autowrap.py): not the
+ * shim's, so not in its table; forwarded to the ranks from the
+ * environment. */
+static const char *const py_vars[] = {"DPSHIM_PY_WRAP", "DPSHIM_PY_CU_KEY",
+                                      "DPSHIM_PY_TOKEN_KEYS",
+                                      "DPSHIM_PY_SAMPLE_KEYS"};
+#define NPY_VARS ((int)(sizeof py_vars / sizeof *py_vars))
 
 /* A setting per variable: from the environment, then the command line. */
 typedef struct settings {
@@ -30,13 +43,31 @@ typedef struct options {
   char **command; /* NULL-terminated */
   int ncommand;
   int shorthand; /* `-np N prog`: mpirun is implied */
+  int64_t global_batch, micro_batch; /* Megatron's sizes; 0: not given */
+  char **extra; /* NAME=VALUE besides the settings (extra_vars()) */
 } options_t;
 
-static _Noreturn void usage_error(const char *fmt, const char *arg) {
+static _Noreturn __attribute__((format(printf, 1, 2))) void usage_error(
+    const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   fprintf(stderr, PROG ": ");
-  fprintf(stderr, fmt, arg);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
   fprintf(stderr, " (see " PROG " --help)\n");
   exit(2);
+}
+
+/* fmt with its two strings, in memory of its own. */
+static char *format(const char *fmt, const char *a, const char *b) {
+  size_t len = strlen(fmt) + strlen(a) + strlen(b) + 1;
+  char *out = malloc(len);
+  if (!out) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(2);
+  }
+  snprintf(out, len, fmt, a, b);
+  return out;
 }
 
 static void help(void) {
@@ -61,6 +92,10 @@ static void help(void) {
   }
   printf("  --tp N, --pp N, --cp N\n"
          "      the same as --tp-size, --pp-size, --cp-size\n"
+         "  --global-batch-size G --micro-batch-size M\n"
+         "      Megatron's batch sizes: DPSHIM_MICRO_BATCHES = G / (M * DP),\n"
+         "      DP = mpirun's -np / (tp * pp * cp); it must divide, and an\n"
+         "      explicit --micro-batches must agree\n"
          "\n"
          "Options:\n"
          "  --lib PATH   the libdpshim.so to preload [default: %s when run\n"
@@ -68,10 +103,25 @@ static void help(void) {
          "  --dry-run    print the command with its settings; run nothing\n"
          "  --help       this text\n"
          "\n"
+         "Python: when a word of COMMAND is named python* (python3,\n"
+         "/usr/bin/python3.11), the ranks' PYTHONPATH starts with dpshim's\n"
+         "start-up hook and package:\n"
+         "  %s:%s\n"
+         "from the build tree, else\n"
+         "  %s:%s\n"
+         "With balancing on, every torch DataLoader batch that is a dict\n"
+         "holding cu_seqlens is then balanced, with no change to the trainer\n"
+         "(every rank must iterate each such loader in step; see the dpshim\n"
+         "package's autowrap module). These variables from the environment\n"
+         "go to the ranks too: DPSHIM_PY_WRAP (0: no hook), DPSHIM_PY_CU_KEY\n"
+         "(default cu_seqlens), DPSHIM_PY_TOKEN_KEYS, DPSHIM_PY_SAMPLE_KEYS\n"
+         "(comma lists of the keys that move; default: read from shapes).\n"
+         "\n"
          "DPSHIM_* variables already in the environment count too; a flag\n"
          "overrides one. The exit status is the command's (2: bad usage or\n"
          "configuration, 127: the command could not be run).\n",
-         DPSHIM_BUILD_LIB, DPSHIM_INSTALLED_LIB);
+         DPSHIM_BUILD_LIB, DPSHIM_INSTALLED_LIB, DPSHIM_BUILD_BOOT,
+         DPSHIM_BUILD_PYTHON, DPSHIM_INSTALLED_BOOT, DPSHIM_INSTALLED_PYTHON);
 }
 
 /* ---- flags --------------------------------------------------------------- */
@@ -158,6 +208,20 @@ static void setting_flag(options_t *o, char **argv, int argc, int *k) {
   if (is_original && !strcmp(o->set.value[i], "None")) o->set.value[i] = "none";
 }
 
+/* --global-batch-size G, --micro-batch-size=M: 1 when argv[*k] is one
+ * of them (its value in *out, *k past it), else 0. */
+static int batch_size_flag(const char *name, char **argv, int argc, int *k,
+                           int64_t *out) {
+  const char *a = argv[*k];
+  size_t len = strlen(name);
+  if (strncmp(a, name, len) || (a[len] && a[len] != '=')) return 0;
+  const char *v = a[len] ? a + len + 1 : (*k + 1 < argc ? argv[++*k] : "");
+  if (cli_int(v, 1, INT32_MAX, out) < 0)
+    usage_error("%s: expected an integer >= 1, got '%s'", name, v);
+  (*k)++;
+  return 1;
+}
+
 static void from_environment(settings_t *set) {
   for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
     const char *v = getenv(dpshim__config_var(i)->name);
@@ -184,6 +248,11 @@ static void parse_args(options_t *o, int argc, char **argv) {
       o->lib = a[5] == '=' ? a + 6 : (k + 1 < argc ? argv[++k] : NULL);
       if (!o->lib || !*o->lib) usage_error("%s: expected a path", "--lib");
       k++;
+    } else if (batch_size_flag("--global-batch-size", argv, argc, &k,
+                               &o->global_batch) ||
+               batch_size_flag("--micro-batch-size", argv, argc, &k,
+                               &o->micro_batch)) {
+      continue;
     } else if (!strncmp(a, "--", 2)) {
       setting_flag(o, argv, argc, &k);
     } else {
@@ -201,27 +270,107 @@ static void parse_args(options_t *o, int argc, char **argv) {
 
 /* The settings go into this process's environment (the launcher and a
  * plain command inherit them), where the shim's parser reads them. */
-static void validate(const settings_t *set) {
+static void validate(const settings_t *set, dpshim__config_t *cfg) {
   for (int32_t i = 0; i < dpshim__config_nvars(); i++)
     if (set->value[i]) setenv(dpshim__config_var(i)->name, set->value[i], 1);
-  dpshim__config_t cfg;
   char msg[512];
-  if (dpshim__config_parse(getenv, &cfg, msg, sizeof msg) < 0) {
+  if (dpshim__config_parse(getenv, cfg, msg, sizeof msg) < 0) {
     fprintf(stderr, PROG ": %s\n", msg);
     exit(2);
   }
+}
+
+/* The Python hook's switch, read as the hook reads it. */
+static void validate_python(void) {
+  static const char *const words[] = {"1", "true", "yes", "on",
+                                      "0", "false", "no", "off"};
+  const char *v = getenv("DPSHIM_PY_WRAP");
+  if (!v || !*v) return;
+  for (size_t k = 0; k < sizeof words / sizeof *words; k++)
+    if (!strcasecmp(v, words[k])) return;
+  fprintf(stderr, PROG ": DPSHIM_PY_WRAP='%s': expected 1, true, yes, on, "
+                  "0, false, no or off\n", v);
+  exit(2);
+}
+
+static int32_t var_index(const char *name) {
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+    if (!strcmp(dpshim__config_var(i)->name, name)) return i;
+  return -1;
+}
+
+/* mpirun's rank count: the value of the command's first -np/-n (or
+ * --np/--n, or NAME=N); 0 when there is none. */
+static int64_t ranks_of(const options_t *o) {
+  static const char *const names[] = {"-np", "-n", "--np", "--n"};
+  for (int k = 0; k < o->ncommand; k++)
+    for (size_t j = 0; j < sizeof names / sizeof *names; j++) {
+      const char *w = o->command[k];
+      size_t len = strlen(names[j]);
+      if (strncmp(w, names[j], len) || (w[len] && w[len] != '=')) continue;
+      const char *v = w[len] ? w + len + 1
+                             : (k + 1 < o->ncommand ? o->command[k + 1] : "");
+      int64_t n;
+      return cli_int(v, 1, INT32_MAX, &n) < 0 ? 0 : n;
+    }
+  return 0;
+}
+
+/* DPSHIM_MICRO_BATCHES from Megatron's --global-batch-size G and
+ * --micro-batch-size M: each DP rank hands off G / (M * DP) micro-batches
+ * a step. Exits with one line where that is no whole number or clashes
+ * with the value given. */
+static void derive_micro_batches(options_t *o, const dpshim__config_t *cfg) {
+  const char *flags = "--global-batch-size/--micro-batch-size";
+  if (!o->global_batch && !o->micro_batch) return;
+  if (!o->global_batch || !o->micro_batch)
+    usage_error("%s: give both, or neither", flags);
+  int64_t ranks = ranks_of(o), model = (int64_t)cfg->tp * cfg->pp * cfg->cp;
+  if (!ranks)
+    usage_error("%s: the number of ranks is needed: give the launcher's "
+                "-np N", flags);
+  if (ranks % model)
+    usage_error("%s: -np %lld is not a multiple of tp * pp * cp = %lld",
+                flags, (long long)ranks, (long long)model);
+  int64_t dp = ranks / model, per_step = o->micro_batch * dp;
+  if (o->global_batch % per_step)
+    usage_error("--global-batch-size %lld is not a multiple of "
+                "--micro-batch-size %lld * DP %lld (DP: -np %lld / tp * pp * "
+                "cp = %lld)", (long long)o->global_batch,
+                (long long)o->micro_batch, (long long)dp, (long long)ranks,
+                (long long)model);
+  int64_t derived = o->global_batch / per_step;
+  int32_t i = var_index("DPSHIM_MICRO_BATCHES");
+  if (i < 0) usage_error("%s: this build has no DPSHIM_MICRO_BATCHES", flags);
+  if (o->set.value[i]) {
+    if (cfg->micro_batches != derived)
+      usage_error("--micro-batches %s (DPSHIM_MICRO_BATCHES) disagrees with "
+                  "--global-batch-size %lld / (--micro-batch-size %lld * DP "
+                  "%lld) = %lld", o->set.value[i], (long long)o->global_batch,
+                  (long long)o->micro_batch, (long long)dp,
+                  (long long)derived);
+    return;
+  }
+  char text[32];
+  snprintf(text, sizeof text, "%lld", (long long)derived);
+  o->set.value[i] = o->set.owned[i] = format("%s%s", text, "");
+}
+
+/* Whether this is the build tree's dpshim-run. */
+static int in_build_tree(void) {
+  char self[PATH_MAX], *built = realpath(DPSHIM_BUILD_RUN, NULL);
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = 0;
+  int in_build = built && !strcmp(self, built);
+  free(built);
+  return in_build;
 }
 
 /* The build tree's library when this is the build tree's dpshim-run, else
  * the installed one. */
 static const char *find_lib(const char *given) {
   if (given) return given;
-  char self[PATH_MAX], *built = realpath(DPSHIM_BUILD_RUN, NULL);
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  self[n > 0 ? n : 0] = 0;
-  int in_build = built && !strcmp(self, built);
-  free(built);
-  return in_build ? DPSHIM_BUILD_LIB : DPSHIM_INSTALLED_LIB;
+  return in_build_tree() ? DPSHIM_BUILD_LIB : DPSHIM_INSTALLED_LIB;
 }
 
 /* ---- the command ----------------------------------------------------------- */
@@ -233,27 +382,61 @@ static int is_launcher(const char *cmd) {
          !strcmp(base, "orterun") || !strcmp(base, "prterun");
 }
 
-static char *format(const char *fmt, const char *a, const char *b) {
-  size_t len = strlen(fmt) + strlen(a) + strlen(b) + 1;
-  char *out = malloc(len);
-  if (!out) {
-    fprintf(stderr, PROG ": out of memory\n");
-    exit(2);
-  }
-  snprintf(out, len, fmt, a, b);
-  return out;
-}
-
 /* LD_PRELOAD for the ranks: the shim first, then what was there. */
 static char *preload_value(const char *lib) {
   const char *old = getenv("LD_PRELOAD");
   return old && *old ? format("%s:%s", lib, old) : format("%s%s", lib, "");
 }
 
+/* Whether the command runs python: a word named python* (python3,
+ * /usr/bin/python3.11). */
+static int runs_python(const options_t *o) {
+  for (int k = 0; k < o->ncommand; k++) {
+    const char *base = strrchr(o->command[k], '/');
+    base = base ? base + 1 : o->command[k];
+    if (!strncmp(base, "python", 6)) return 1;
+  }
+  return 0;
+}
+
+/* PYTHONPATH for the ranks: the start-up hook's directory and the
+ * package's first (the build tree's when this dpshim-run is), then what
+ * was there. */
+static char *python_path(void) {
+  int built = in_build_tree();
+  const char *boot = built ? DPSHIM_BUILD_BOOT : DPSHIM_INSTALLED_BOOT;
+  char *ours = format("%s:%s", boot,
+                      built ? DPSHIM_BUILD_PYTHON : DPSHIM_INSTALLED_PYTHON);
+  const char *old = getenv("PYTHONPATH");
+  return old && *old ? format("%s:%s", ours, old) : ours;
+}
+
+/* The variables a command gets besides the shim's settings, NAME=VALUE:
+ * for python, PYTHONPATH and the hook's settings from the environment.
+ * NULL-terminated. */
+static char **extra_vars(const options_t *o) {
+  char **vars = calloc(NPY_VARS + 2, sizeof *vars);
+  int m = 0;
+  if (!vars) {
+    fprintf(stderr, PROG ": out of memory\n");
+    exit(2);
+  }
+  if (runs_python(o)) {
+    vars[m++] = format("PYTHONPATH=%s%s", python_path(), "");
+    for (int k = 0; k < NPY_VARS; k++) {
+      const char *v = getenv(py_vars[k]);
+      if (v && *v) vars[m++] = format("%s=%s", py_vars[k], v);
+    }
+  }
+  vars[m] = NULL;
+  return vars;
+}
+
 /* argv to exec: the launcher with -x per setting, or the command as given
  * (its settings then go in the environment). */
 static char **build_argv(const options_t *o, const char *lib) {
-  int n = o->ncommand + 2 * (dpshim__config_nvars() + 1) + 2, m = 0;
+  int n = o->ncommand + 2 * (dpshim__config_nvars() + NPY_VARS + 2) + 2;
+  int m = 0;
   char **argv = calloc((size_t)n, sizeof *argv);
   if (!argv) {
     fprintf(stderr, PROG ": out of memory\n");
@@ -269,6 +452,10 @@ static char **build_argv(const options_t *o, const char *lib) {
       if (!o->set.value[i]) continue;
       argv[m++] = "-x";
       argv[m++] = format("%s=%s", dpshim__config_var(i)->name, o->set.value[i]);
+    }
+    for (char **v = o->extra; *v; v++) {
+      argv[m++] = "-x";
+      argv[m++] = *v;
     }
   }
   for (; k < o->ncommand; k++) argv[m++] = o->command[k];
@@ -302,6 +489,10 @@ static void print_command(const options_t *o, const char *lib, char **argv) {
         print_quoted(format("%s=%s", dpshim__config_var(i)->name,
                             o->set.value[i]));
       }
+    for (char **v = o->extra; *v; v++) {
+      putchar(' ');
+      print_quoted(*v);
+    }
     first = 0;
   }
   for (char **a = argv; *a; a++, first = 0) {
@@ -319,7 +510,12 @@ int main(int argc, char **argv) {
   }
   from_environment(&o.set);
   parse_args(&o, argc, argv);
-  validate(&o.set);
+  dpshim__config_t cfg;
+  validate(&o.set, &cfg);
+  derive_micro_batches(&o, &cfg);
+  validate(&o.set, &cfg); /* the derived value, checked as the shim will */
+  validate_python();
+  o.extra = extra_vars(&o);
   const char *lib = find_lib(o.lib);
   if (access(lib, R_OK) != 0) {
     fprintf(stderr, PROG ": cannot read %s: %s (give --lib PATH)\n", lib,
@@ -331,6 +527,9 @@ int main(int argc, char **argv) {
     print_command(&o, lib, cmd);
     return 0;
   }
+  /* PYTHONPATH goes in the launcher's environment too: a `-x PYTHONPATH`
+   * later in the command then exports the same value. */
+  for (char **v = o.extra; *v; v++) putenv(*v);
   if (!is_launcher(cmd[0])) setenv("LD_PRELOAD", preload_value(lib), 1);
   fflush(stdout);
   execvp(cmd[0], cmd);

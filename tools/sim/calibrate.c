@@ -17,7 +17,12 @@
  * on their hosts and priced with the two-level network (netmodel.c); the
  * fit then also takes the inter-host latency, and the inter-host bandwidth
  * of the unshaped runs (a shaped run's is its link_gbs, known). A file
- * without runs across hosts is fitted exactly as before. */
+ * without runs across hosts is fitted exactly as before.
+ *
+ * A run whose variant names a step mode (SOLVER@STEP: the demo's
+ * default@handoff row, steps told by hand-offs and the cost fitted from
+ * step times) is left out, with a note: the simulator's steps end at the
+ * gradient sync. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,9 +154,18 @@ static int read_config(const json_t *j, calib_t *c) {
   return 0;
 }
 
+/* 0: read; 1: a SOLVER@STEP run, left out with a note; -1: a bad run,
+ * the reason printed. */
 static int read_run(const json_t *r, int32_t file_per_host, measured_t *m) {
   double dp;
   const json_t *v = json_get(r, "variant");
+  if (v && v->type == JSON_STRING && strchr(v->str, '@')) {
+    const json_t *d = json_get(r, "dp");
+    fprintf(stderr, SIM_PROG ": --calibrate: the run %s at DP %g left out: "
+            "the simulator's steps end at the gradient sync\n", v->str,
+            d && d->type == JSON_NUMBER ? d->num : 0);
+    return 1;
+  }
   if (number(r, "dp", 1, &dp) || number(r, "step_ms_balanced", 1e-9,
                                         &m->step_ms) ||
       read_hosts(r, file_per_host, m))
@@ -189,8 +203,16 @@ static int read_file(const char *path, calib_t *c) {
     rc = -1;
   }
   if (rc == 0 && !(c->m = calloc(runs->n, sizeof *c->m))) rc = -1;
-  for (size_t i = 0; rc == 0 && i < runs->n; i++)
-    rc = read_run(&runs->items[i], c->ranks_per_host, &c->m[c->n++]);
+  for (size_t i = 0; rc == 0 && i < runs->n; i++) {
+    int got = read_run(&runs->items[i], c->ranks_per_host, &c->m[c->n]);
+    if (got < 0) rc = -1;
+    c->n += got == 0;
+  }
+  if (rc == 0 && c->n == 0) {
+    fprintf(stderr, SIM_PROG ": --calibrate: \"runs\" holds no run the "
+            "simulator replays\n");
+    rc = -1;
+  }
   json_free(j);
   return rc;
 }
