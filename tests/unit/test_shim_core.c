@@ -574,7 +574,9 @@ Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
       cr_assert_eq(x->before[r][k], x->after[r][k], "warm-up moved samples");
   cr_assert_eq(said_with("summary: 12 steps", NULL), 1);
   cr_assert_eq(said_with("steps: 2 hand-offs each", "no gradient sync"), 1);
-  cr_assert_eq(said_with("fit from step times", NULL), 1);
+  /* Refitted at 2 balanced steps after the warm-up (step 11), on every
+   * rank alike (the mock fails ranks left in different collectives). */
+  cr_assert_eq(said_with("fit from step times", "refitted on balanced"), 1);
   cr_assert_eq(said_with("nothing is balanced", NULL), 0);
   free(x);
 }
