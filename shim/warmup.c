@@ -10,19 +10,20 @@
 #include "report.h"
 
 /* With DPSHIM_FIT=auto, the step-time fit is taken over the per-rank one
- * only where its step-time error is below this share of the other's: it
- * is fitted to exactly those times, so it wins a close comparison on them
- * by construction, and the per-rank fit, which sees every rank, is the
- * better model wherever it is not fooled. */
-#define STEPS_FIT_MARGIN 0.5
+ * only where its error on steps left out of it is below this share of the
+ * per-rank fit's error on the step times (which that fit never saw): the
+ * per-rank fit, which sees every rank, is the better model wherever it is
+ * not fooled. */
+#define STEPS_FIT_MARGIN 0.8
 
 typedef struct fit_outcome {
   int64_t rc, vision, vit_rc, method; /* method: the fit taken */
   dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
   dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
   double error_mean[2], error_max[2]; /* see core.h's step_error_* */
-  double error_median[2]; /* what the choice compares: one odd step (a
-                           * checkpoint, a page-in) does not decide it */
+  double error_rms[2]; /* what the choice compares: [0] the per-rank
+                        * fit's on the step times, [1] the step-time fit's
+                        * on steps left out of it */
 } fit_outcome_t;
 
 /* The fit, and when the points have images the text-only fit of the same
@@ -41,11 +42,6 @@ static int fit_both(dpshim_fit_input_t in, dpshim_fit_result_t *fit,
   return rc;
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* How well `m` (seconds per feature) predicts the step times: each step's
  * predicted slowest rank against its measured time, after the mean
  * difference (the sync, the optimizer and whatever else the model leaves
@@ -54,7 +50,7 @@ static int by_value(const void *a, const void *b) {
 static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
                        int k, fit_outcome_t *out) {
   double offset = 0, *gap = calloc((size_t)in->iters + 1, sizeof *gap);
-  out->error_mean[k] = out->error_max[k] = out->error_median[k] = INFINITY;
+  out->error_mean[k] = out->error_max[k] = out->error_rms[k] = INFINITY;
   if (!gap) return;
   for (int64_t t = 0; t < in->iters; t++) {
     double slowest = 0;
@@ -67,14 +63,14 @@ static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
     gap[t] = in->iter_time[t] - slowest;
     offset += gap[t] / (double)in->iters;
   }
-  out->error_mean[k] = out->error_max[k] = 0;
+  out->error_mean[k] = out->error_max[k] = out->error_rms[k] = 0;
   for (int64_t t = 0; t < in->iters; t++) {
     gap[t] = fabs(gap[t] - offset) / in->iter_time[t];
     out->error_mean[k] += gap[t] / (double)in->iters;
     out->error_max[k] = fmax(out->error_max[k], gap[t]);
+    out->error_rms[k] += gap[t] * gap[t] / (double)in->iters;
   }
-  qsort(gap, (size_t)in->iters, sizeof *gap, by_value);
-  out->error_median[k] = gap[in->iters / 2];
+  out->error_rms[k] = k ? out->fit.held_out_error : sqrt(out->error_rms[k]);
   free(gap);
 }
 
@@ -93,16 +89,6 @@ static int fit_method(dpshim_fit_input_t in, dpshim_fit_method_t method,
   return rc;
 }
 
-/* Whether the step-time fit can be judged on the steps it was fitted to:
- * with as many steps as coefficients it meets them exactly, whatever the
- * truth. */
-static int enough_steps(const dpshim_fit_input_t *in) {
-  int images = 0;
-  for (int64_t i = 0; i < in->iters * in->ranks && !in->text_only; i++)
-    images |= in->points[i].sum_patches_sq > 0 || in->points[i].sum_patches > 0;
-  return in->iters >= (images ? 5 : 3) + 3;
-}
-
 /* Hand-off steps: from step times. Sync steps: as set, or with auto both,
  * the better predictor of the step times taken. */
 static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
@@ -117,17 +103,16 @@ static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
     return fit_method(in, by_steps, 1, out);
   }
   out->method = DPSHIM_FIT_RANKS;
-  if (!cfg->fit_auto || !enough_steps(&in))
-    return fit_method(in, DPSHIM_FIT_RANKS, 0, out);
+  if (!cfg->fit_auto) return fit_method(in, DPSHIM_FIT_RANKS, 0, out);
   fit_outcome_t ranks = *out;
   int rc_ranks = fit_method(in, DPSHIM_FIT_RANKS, 0, &ranks);
   int rc = fit_method(in, by_steps, 1, out);
   out->error_mean[0] = ranks.error_mean[0];
   out->error_max[0] = ranks.error_max[0];
-  out->error_median[0] = ranks.error_median[0];
+  out->error_rms[0] = ranks.error_rms[0];
   out->method = by_steps;
-  if (rc_ranks == 0 && (rc < 0 || out->error_median[1] >=
-                                      STEPS_FIT_MARGIN * ranks.error_median[0])) {
+  if (rc_ranks == 0 &&
+      (rc < 0 || !(out->error_rms[1] < STEPS_FIT_MARGIN * ranks.error_rms[0]))) {
     ranks.error_mean[1] = out->error_mean[1];
     ranks.error_max[1] = out->error_max[1];
     *out = ranks;

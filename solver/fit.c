@@ -155,7 +155,7 @@ static int run_fitter(const dpshim_fit_input_t *in, dpshim_fit_result_t *out) {
   size_t len = sizeof out->message;
   int err = in->method == DPSHIM_FIT_RANKS  ? dpshim__fit_ranks(in, &model, msg, len)
             : in->method == DPSHIM_FIT_SEED ? dpshim__fit_seed(in, &model, msg, len)
-            : dpshim__fit_steps(in, &model, &out->overhead, msg, len);
+            : dpshim__fit_steps(in, &model, out);
   if (err) return err;
   if (!model_valid(model)) {
     snprintf(out->message, sizeof out->message,

@@ -61,8 +61,9 @@ int dpshim__fit_ranks(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                       char *message, size_t message_size);
 int dpshim__fit_seed(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
                      char *message, size_t message_size);
-/* DPSHIM_FIT_STEPS also gives the per-iteration overhead (fit_steps.c). */
+/* DPSHIM_FIT_STEPS also gives the per-iteration overhead and the held-out
+ * error (fit_steps.c). */
 int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
-                      double *overhead, char *message, size_t message_size);
+                      dpshim_fit_result_t *out);
 
 #endif

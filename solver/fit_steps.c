@@ -220,7 +220,7 @@ static unsigned present(const dpshim_fit_input_t *in) {
  * it: a few steps that one cost explains by chance do not decide. */
 #define WITHOUT_LEN2 0.5
 
-static unsigned choose_mask(steps_problem_t *sp) {
+static unsigned choose_mask(steps_problem_t *sp, double *held_out) {
   unsigned all = present(sp->in), len2 = all & 1u, best[2] = {0, 0};
   int64_t n = sp->in->iters;
   int folds = n < FOLDS ? (int)n : FOLDS;
@@ -235,8 +235,9 @@ static unsigned choose_mask(steps_problem_t *sp) {
       best[with] = mask;
     }
   }
-  if (best[0] && (!best[1] || error[0] < WITHOUT_LEN2 * error[1]))
-    return best[0];
+  int without = best[0] && (!best[1] || error[0] < WITHOUT_LEN2 * error[1]);
+  *held_out = sqrt(error[!without] / (double)n);
+  if (without) return best[0];
   return best[1] ? best[1] : len2 ? len2 : all;
 }
 
@@ -263,17 +264,17 @@ static int problem_init(steps_problem_t *sp, const dpshim_fit_input_t *in) {
 }
 
 int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
-                      double *overhead, char *message, size_t message_size) {
+                      dpshim_fit_result_t *out) {
   steps_problem_t sp;
   memset(&sp, 0, sizeof sp);
   int err = problem_init(&sp, in);
   if (!err) {
     fit_t fit;
-    fit_mask(&sp, choose_mask(&sp), -1, 1, &fit);
+    fit_mask(&sp, choose_mask(&sp, &out->held_out_error), -1, 1, &fit);
     *model = dpshim__model_of_array(fit.z);
-    *overhead = fit.overhead;
+    out->overhead = fit.overhead;
   } else {
-    snprintf(message, message_size, "steps fit: out of memory");
+    snprintf(out->message, sizeof out->message, "steps fit: out of memory");
   }
   problem_free(&sp);
   return err;

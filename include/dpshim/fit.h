@@ -71,6 +71,11 @@ typedef struct dpshim_fit_result {
   /* STEPS: what every iteration pays besides its slowest rank (the sync,
    * the optimizer), seconds, in its predictions; 0 for the others. */
   double overhead;
+  /* STEPS: the RMS relative error on iterations left out of the fit, of
+   * the features it chose (an honest measure where the in-sample one is
+   * flattered); INFINITY where too few iterations to leave any out; 0 for
+   * the others. */
+  double held_out_error;
   char message[192]; /* why it failed */
 } dpshim_fit_result_t;
 
