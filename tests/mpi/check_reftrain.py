@@ -476,10 +476,11 @@ def scenario_summary_shares(args):
 # (the original's), and this machine's own per-token work (packing,
 # --check) is in them: emulated steps 2.5x TRAIN's keep the attention the
 # larger part, and a warm-up of 2-8 gives the fit six points (the first is
-# dropped) for its three coefficients, where 2-4 would give two. Steps 9-12
-# follow the fit. A later --time-scale overrides TRAIN's.
+# dropped), where 2-4 would give two. Steps 9-16 follow the fit (refitted
+# at 11 and 13): enough that a plan applies on a loaded machine too. A
+# later --time-scale overrides TRAIN's.
 SHM = ["--sync", "shm", "--time-scale", "0.05"]
-SHM_WARMUP, SHM_STEPS = "2-8", 12
+SHM_WARMUP, SHM_STEPS = "2-8", 16
 SUMMARY_STEPS = re.compile(r"^dpshim: summary: (\d+) steps on", re.MULTILINE)
 HANDOFFS = re.compile(r"^dpshim:\s+hand-offs balanced: (\d+) applied, "
                       r"(\d+) skipped, (\d+) failed", re.MULTILINE)
