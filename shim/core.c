@@ -216,6 +216,14 @@ static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
   atomic_store(&c->sync_hint, 0);
 }
 
+/* Under c->lock: a hand-off step ends at `t` (the next step's first
+ * hand-off, a mark, or close): its last interval is the trainer's, and
+ * its sync unseen. */
+static void end_counted_step(dpshim__core_t *c, dpshim__step_t *s, double t) {
+  s->compute += t - s->last_return;
+  end_step(c, s, t, 0);
+}
+
 /* The step that hand-offs delimit now: the real one in hand-off steps, the
  * shadow while auto is undecided, none in sync steps. */
 static dpshim__step_t *counted_step(dpshim__core_t *c) {
@@ -230,8 +238,7 @@ static void count_step(dpshim__core_t *c, double t0) {
   dpshim__step_t *s = counted_step(c);
   if (!s || c->marked || !s->open || s->handoffs < c->cfg.micro_batches)
     return;
-  s->compute += t0 - s->last_return;
-  end_step(c, s, t0, 0);
+  end_counted_step(c, s, t0);
 }
 
 static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch) {
@@ -294,8 +301,7 @@ static void end_last_step(dpshim__core_t *c) {
   }
   double now = c->clock();
   pthread_mutex_lock(&c->lock);
-  s->compute += now - s->last_return;
-  end_step(c, s, now, 0);
+  end_counted_step(c, s, now);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -601,8 +607,7 @@ void dpshim__core_step_end(dpshim__core_t *c) {
     c->said_count |= s->handoffs != c->cfg.micro_batches;
     if (!c->marked) forget_counted_steps(c, s);
     c->marked = 1;
-    s->compute += now - s->last_return;
-    end_step(c, s, now, 0);
+    end_counted_step(c, s, now);
   }
   pthread_mutex_unlock(&c->lock);
 }
