@@ -174,14 +174,14 @@ static void fit_mask(steps_problem_t *sp, unsigned mask, int skip, int folds,
 
 /* ---- which features ------------------------------------------------------------ */
 
-/* Relative squared error on the iterations left out, fold by fold;
- * infinite where the fit on them all explains nothing (every coefficient
- * 0: a model that predicts the mean is no cost model). */
-static double held_out_error(steps_problem_t *sp, unsigned mask, int folds) {
+/* Relative squared error on the iterations left out, fold by fold, with
+ * the fit on them all into *all; infinite where that explains nothing
+ * (every coefficient 0: a model that predicts the mean is no cost model). */
+static double held_out_error(steps_problem_t *sp, unsigned mask, int folds,
+                             fit_t *all) {
   double sum = 0, any = 0;
-  fit_t all;
-  fit_mask(sp, mask, -1, 1, &all);
-  for (int j = 0; j < NFEAT; j++) any += all.z[j];
+  fit_mask(sp, mask, -1, 1, all);
+  for (int j = 0; j < NFEAT; j++) any += all->z[j];
   if (any <= 0) return INFINITY;
   for (int fold = 0; fold < folds; fold++) {
     fit_t fit;
@@ -220,25 +220,28 @@ static unsigned present(const dpshim_fit_input_t *in) {
  * it: a few steps that one cost explains by chance do not decide. */
 #define WITHOUT_LEN2 0.5
 
-static unsigned choose_mask(steps_problem_t *sp, double *held_out) {
+static void choose_fit(steps_problem_t *sp, fit_t *chosen, double *held_out) {
   unsigned all = present(sp->in), len2 = all & 1u, best[2] = {0, 0};
   int64_t n = sp->in->iters;
   int folds = n < FOLDS ? (int)n : FOLDS;
   int64_t fitted = n - (n + folds - 1) / folds; /* the fewest in a fold */
   double error[2] = {INFINITY, INFINITY}; /* [1]: with len^2 */
+  fit_t fit[2];
   for (unsigned mask = 1; mask <= all && folds >= 2; mask++) {
     if ((mask & all) != mask || popcount(mask) + 1 > fitted) continue;
-    double e = held_out_error(sp, mask, folds);
+    fit_t candidate;
+    double e = held_out_error(sp, mask, folds, &candidate);
     int with = (mask & len2) != 0;
     if (e < error[with]) {
       error[with] = e;
       best[with] = mask;
+      fit[with] = candidate;
     }
   }
-  int without = best[0] && (!best[1] || error[0] < WITHOUT_LEN2 * error[1]);
-  *held_out = sqrt(error[!without] / (double)n);
-  if (without) return best[0];
-  return best[1] ? best[1] : len2 ? len2 : all;
+  int with = !(best[0] && (!best[1] || error[0] < WITHOUT_LEN2 * error[1]));
+  *held_out = sqrt(error[with] / (double)n);
+  if (best[with]) *chosen = fit[with];
+  else fit_mask(sp, len2 ? len2 : all, -1, 1, chosen);
 }
 
 /* ---- the fitter -------------------------------------------------------------------- */
@@ -270,7 +273,7 @@ int dpshim__fit_steps(const dpshim_fit_input_t *in, dpshim_cost_model_t *model,
   int err = problem_init(&sp, in);
   if (!err) {
     fit_t fit;
-    fit_mask(&sp, choose_mask(&sp, &out->held_out_error), -1, 1, &fit);
+    choose_fit(&sp, &fit, &out->held_out_error);
     *model = dpshim__model_of_array(fit.z);
     out->overhead = fit.overhead;
   } else {
