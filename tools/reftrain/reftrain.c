@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "agree.h"
 #include "chatter.h"
 #include "compute.h"
 #include "ledger.h"
@@ -83,13 +84,7 @@ static packload_t *open_loader(const rt_opts_t *o, const rt_layout_t *lay) {
   cfg.slots = lay->dp;
   char err[512] = "";
   packload_t *pl = packload_open(&cfg, err, sizeof err);
-  int failed = pl == NULL, *all = malloc((size_t)lay->world * sizeof *all);
-  if (!all) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Allgather(&failed, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
-  int first = -1;
-  for (int r = lay->world - 1; r >= 0; r--)
-    if (all[r]) first = r;
-  free(all);
+  int first = rt_lowest_failed(pl == NULL);
   /* Options are checked already: what is left is the file, or memory. */
   if (first == lay->rank)
     fprintf(stderr, "reftrain: %s: %s\n", o->lengths ? "--lengths" : "loader",

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agree.h"
+
 #define WHY_LEN 256
 #define NAME_LEN 64
 /* Slots start on their own cache lines: ranks write them concurrently. */
@@ -157,14 +159,7 @@ static int attach(rt_shm_t *s, const char *name, char *why) {
 /* 1 when every rank succeeded; otherwise the lowest failing rank prints
  * its reason (a rank that failed only because rank 0 did has none). */
 static int agree(const rt_shm_t *s, int ok, const char *why) {
-  int failed = !ok, *all = malloc((size_t)s->world * sizeof *all);
-  if (!all) MPI_Abort(MPI_COMM_WORLD, 1);
-  /* Not MPI_Allreduce: a balancing shim may take that for a step's sync. */
-  MPI_Allgather(&failed, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
-  int first = -1;
-  for (int r = s->world - 1; r >= 0; r--)
-    if (all[r]) first = r;
-  free(all);
+  int first = rt_lowest_failed(!ok);
   if (first == s->rank && why[0]) fprintf(stderr, "reftrain: %s\n", why);
   return first < 0;
 }
