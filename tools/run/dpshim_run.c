@@ -135,6 +135,13 @@ static int is_own_name(const dpshim__config_var_t *v, const char *flag) {
   return !*n && !*flag;
 }
 
+/* The variable called `name`, or -1. */
+static int32_t var_index(const char *name) {
+  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
+    if (!strcmp(dpshim__config_var(i)->name, name)) return i;
+  return -1;
+}
+
 /* The variable a flag names (its part before '='), or -1. */
 static int32_t var_of(const char *flag, size_t len) {
   static const struct { const char *alias, *name; } aliases[] = {
@@ -145,9 +152,7 @@ static int32_t var_of(const char *flag, size_t len) {
   memcpy(name, flag, len);
   name[len] = 0;
   for (size_t a = 0; a < sizeof aliases / sizeof *aliases; a++)
-    if (!strcmp(name, aliases[a].alias))
-      for (int32_t i = 0; i < dpshim__config_nvars(); i++)
-        if (!strcmp(dpshim__config_var(i)->name, aliases[a].name)) return i;
+    if (!strcmp(name, aliases[a].alias)) return var_index(aliases[a].name);
   for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
     const dpshim__config_var_t *v = dpshim__config_var(i);
     if (is_own_name(v, name) || (v->flag && !strcmp(v->flag, name))) return i;
@@ -208,17 +213,27 @@ static void setting_flag(options_t *o, char **argv, int argc, int *k) {
   if (is_original && !strcmp(o->set.value[i], "None")) o->set.value[i] = "none";
 }
 
+/* The value of flag `name` when argv[*k] is it ("NAME VALUE" or
+ * "NAME=VALUE"; "" when the value is missing), *k then past it; else NULL,
+ * *k untouched. */
+static const char *flag_value(const char *name, char **argv, int argc,
+                              int *k) {
+  const char *a = argv[*k];
+  size_t len = strlen(name);
+  if (strncmp(a, name, len) || (a[len] && a[len] != '=')) return NULL;
+  const char *v = a[len] ? a + len + 1 : (*k + 1 < argc ? argv[++*k] : "");
+  (*k)++;
+  return v;
+}
+
 /* --global-batch-size G, --micro-batch-size=M: 1 when argv[*k] is one
  * of them (its value in *out, *k past it), else 0. */
 static int batch_size_flag(const char *name, char **argv, int argc, int *k,
                            int64_t *out) {
-  const char *a = argv[*k];
-  size_t len = strlen(name);
-  if (strncmp(a, name, len) || (a[len] && a[len] != '=')) return 0;
-  const char *v = a[len] ? a + len + 1 : (*k + 1 < argc ? argv[++*k] : "");
+  const char *v = flag_value(name, argv, argc, k);
+  if (!v) return 0;
   if (cli_int(v, 1, INT32_MAX, out) < 0)
     usage_error("%s: expected an integer >= 1, got '%s'", name, v);
-  (*k)++;
   return 1;
 }
 
@@ -293,25 +308,16 @@ static void validate_python(void) {
   exit(2);
 }
 
-static int32_t var_index(const char *name) {
-  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
-    if (!strcmp(dpshim__config_var(i)->name, name)) return i;
-  return -1;
-}
-
 /* mpirun's rank count: the value of the command's first -np/-n (or
  * --np/--n, or NAME=N); 0 when there is none. */
 static int64_t ranks_of(const options_t *o) {
   static const char *const names[] = {"-np", "-n", "--np", "--n"};
   for (int k = 0; k < o->ncommand; k++)
     for (size_t j = 0; j < sizeof names / sizeof *names; j++) {
-      const char *w = o->command[k];
-      size_t len = strlen(names[j]);
-      if (strncmp(w, names[j], len) || (w[len] && w[len] != '=')) continue;
-      const char *v = w[len] ? w + len + 1
-                             : (k + 1 < o->ncommand ? o->command[k + 1] : "");
+      int at = k;
+      const char *v = flag_value(names[j], o->command, o->ncommand, &at);
       int64_t n;
-      return cli_int(v, 1, INT32_MAX, &n) < 0 ? 0 : n;
+      if (v) return cli_int(v, 1, INT32_MAX, &n) < 0 ? 0 : n;
     }
   return 0;
 }
