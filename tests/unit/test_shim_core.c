@@ -543,6 +543,13 @@ Test(shim_core, summary_shares_stay_within_100_percent) {
 
 /* ---- steps without an MPI sync -------------------------------------------------- */
 
+/* Compute that follows each rank's sum len^2, on the virtual clock: the
+ * fit has an exact cost to find. */
+static void timed(run_t *x) {
+  x->cost_us = 40;
+  x->virtual_time = 1;
+}
+
 static void all_ranks(const run_t *x, int mode, int from_steps) {
   for (int r = 0; r < x->P; r++) {
     cr_assert_eq(x->mode[r], mode, "rank %d's step mode", r);
@@ -562,8 +569,7 @@ Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
   run_t *x = run_new(4, 1, 24);
   x->sync = SYNC_HIDDEN;
   x->micro = 2;
-  x->cost_us = 40;
-  x->virtual_time = 1;
+  timed(x);
   extra_env[0][0] = "DPSHIM_MICRO_BATCHES", extra_env[0][1] = "2";
   extra_env[1][0] = "DPSHIM_WARMUP_ITERS", extra_env[1][1] = "2-8";
   run_go(x);
@@ -586,8 +592,7 @@ Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
 Test(shim_core, a_sync_seen_on_some_ranks_only_gives_handoff_steps) {
   run_t *x = run_new(4, 1, 14);
   x->hidden_rank = 1;
-  x->cost_us = 40;
-  x->virtual_time = 1;
+  timed(x);
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
@@ -600,8 +605,7 @@ Test(shim_core, marked_steps_follow_the_marks) {
   run_t *x = run_new(4, 1, 24);
   x->sync = SYNC_MARKED;
   x->micro = 2;
-  x->cost_us = 40;
-  x->virtual_time = 1;
+  timed(x);
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-8";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
@@ -614,8 +618,7 @@ Test(shim_core, marked_steps_follow_the_marks) {
 /* A sync seen after every step (M = 1): sync steps, the per-rank fit. */
 Test(shim_core, seen_syncs_keep_sync_steps_and_the_per_rank_fit) {
   run_t *x = run_new(4, 1, 14);
-  x->cost_us = 40;
-  x->virtual_time = 1;
+  timed(x);
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_SYNC, 0);
@@ -630,8 +633,7 @@ Test(shim_core, seen_syncs_keep_sync_steps_and_the_per_rank_fit) {
 Test(shim_core, a_loss_allreduce_after_a_hidden_sync_does_not_fool_the_fit) {
   run_t *x = run_new(4, 1, 14);
   x->sync = SYNC_LOSS;
-  x->cost_us = 40;
-  x->virtual_time = 1;
+  timed(x);
   extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-10";
   run_go(x);
   all_ranks(x, DPSHIM__STEP_SYNC, 1);
