@@ -137,11 +137,10 @@ static int refitting(const dpshim__core_t *c) {
          c->fit_method != DPSHIM_FIT_RANKS && !c->cfg.have_coefs;
 }
 
-/* Refits at 2, 4, 8, 16 balanced steps after the warm-up. */
+/* Refits after each of the first LATER_POINTS balanced steps. */
 static int refit_due(const dpshim__core_t *c, int64_t step) {
   int64_t after = step - c->cfg.warmup_last - 1;
-  return refitting(c) && after >= 2 && after <= LATER_POINTS &&
-         !(after & (after - 1));
+  return refitting(c) && after >= 1 && after <= LATER_POINTS;
 }
 
 /* Warm-up steps but the first (a cold start, dropped), numbered from 0;
