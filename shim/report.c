@@ -302,7 +302,8 @@ static void say_steps(const dpshim__core_t *c) {
 static void check_handoffs(dpshim__core_t *c, double handoffs) {
   if (handoffs > 0 || !c->cfg.enabled) return;
   dpshim__core_noop(c, "no batch was handed off: preload the loader's "
-                    "adapter after libdpshim.so, keep the loader in a "
+                    "adapter after libdpshim.so (dpshim-run --adapter), "
+                    "keep the loader in a "
                     "shared library (a call inside the executable cannot be "
                     "interposed), or for Python run the trainer through "
                     "dpshim-run");

@@ -54,7 +54,7 @@
 #                        "vlm_sim" are replaced
 #
 # Across hosts (as root): hosts made of network namespaces, OpenMPI over
-# TCP between them (tests/multihost/hosts.py); reftrain on N hosts x 4
+# TCP between them (tools/multihost/hosts.py); reftrain on N hosts x 4
 # ranks without the shim and with it, plans told the hosts and not: TGS,
 # the digest, the bytes moved across hosts. Into OUT/hosts.txt; then
 # dpshim-sim --calibrate on those runs (OUT/hosts_calibration_runs.json)
@@ -151,7 +151,7 @@ ninja -C build >/dev/null
 if [ -n "$hosts" ]; then
   case $hosts in 2|3|4) ;; *) die "--hosts '$hosts': expected 2, 3 or 4" ;; esac
   echo "== across $hosts hosts x 4 ranks (network namespaces, TCP)"
-  /usr/bin/python3 tests/multihost/figures.py "$hosts" 4 build $link_rate \
+  /usr/bin/python3 tools/multihost/figures.py "$hosts" 4 build $link_rate \
     --calibration "$out/hosts_calibration_runs.json" | tee "$out/hosts.txt"
   echo "== the simulator against these runs (two-level network)"
   # Exit 1 only says the fit is not within 5 %: the table is the result.
@@ -182,6 +182,16 @@ mpirun=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 # DP 64 only when the machine holds it: 64 processes need memory, not cores.
 fits() { [ "$1" -le 32 ] || [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -gt $(( $1 * 150000 )) ]; }
 
+# What a trainer runs with: libdpshim.so, then the adapters of the
+# reference loader (reftrain) or of the VLM loader and encoder (vlmtrain).
+preload() {
+  local b=$PWD/build
+  case ${1##*/} in
+    reftrain) echo "$b/shim/libdpshim.so:$b/tools/packload/libdpshim_packload.so" ;;
+    *) echo "$b/shim/libdpshim.so:$b/tools/vlmload/libdpshim_vlmload.so:$b/tools/vit/libdpshim_vit.so" ;;
+  esac
+}
+
 # One run of a section: base path, DP size, variant, warm-up, trainer and its
 # arguments. Without the shim for none; with it, DPSHIM_SOLVER=variant, for
 # SOLVER+vit DPSHIM_SOLVER=SOLVER and DPSHIM_VIT_BALANCE=1, and for
@@ -190,7 +200,7 @@ run() {
   local base=$1 dp=$2 variant=$3 warm=$4 env=() solver=${3%@*}
   shift 4
   if [ "$variant" != none ]; then
-    env=(-x LD_PRELOAD="$PWD/build/shim/libdpshim.so" -x DPSHIM_VLM_BALANCE=1
+    env=(-x LD_PRELOAD="$(preload "$1")" -x DPSHIM_VLM_BALANCE=1
          -x DPSHIM_WARMUP_ITERS="$warm" -x DPSHIM_SOLVER="${solver%+vit}"
          -x DPSHIM_LOG="$base.log.jsonl")
     [[ $solver != *+vit ]] || env+=(-x DPSHIM_VIT_BALANCE=1)

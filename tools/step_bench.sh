@@ -34,7 +34,7 @@
 # DP 8 and 16, one rep, about 2 minutes. --out DIR keeps every run's files
 # (JSON line, stderr with the shim's summary, --stats-out) there; without,
 # they go to a temporary directory. Builds nothing:
-#   ninja -C build tools/reftrain/reftrain shim/libdpshim.so
+#   ninja -C build tools/reftrain/reftrain tools/packload/libdpshim_packload.so
 set -euo pipefail
 
 usage() { sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -68,8 +68,9 @@ case $only in "" | steps | shm) ;; *) die "--only '$only': expected steps or shm
 [[ -d $build ]] || die "--build: no directory $build"
 build=$(cd "$build" && pwd)
 train=$build/tools/reftrain/reftrain shim=$build/shim/libdpshim.so
-for f in "$train" "$shim"; do
-  [[ -e $f ]] || die "no $f; build it first: ninja -C $build tools/reftrain/reftrain shim/libdpshim.so"
+adapter=$build/tools/packload/libdpshim_packload.so
+for f in "$train" "$shim" "$adapter"; do
+  [[ -e $f ]] || die "no $f; build it first: ninja -C $build tools/reftrain/reftrain tools/packload/libdpshim_packload.so"
 done
 if [[ -n $out ]]; then
   mkdir -p "$out" || die "--out '$out': cannot create it"
@@ -83,7 +84,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Sleeping ranks share the cores: oversubscribe, idle ranks yield.
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 
-# The workloads (tools/demo.sh --quick's; tests/multihost/figures.py's
+# The workloads (tools/demo.sh --quick's; tools/multihost/figures.py's
 # profile and seed, shorter and faster).
 [[ $steps =~ ^[1-9][0-9]*$ && $steps_warmup =~ ^[1-9][0-9]*-[1-9][0-9]*$ &&
    $steps -gt ${steps_warmup#*-} ]] ||
@@ -102,7 +103,7 @@ run() {
   local base=$1 np=$2 settings=$3 env=()
   shift 3
   if [[ $settings != none ]]; then
-    env=(-x LD_PRELOAD="$shim" -x DPSHIM_VLM_BALANCE=1)
+    env=(-x LD_PRELOAD="$shim:$adapter" -x DPSHIM_VLM_BALANCE=1)
     for kv in $settings; do env+=(-x "$kv"); done
   fi
   "${mpi[@]}" -np "$np" "${env[@]}" "$train" "$@" \

@@ -13,7 +13,8 @@
 # --stats-out); the ViT variants their bytes moved per step and the ViT
 # fit's error. Builds nothing:
 #
-#   ninja -C build tools/vlmtrain/vlmtrain shim/libdpshim.so
+#   ninja -C build tools/vlmtrain/vlmtrain tools/vlmload/libdpshim_vlmload.so \
+#     tools/vit/libdpshim_vit.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
 #                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
 #                      [--vit] [-- vlmtrain args]
@@ -40,7 +41,8 @@ while (($#)); do
 done
 build=$(cd "$build" && pwd)
 train=$build/tools/vlmtrain/vlmtrain shim=$build/shim/libdpshim.so
-for f in "$train" "$shim"; do
+adapters=$build/tools/vlmload/libdpshim_vlmload.so:$build/tools/vit/libdpshim_vit.so
+for f in "$train" "$shim" ${adapters//:/ }; do
   [[ -e $f ]] || { echo "vlm_bench.sh: no $f; build it first" >&2; exit 2; }
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -55,7 +57,7 @@ mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
 run() {
   local env=()
   if [[ -n $2 ]]; then
-    env=(-x LD_PRELOAD="$shim" -x DPSHIM_VLM_BALANCE=1 -x DPSHIM_SOLVER="$2"
+    env=(-x LD_PRELOAD="$shim:$adapters" -x DPSHIM_VLM_BALANCE=1 -x DPSHIM_SOLVER="$2"
          -x DPSHIM_TP_SIZE="$tp" -x DPSHIM_WARMUP_ITERS=2-6
          -x DPSHIM_TRIGGER_THRESHOLD="$threshold"
          -x DPSHIM_VIT_BALANCE="${3:-0}" -x MALLOC_PERTURB_=0

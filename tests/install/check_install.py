@@ -4,6 +4,9 @@
     (which needs no MPI), the headers, dpshim.pc and dpshim-solver.pc, the
     tools, dpshim(7) (every variable of the shim's table in it) and a page
     per tool;
+  - libdpshim.so exports only dpshim's API (functions its installed
+    headers declare) and the MPI entry points it wraps (MPI_*): no
+    reference tool's symbol (packload_next, vit_forward, ...);
   - a solver client, built with `pkg-config dpshim-solver` only and run
     against the installed library, gets a plan that lowers the maximum;
   - the adapter example builds with `pkg-config dpshim` only (plus its
@@ -19,6 +22,7 @@ Prints each file's path and the outputs; exit 1 when a check fails.
     check_install.py BUILD SOURCE PREFIX LIBDIR BINDIR INCLUDEDIR MANDIR
 """
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -36,6 +40,25 @@ def sh(cmd, env=None, **kw):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env,
                        timeout=300, **kw)
     return p.returncode, p.stdout, p.stderr
+
+
+def check_exports(lib, incdir):
+    """The library's defined dynamic symbols: dpshim_* declared in the
+    headers, or MPI_*."""
+    rc, out, err = sh(["nm", "-D", "--defined-only", lib])
+    if not check(rc == 0, "nm -D %s: %s" % (lib, err.strip())):
+        return
+    declared = set()
+    for h in os.listdir(incdir):
+        with open(os.path.join(incdir, h)) as f:
+            declared |= set(re.findall(r"\b(dpshim_\w+)\s*\(", f.read()))
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    stray = [n for n in names if not (n in declared or
+                                      re.fullmatch(r"MPI_[A-Z][a-z_]*", n))]
+    check(not stray, "libdpshim.so exports what it should not: %s"
+          % " ".join(sorted(stray)[:20]))
+    print("libdpshim.so exports %d symbols, %d of them dpshim_*" % (
+        len(names), sum(n.startswith("dpshim_") for n in names)))
 
 
 def main():
@@ -119,6 +142,8 @@ def main():
                                   pkgs[0])))
             check(rc == 0 and out.startswith(pkgs[0]) and "False" in out,
                   "import dpshim from the installed tree: %r %r" % (out, err))
+        check_exports(root(os.path.join(libdir, "libdpshim.so")),
+                      root(os.path.join(incdir, "dpshim")))
         run = root(os.path.join(bindir, "dpshim-run"))
         installed = os.path.join(libdir, "libdpshim.so")
         rc, out, err = sh([run, "--dry-run", "-np", "2", "./trainer"])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python side (python/dpshim, python/boot) under mpirun:
+"""The Python side (tools/python/dpshim, tools/python/boot) under mpirun:
   py_handoff.py   NumPy and torch batches balanced in place (each sample
                   once over the ranks, every sample's rows intact, some
                   moved); a batch one rank cannot describe: TypeError there,

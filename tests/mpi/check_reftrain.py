@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Integration tests: reftrain under real mpirun, with and without libdpshim.so.
 
-    check_reftrain.py SCENARIO --shim libdpshim.so --reftrain reftrain
+    check_reftrain.py SCENARIO --preload LIBDPSHIM:ADAPTERS --reftrain reftrain
 
 Scenarios:
   inert       the preload changes nothing in non-MPI processes and mpirun
@@ -141,7 +141,7 @@ def plain_run(args, extra=(), ids=None, steps=STEPS):
 
 def shim_run(args, what, env, extra=(), ids=None, log=None, steps=STEPS):
     """reftrain under the preload, with the newer scenarios' timeout."""
-    return reftrain(args, RANKS, steps, shim=args.shim, env=env, ids=ids,
+    return reftrain(args, RANKS, steps, shim=args.preload, env=env, ids=ids,
                     log=log, extra=extra, timeout=hang_timeout(),
                     what=what)
 
@@ -200,10 +200,10 @@ def ids_by_step(path):
 def scenario_inert(args):
     for cmd in (["bash", "-c", "echo $((6 * 7))"], ["mpirun", "--version"]):
         plain = run(cmd)
-        shimmed = run(cmd, env={"DPSHIM_VLM_BALANCE": "1"}, preload=args.shim)
+        shimmed = run(cmd, env={"DPSHIM_VLM_BALANCE": "1"}, preload=args.preload)
         check(plain == shimmed, "%s differs under the preload: %r vs %r"
               % (" ".join(cmd), plain, shimmed))
-    rc, _, err = run(["bash", "-c", "true"], preload=args.shim)
+    rc, _, err = run(["bash", "-c", "true"], preload=args.preload)
     check(rc == 0 and err == "", "bash -c true under the preload: rc %d, "
           "stderr %r" % (rc, err))
 
@@ -214,8 +214,8 @@ def scenario_balance(args):
         plain_ids, on_ids = tmp + "/plain.ids", tmp + "/on.ids"
         log = tmp + "/steps.jsonl"
         plain, _ = reftrain(args, ranks, steps, ids=plain_ids)
-        off, _ = reftrain(args, ranks, steps, shim=args.shim)
-        on, err = reftrain(args, ranks, steps, shim=args.shim, env=SHIM_ENV,
+        off, _ = reftrain(args, ranks, steps, shim=args.preload)
+        on, err = reftrain(args, ranks, steps, shim=args.preload, env=SHIM_ENV,
                            ids=on_ids, log=log)
         for name, res in (("shim off", off), ("shim on", on)):
             check(res.get("consumed_digest") == plain.get("consumed_digest"),
@@ -238,7 +238,7 @@ def scenario_balance(args):
 def scenario_tp2(args):
     plain, _ = reftrain(args, 4, 8)
     env = dict(SHIM_ENV, DPSHIM_TP_SIZE="2")
-    on, err = reftrain(args, 8, 8, shim=args.shim, env=env,
+    on, err = reftrain(args, 8, 8, shim=args.preload, env=env,
                        extra=["--tp", "2"])
     # reftrain --check compares the batches of model-parallel peers.
     check(on.get("check_errors", 1) == 0, "TP peers or samples differ")
@@ -251,7 +251,7 @@ def scenario_tp2(args):
 def scenario_badconfig(args):
     plain, _ = reftrain(args, 4, 4)
     env = dict(SHIM_ENV, DPSHIM_MAX_LEN_RATIO="abc")
-    bad, err = reftrain(args, 4, 4, shim=args.shim, env=env)
+    bad, err = reftrain(args, 4, 4, shim=args.preload, env=env)
     lines = [l for l in err.splitlines() if "DPSHIM_MAX_LEN_RATIO" in l]
     check(len(lines) == 1 and "'abc'" in lines[0] and "expected" in lines[0],
           "expected one line naming DPSHIM_MAX_LEN_RATIO='abc': %r" % err)
@@ -270,14 +270,14 @@ def scenario_thread(args):
         threaded = dict(SHIM_ENV, DPSHIM_LOADER_THREAD="1")
         env = dict(threaded, DPSHIM_COEFS="0.000375,3.1,40")
         log = tmp + "/steps.jsonl"
-        on, err = reftrain(args, 4, steps, shim=args.shim, env=env, log=log,
+        on, err = reftrain(args, 4, steps, shim=args.preload, env=env, log=log,
                            extra=["--loader-thread"])
         check(on.get("check_errors", 1) == 0, "samples lost, duplicated or "
               "damaged with a loader thread")
         check(on.get("consumed_digest") == plain.get("consumed_digest"),
               "digest differs with a loader thread")
         check_plans_applied(read_jsonl(log), 3, "loader thread")
-        _, err = reftrain(args, 4, 5, shim=args.shim, env=threaded,
+        _, err = reftrain(args, 4, 5, shim=args.preload, env=threaded,
                           extra=["--loader-thread"])
         check("loader thread" in err and "no warm-up fit" in err,
               "expected the no-fit message for a loader thread: %r"
@@ -477,7 +477,7 @@ def scenario_summary_shares(args):
 # --check) is in them: emulated steps 2.5x TRAIN's keep the attention the
 # larger part, and a warm-up of 2-8 gives the fit six points (the first is
 # dropped), where 2-4 would give two. Steps 9-16 follow the fit (refitted
-# at 11 and 13): enough that a plan applies on a loaded machine too. A
+# after each): enough that a plan applies on a loaded machine too. A
 # later --time-scale overrides TRAIN's.
 SHM = ["--sync", "shm", "--time-scale", "0.05"]
 SHM_WARMUP, SHM_STEPS = "2-8", 16
@@ -612,7 +612,8 @@ def main():
                             "summary_shares", "shm_micro_batches",
                             "shm_chatter", "shm_loss_allreduce",
                             "shm_chatter_loss"])
-    p.add_argument("--shim", required=True)
+    p.add_argument("--preload", required=True,
+                   help="libdpshim.so and the adapters, as LD_PRELOAD takes them")
     p.add_argument("--reftrain", required=True)
     p.add_argument("--ranks", type=int, default=4)
     args = p.parse_args()

@@ -17,13 +17,15 @@
              the other, no -np, a --micro-batches that disagrees, a bad
              DPSHIM_PY_WRAP: exit 2, one line naming the flags, nothing
              run;
+  adapters   --adapter NAME (the build tree's) and PATH preloaded after the
+             shim; an unknown name, an unreadable path: exit 2, one line;
   real runs  reftrain at 4 ranks through dpshim-run with the original's
-             flags: plans applied (DPSHIM_LOG), the digest of the run
+             flags and --adapter packload: plans applied (DPSHIM_LOG), the digest of the run
              without the shim, dpshim-report's counts equal to the log's;
              and the exit status is the command's.
 
-    check_run.py --run DPSHIM_RUN --shim LIBDPSHIM --reftrain REFTRAIN
-                 --report DPSHIM_REPORT --python DIR
+    check_run.py --run DPSHIM_RUN --shim LIBDPSHIM --adapter LIBPACKLOAD_ADAPTER
+                 --reftrain REFTRAIN --report DPSHIM_REPORT --python DIR
 """
 import argparse
 import json
@@ -79,6 +81,25 @@ def dry_runs(args):
     check(rc == 0 and shlex.split(out) == [
         "env", "LD_PRELOAD=" + args.shim, "DPSHIM_VERBOSE=1", "./trainer",
         "a b"], "dry run of a plain command: %r" % out)
+
+
+def adapters(args):
+    """--adapter: a name from the build tree and a path, after the shim and
+    before what was preloaded; an unknown name or an unreadable path is a
+    one-line refusal."""
+    rc, out, err = launcher(args, "--adapter", "packload", "--adapter=/dev/null",
+                            "--dry-run", "-np", "2", "./trainer",
+                            env={"LD_PRELOAD": "/opt/other.so"})
+    want = "LD_PRELOAD=%s:%s:/dev/null:/opt/other.so" % (args.shim,
+                                                         args.adapter)
+    check(rc == 0 and exports(shlex.split(out)) == [want],
+          "--adapter dry run: rc %d, exports %s, expected %s %r"
+          % (rc, exports(shlex.split(out)), [want], err))
+    for bad, says in (("nosuch", "no such adapter"),
+                      ("/nonexistent/libx.so", "cannot read")):
+        rc, _, err = launcher(args, "--adapter", bad, "-np", "2", "true")
+        check(rc == 2 and says in err and len(err.strip().splitlines()) == 1,
+              "--adapter %s: rc %d, stderr %r" % (bad, rc, err))
 
 
 def python_dry_runs(args):
@@ -176,7 +197,8 @@ def real_runs(args):
         log = os.path.join(tmp, "log.jsonl")
         rc, out, err = launcher(
             args, "--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters",
-            "2", "3", "4", "--log", log, "--verify", "--",
+            "2", "3", "4", "--log", log, "--verify", "--adapter", "packload",
+            "--",
             *MPIRUN, "-np", "4", args.reftrain, *TRAIN)
         lines = [l for l in out.splitlines() if l.startswith("{")]
         check(rc == 0 and len(lines) == 1, "through dpshim-run: rc %d %r"
@@ -209,11 +231,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
     ap.add_argument("--shim", required=True)
+    ap.add_argument("--adapter", required=True,
+                    help="the build tree's libdpshim_packload.so")
     ap.add_argument("--reftrain", required=True)
     ap.add_argument("--report", required=True)
     ap.add_argument("--python", required=True)
     args = ap.parse_args()
     dry_runs(args)
+    adapters(args)
     python_dry_runs(args)
     batch_sizes(args)
     refusals(args)

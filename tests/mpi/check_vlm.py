@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The VLM layouts under real mpirun: vlmtrain over libvlmload.so, with
-and without libdpshim.so (whose built-in adapter balances vlmload_next()
-through <dpshim/vlm.h>).
+and without libdpshim.so and libdpshim_vlmload.so (the adapter that
+balances vlmload_next() through <dpshim/vlm.h>).
 
-    check_vlm.py LAYOUT --shim libdpshim.so --vlmtrain vlmtrain [--tp N]
+    check_vlm.py LAYOUT --preload LIBDPSHIM:ADAPTERS --vlmtrain vlmtrain [--tp N]
 
 For the layout (internvl, qwen2vl, qwen3vl), 4 DP ranks, each run
 with --check (every sample, tile, patch row, grid row and flag re-derived
@@ -57,7 +57,7 @@ def vlmtrain(args, extra, shim=False, log=None, what="vlmtrain", env=None,
         env["DPSHIM_LOG"] = log
     cmd = MPIRUN + ["-np", str(dp_size(args) * args.tp), args.vlmtrain, "--layout",
                     args.layout, "--tp", str(args.tp)] + TRAIN + extra
-    rc, out, err = run(cmd, env=env, preload=args.shim if shim else None,
+    rc, out, err = run(cmd, env=env, preload=args.preload if shim else None,
                        timeout=timeout)
     if rc == HANG_RC:
         return {}, err
@@ -155,7 +155,8 @@ def scenario_malformed(args):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("layout", choices=sorted(FIELDS))
-    p.add_argument("--shim", required=True)
+    p.add_argument("--preload", required=True,
+                   help="libdpshim.so and the adapters, as LD_PRELOAD takes them")
     p.add_argument("--vlmtrain", required=True)
     p.add_argument("--tp", type=int, default=1)
     args = p.parse_args()

@@ -3,7 +3,7 @@
 happened, not only survived: vlmtrain over libvlmload.so, with and without
 libdpshim.so, 4 DP ranks, every run with --check.
 
-    check_vlm_edges.py one-image|rows-cap LAYOUT --shim libdpshim.so \\
+    check_vlm_edges.py one-image|rows-cap LAYOUT --preload LIBDPSHIM:ADAPTERS \\
         --vlmtrain vlmtrain
 
 one-image: a text-heavy mix, one single-tile image per image sample, so
@@ -96,7 +96,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["one-image", "rows-cap"])
     p.add_argument("layout", choices=["internvl", "qwen2vl", "qwen3vl"])
-    p.add_argument("--shim", required=True)
+    p.add_argument("--preload", required=True,
+                   help="libdpshim.so and the adapters, as LD_PRELOAD takes them")
     p.add_argument("--vlmtrain", required=True)
     args = p.parse_args()
     args.tp = 1  # check_vlm's runs read it

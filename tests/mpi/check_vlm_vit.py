@@ -4,7 +4,7 @@ libvit.so, with and without libdpshim.so, whose DPSHIM_VIT_BALANCE=1
 interposes vit_forward(), vit_backward() and vit_saved_free() and moves
 images between DP ranks so that each rank's encoder work is even.
 
-    check_vlm_vit.py LAYOUT --shim libdpshim.so --vlmtrain vlmtrain [--tp N]
+    check_vlm_vit.py LAYOUT --preload LIBDPSHIM:ADAPTERS --vlmtrain vlmtrain [--tp N]
 
 For the layout (internvl, qwen2vl, qwen3vl), 4 DP ranks (with --tp N: 2 DP
 ranks of N TP ranks each, DPSHIM_TP_SIZE=N), every run with --check. The
@@ -263,7 +263,8 @@ SCENARIOS = {
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("layout", choices=["internvl", "qwen2vl", "qwen3vl"])
-    p.add_argument("--shim", required=True)
+    p.add_argument("--preload", required=True,
+                   help="libdpshim.so and the adapters, as LD_PRELOAD takes them")
     p.add_argument("--vlmtrain", required=True)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--only", action="append", choices=sorted(SCENARIOS),

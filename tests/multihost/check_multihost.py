@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""reftrain and vlmtrain across network-namespace hosts (hosts.py), OpenMPI
+"""reftrain and vlmtrain across network-namespace hosts (tools/multihost/hosts.py), OpenMPI
 over TCP between them: 2 hosts x 2 ranks, without the shim and with it.
 
 reftrain with the shim: the same digest, every sample intact, plans
@@ -20,7 +20,8 @@ Every applied line of a step log has "hosts" 2 and bytes_inter_host within
 its bytes_moved, some of them > 0. Skipped (77), with one line, where
 namespaces cannot be made.
 
-    check_multihost.py --shim LIBDPSHIM --reftrain REFTRAIN --vlmtrain VLMTRAIN
+    check_multihost.py --reftrain-preload LIST --vlmtrain-preload LIST
+                       --reftrain REFTRAIN --vlmtrain VLMTRAIN
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mpi"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "multihost"))
 
 from check_vlm import SHIM_ENV as VLM_ENV, TRAIN as VLM_TRAIN  # noqa: E402
 from check_vlm import encoder_keys, same_digests  # noqa: E402
@@ -55,8 +57,10 @@ def on_hosts(hosts, args, cmd, what, env=None):
     and `env` unless env is None. Its JSON result line ({} when there is
     not exactly one, or the run failed: a failed check) and stderr."""
     exports = [] if env is None else list(env) + ["LD_PRELOAD"]
+    preload = (args.vlmtrain_preload if cmd[0] == args.vlmtrain
+               else args.reftrain_preload)
     rc, out, err = run(hosts.mpirun(args.ranks_per_host, cmd, env=exports),
-                       env=env, preload=None if env is None else args.shim,
+                       env=env, preload=None if env is None else preload,
                        timeout=RUN_TIMEOUT)
     lines = [l for l in out.splitlines() if l.startswith("{")]
     if not check(rc == 0 and len(lines) == 1, "%s: rc %d, %r"
@@ -151,7 +155,11 @@ def vlmtrain(hosts, args, tmp, layout):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shim", required=True)
+    ap.add_argument("--reftrain-preload", required=True,
+                    help="libdpshim.so and the reference loader's adapter")
+    ap.add_argument("--vlmtrain-preload", required=True,
+                    help="libdpshim.so and the VLM loader's and encoder's "
+                    "adapters")
     ap.add_argument("--reftrain", required=True)
     ap.add_argument("--vlmtrain", required=True)
     ap.add_argument("--hosts", type=int, default=2)

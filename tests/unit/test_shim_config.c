@@ -2,8 +2,7 @@
  * forms of every variable, and the bad ones, each rejected with
  * DPSHIM_EINVAL and a one-line message naming the variable, the value and
  * what is expected. dpshim__config_is_warmup(). The table: dump -> parse
- * round trips, the agreement hash, and the README's table against the
- * code's. */
+ * round trips and the agreement hash. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -894,61 +893,6 @@ Test(shim_config, hash_differs_for_different_values) {
   env_set(DPSHIM_ENV_WARMUP, "2-10,12");
   parse_ok();
   cr_assert_neq(dpshim__config_hash(&a), dpshim__config_hash(&cfg));
-}
-
-/* ---- the README's table -------------------------------------------------- */
-
-static char *read_readme(void) {
-  FILE *f = fopen(DPSHIM_SOURCE_ROOT "/README.md", "rb");
-  cr_assert_not_null(f, "cannot open %s/README.md", DPSHIM_SOURCE_ROOT);
-  static char text[1 << 20];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  fclose(f);
-  text[n] = 0;
-  return text;
-}
-
-/* Cell `k` (0-based) of table row `line`, without blanks and backticks. */
-static void readme_cell(const char *line, int k, char *out, size_t cap) {
-  const char *p = line + 1; /* past the leading '|' */
-  for (; k > 0; k--) {
-    p = strchr(p, '|');
-    cr_assert_not_null(p, "row has too few cells: %.80s", line);
-    p++;
-  }
-  size_t n = 0;
-  for (; *p && *p != '|' && *p != '\n'; p++)
-    if (*p != '`' && n + 1 < cap) out[n++] = *p;
-  while (n && out[n - 1] == ' ') n--;
-  out[n] = 0;
-  memmove(out, out + strspn(out, " "), strlen(out + strspn(out, " ")) + 1);
-}
-
-Test(shim_config, readme_table_matches_the_code) {
-  const char *p = strstr(read_readme(), "\n### Configuration\n");
-  cr_assert_not_null(p, "README has no ### Configuration");
-  const char *none = "\xe2\x80\x94"; /* an em dash: no default, no flag */
-  int seen[64] = {0}, rows = 0;
-  for (p = strchr(p + 1, '\n') + 1; *p && *p != '#'; p = strchr(p, '\n') + 1) {
-    if (*p != '|' || !strncmp(p, "|---", 4) || !strncmp(p, "| variable", 10))
-      continue;
-    char name[128], def[128], flag[128];
-    readme_cell(p, 0, name, sizeof name);
-    readme_cell(p, 1, def, sizeof def);
-    readme_cell(p, 3, flag, sizeof flag);
-    int32_t i = 0;
-    int32_t n = dpshim__config_nvars();
-    while (i < n && strcmp(dpshim__config_var(i)->name, name)) i++;
-    cr_assert_lt(i, n, "README lists %s; the code does not", name);
-    const dpshim__config_var_t *v = dpshim__config_var(i);
-    cr_assert_str_eq(def, v->def ? v->def : none, "%s's default", name);
-    cr_assert_str_eq(flag, v->flag ? v->flag : none, "%s's flag", name);
-    cr_assert_eq(seen[i]++, 0, "README lists %s twice", name);
-    rows++;
-  }
-  for (int32_t i = 0; i < dpshim__config_nvars(); i++)
-    cr_assert(seen[i], "README's table lacks %s", dpshim__config_var(i)->name);
-  cr_assert_eq(rows, dpshim__config_nvars());
 }
 
 /* The ViT-level balance's settings: read, defaulted, refused alike. */

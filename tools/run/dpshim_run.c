@@ -22,13 +22,15 @@
 #define PROG "dpshim-run"
 #define NVARS_MAX 64
 
-/* The Python hook's own settings (python/dpshim/autowrap.py): not the
+/* The Python hook's own settings (tools/python/dpshim/autowrap.py): not the
  * shim's, so not in its table; forwarded to the ranks from the
  * environment. */
 static const char *const py_vars[] = {"DPSHIM_PY_WRAP", "DPSHIM_PY_CU_KEY",
                                       "DPSHIM_PY_TOKEN_KEYS",
                                       "DPSHIM_PY_SAMPLE_KEYS"};
 #define NPY_VARS ((int)(sizeof py_vars / sizeof *py_vars))
+
+#define MAX_ADAPTERS 8
 
 /* A setting per variable: from the environment, then the command line. */
 typedef struct settings {
@@ -39,6 +41,8 @@ typedef struct settings {
 typedef struct options {
   settings_t set;
   const char *lib;
+  const char *adapters[MAX_ADAPTERS]; /* --adapter, as given */
+  int nadapters;
   int dry_run;
   char **command; /* NULL-terminated */
   int ncommand;
@@ -100,6 +104,10 @@ static void help(void) {
          "Options:\n"
          "  --lib PATH   the libdpshim.so to preload [default: %s when run\n"
          "               from the build tree, else %s]\n"
+         "  --adapter NAME|PATH\n"
+         "               an adapter library to preload after it (repeatable):\n"
+         "               a path, or NAME for libdpshim_NAME.so (from the build\n"
+         "               tree: %s; else in %s)\n"
          "  --dry-run    print the command with its settings; run nothing\n"
          "  --help       this text\n"
          "\n"
@@ -120,7 +128,8 @@ static void help(void) {
          "DPSHIM_* variables already in the environment count too; a flag\n"
          "overrides one. The exit status is the command's (2: bad usage or\n"
          "configuration, 127: the command could not be run).\n",
-         DPSHIM_BUILD_LIB, DPSHIM_INSTALLED_LIB, DPSHIM_BUILD_BOOT,
+         DPSHIM_BUILD_LIB, DPSHIM_INSTALLED_LIB, DPSHIM_BUILD_ADAPTER_NAMES,
+         DPSHIM_INSTALLED_ADAPTERS, DPSHIM_BUILD_BOOT,
          DPSHIM_BUILD_PYTHON, DPSHIM_INSTALLED_BOOT, DPSHIM_INSTALLED_PYTHON);
 }
 
@@ -263,6 +272,13 @@ static void parse_args(options_t *o, int argc, char **argv) {
       o->lib = a[5] == '=' ? a + 6 : (k + 1 < argc ? argv[++k] : NULL);
       if (!o->lib || !*o->lib) usage_error("%s: expected a path", "--lib");
       k++;
+    } else if (!strcmp(a, "--adapter") || !strncmp(a, "--adapter=", 10)) {
+      const char *v = a[9] == '=' ? a + 10 : (k + 1 < argc ? argv[++k] : NULL);
+      if (!v || !*v) usage_error("%s: expected a name or a path", "--adapter");
+      if (o->nadapters == MAX_ADAPTERS)
+        usage_error("--adapter: at most %d", MAX_ADAPTERS);
+      o->adapters[o->nadapters++] = v;
+      k++;
     } else if (batch_size_flag("--global-batch-size", argv, argc, &k,
                                &o->global_batch) ||
                batch_size_flag("--micro-batch-size", argv, argc, &k,
@@ -379,6 +395,46 @@ static const char *find_lib(const char *given) {
   return in_build_tree() ? DPSHIM_BUILD_LIB : DPSHIM_INSTALLED_LIB;
 }
 
+/* An adapter's file: a path as given; a name, as libdpshim_NAME.so beside
+ * the reference tools when this is the build tree's dpshim-run
+ * (DPSHIM_BUILD_ADAPTERS: "name=path,..."), else in the installed
+ * library's directory. */
+static char *find_adapter(const char *given) {
+  if (strchr(given, '/')) return format("%s%s", given, "");
+  if (!in_build_tree())
+    return format(DPSHIM_INSTALLED_ADAPTERS "/libdpshim_%s.so%s", given, "");
+  size_t n = strlen(given);
+  for (const char *p = DPSHIM_BUILD_ADAPTERS; *p;) {
+    const char *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    if (!strncmp(p, given, n) && p[n] == '=') {
+      char *path = format("%s%s", p + n + 1, "");
+      path[end - (p + n + 1)] = '\0';
+      return path;
+    }
+    p = *end ? end + 1 : end;
+  }
+  usage_error("--adapter %s: no such adapter in the build tree (%s), and no "
+              "path given", given, DPSHIM_BUILD_ADAPTER_NAMES);
+}
+
+/* What goes before the ranks' own LD_PRELOAD: the shim, then each
+ * adapter, each checked readable. */
+static char *find_preload(const options_t *o) {
+  const char *lib = find_lib(o->lib);
+  char *list = format("%s%s", lib, "");
+  for (int k = 0; k < o->nadapters; k++) {
+    char *path = find_adapter(o->adapters[k]);
+    if (access(path, R_OK) != 0) {
+      fprintf(stderr, PROG ": --adapter %s: cannot read %s: %s\n",
+              o->adapters[k], path, strerror(errno));
+      exit(2);
+    }
+    list = format("%s:%s", list, path);
+  }
+  return list;
+}
+
 /* ---- the command ----------------------------------------------------------- */
 
 static int is_launcher(const char *cmd) {
@@ -388,10 +444,11 @@ static int is_launcher(const char *cmd) {
          !strcmp(base, "orterun") || !strcmp(base, "prterun");
 }
 
-/* LD_PRELOAD for the ranks: the shim first, then what was there. */
-static char *preload_value(const char *lib) {
+/* LD_PRELOAD for the ranks: the shim and its adapters first, then what
+ * was there. */
+static char *preload_value(const char *ours) {
   const char *old = getenv("LD_PRELOAD");
-  return old && *old ? format("%s:%s", lib, old) : format("%s%s", lib, "");
+  return old && *old ? format("%s:%s", ours, old) : format("%s%s", ours, "");
 }
 
 /* Whether the command runs python: a word named python* (python3,
@@ -440,7 +497,7 @@ static char **extra_vars(const options_t *o) {
 
 /* argv to exec: the launcher with -x per setting, or the command as given
  * (its settings then go in the environment). */
-static char **build_argv(const options_t *o, const char *lib) {
+static char **build_argv(const options_t *o, const char *ours) {
   int n = o->ncommand + 2 * (dpshim__config_nvars() + NPY_VARS + 2) + 2;
   int m = 0;
   char **argv = calloc((size_t)n, sizeof *argv);
@@ -453,7 +510,7 @@ static char **build_argv(const options_t *o, const char *lib) {
   else argv[m++] = o->command[k++];
   if (is_launcher(argv[0])) {
     argv[m++] = "-x";
-    argv[m++] = format("LD_PRELOAD=%s%s", preload_value(lib), "");
+    argv[m++] = format("LD_PRELOAD=%s%s", preload_value(ours), "");
     for (int32_t i = 0; i < dpshim__config_nvars(); i++) {
       if (!o->set.value[i]) continue;
       argv[m++] = "-x";
@@ -484,11 +541,12 @@ static void print_quoted(const char *w) {
   putchar('\'');
 }
 
-static void print_command(const options_t *o, const char *lib, char **argv) {
+static void print_command(const options_t *o, const char *ours,
+                          char **argv) {
   int first = 1;
   if (!is_launcher(argv[0])) {
     printf("env ");
-    print_quoted(format("LD_PRELOAD=%s%s", preload_value(lib), ""));
+    print_quoted(format("LD_PRELOAD=%s%s", preload_value(ours), ""));
     for (int32_t i = 0; i < dpshim__config_nvars(); i++)
       if (o->set.value[i]) {
         putchar(' ');
@@ -522,21 +580,22 @@ int main(int argc, char **argv) {
   validate(&o.set, &cfg); /* the derived value, checked as the shim will */
   validate_python();
   o.extra = extra_vars(&o);
-  const char *lib = find_lib(o.lib);
-  if (access(lib, R_OK) != 0) {
-    fprintf(stderr, PROG ": cannot read %s: %s (give --lib PATH)\n", lib,
+  const char *shim = find_lib(o.lib);
+  if (access(shim, R_OK) != 0) {
+    fprintf(stderr, PROG ": cannot read %s: %s (give --lib PATH)\n", shim,
             strerror(errno));
     return 2;
   }
-  char **cmd = build_argv(&o, lib);
+  const char *ours = find_preload(&o);
+  char **cmd = build_argv(&o, ours);
   if (o.dry_run) {
-    print_command(&o, lib, cmd);
+    print_command(&o, ours, cmd);
     return 0;
   }
   /* PYTHONPATH goes in the launcher's environment too: a `-x PYTHONPATH`
    * later in the command then exports the same value. */
   for (char **v = o.extra; *v; v++) putenv(*v);
-  if (!is_launcher(cmd[0])) setenv("LD_PRELOAD", preload_value(lib), 1);
+  if (!is_launcher(cmd[0])) setenv("LD_PRELOAD", preload_value(ours), 1);
   fflush(stdout);
   execvp(cmd[0], cmd);
   fprintf(stderr, PROG ": cannot run '%s': %s\n", cmd[0], strerror(errno));

@@ -10,7 +10,7 @@
  * shared memory, so the fitted numbers describe that machine, not a fabric;
  * CPU work is slowed by ranks/cores (--cores, default this machine's).
  *
- * Runs across hosts (tests/multihost/figures.py --calibration) say so:
+ * Runs across hosts (tools/multihost/figures.py --calibration) say so:
  * "ranks_per_host" (per run, or for all at the top level), "topology" (the
  * shim's DPSHIM_TOPOLOGY, 1 unless given) and "link_gbs" (the rate the
  * hosts' links were shaped to, GB/s; absent: unshaped). They are simulated

@@ -2,7 +2,7 @@
 torch DataLoader yields is balanced across the DP ranks, with no change to
 the trainer.
 
-dpshim-run puts python/boot (only a sitecustomize.py) and this package on
+dpshim-run puts tools/python/boot (only a sitecustomize.py) and this package on
 PYTHONPATH. That sitecustomize calls install() when libdpshim.so is in
 LD_PRELOAD, DPSHIM_VLM_BALANCE is on and DPSHIM_PY_WRAP is not off; else it
 does nothing at all. install() imports nothing: a finder on sys.meta_path

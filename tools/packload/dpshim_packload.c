@@ -1,6 +1,7 @@
-/* The reference loader's adapter: packload_next() interposed on the public
- * adapter API (<dpshim/adapter.h>, <dpshim/batch.h>), like any third-party
- * adapter; it is linked into libdpshim.so so that one preload does it.
+/* libdpshim_packload.so, the reference loader's adapter: packload_next()
+ * interposed on the public adapter API (<dpshim/adapter.h>,
+ * <dpshim/batch.h>), like any third-party adapter; preloaded beside
+ * libdpshim.so (dpshim-run --adapter packload).
  *
  * This works because the trainer calls packload_next() in libpackload.so
  * across a shared-object boundary; a call inside one object cannot be

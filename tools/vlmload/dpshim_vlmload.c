@@ -1,7 +1,8 @@
-/* The reference VLM loader's adapter: vlmload_next() interposed on the
- * public API (<dpshim/adapter.h>, <dpshim/vlm.h>), like any third-party
- * adapter; linked into libdpshim.so so that one preload does it. Each
- * layout is described by its pointers, as a user with such batches would. */
+/* libdpshim_vlmload.so, the reference VLM loader's adapter: vlmload_next()
+ * interposed on the public API (<dpshim/adapter.h>, <dpshim/vlm.h>), like
+ * any third-party adapter; preloaded beside libdpshim.so (dpshim-run
+ * --adapter vlmload). Each layout is described by its pointers, as a user
+ * with such batches would. */
 #include "dpshim/adapter.h"
 #include "dpshim/vlm.h"
 #include "vlmload.h"

@@ -20,13 +20,12 @@ import argparse
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mpi"))
-from hosts import Hosts  # noqa: E402
-from mpitest import read_jsonl, run  # noqa: E402
+from hosts import Hosts
 
 # The workload: reftrain's and the shim's settings, and what the simulator
 # replays. DPSHIM_WARMUP_ITERS is steps 2..WARMUP_LAST (1-based).
@@ -40,6 +39,36 @@ RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8,
               "tibit": 1024 ** 4 / 8, "bps": 1, "kbps": 1e3, "mbps": 1e6,
               "gbps": 1e9, "tbps": 1e12, "kibps": 1024, "mibps": 1024 ** 2,
               "gibps": 1024 ** 3, "tibps": 1024 ** 4}
+
+
+def run(cmd, env, preload, timeout):
+    """(rc, stdout, stderr) of cmd with env and LD_PRELOAD (when preload)
+    set; the caller's own DPSHIM_* and LD_PRELOAD do not reach the ranks.
+    Past `timeout` seconds the run is killed whole and rc is 124."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("DPSHIM_") and k != "LD_PRELOAD"}
+    full.update(env, OMPI_ALLOW_RUN_AS_ROOT="1",
+                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if preload:
+        full["LD_PRELOAD"] = preload
+    p = subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return 124, out, err + "\nkilled after %d s" % timeout
+
+
+def read_jsonl(path):
+    """The JSON lines of a file; [] when it does not exist."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def rate_gbs(rate):
@@ -82,7 +111,9 @@ def main():
            "--time-scale", str(TIME_SCALE), "--seed", str(SEED),
            "--steps", str(STEPS), "--grad-bytes", str(GRAD_BYTES),
            "--micro-batches", str(MICRO_BATCHES)]
-    shim = os.path.join(args.build, "shim", "libdpshim.so")
+    shim = ":".join(os.path.join(args.build, *p) for p in (
+        ("shim", "libdpshim.so"),
+        ("tools", "packload", "libdpshim_packload.so")))
     runs = []
     with Hosts(H, tag="fig", rate=args.rate) as hosts, \
             tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,8 @@
-/* The reference vision encoder's adapter: libvit.so's vit_forward(),
- * vit_backward() and vit_saved_free() interposed on the public API
- * (<dpshim/adapter.h>, <dpshim/encoder.h>), like any third-party adapter;
- * linked into libdpshim.so so that one preload does it.
+/* libdpshim_vit.so, the reference vision encoder's adapter: libvit.so's
+ * vit_forward(), vit_backward() and vit_saved_free() interposed on the
+ * public API (<dpshim/adapter.h>, <dpshim/encoder.h>), like any
+ * third-party adapter; preloaded beside libdpshim.so (dpshim-run
+ * --adapter vit).
  *
  * A forward's `saved` handed to the trainer is the shim's key for it, so
  * the backward finds its forward whichever rank encoded the images. The
