@@ -7,11 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "batch_view.h"
 #include "hash.h"
 #include "policy.h"
 
-#define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
+#define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define RECORD(slot) (sizeof(header_t) + (slot))
 
 /* What each rank tells the others before anything else. */
@@ -50,8 +51,7 @@ struct dpshim__balancer {
   size_t *counts;   /* [3 * size]: gather, send, receive bytes */
   int64_t *bytes;   /* [2 * size]: every rank's bytes sent, received */
   int64_t *first;   /* [size + 1]: each rank's first sample in the group */
-  int32_t *status;  /* [size] */
-  char *messages;   /* [size * MESSAGE_BYTES] */
+  dpshim__agree_t agree;
   uint64_t *checks; /* [3 * size]: verify's plan hash, sent, received */
   double *notes;    /* [size * DPSHIM__NOTES] */
   /* Each rank's header travels with its samples' metas when they fit in
@@ -97,8 +97,7 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->counts);
   free(b->bytes);
   free(b->first);
-  free(b->status);
-  free(b->messages);
+  dpshim__agree_free(&b->agree);
   free(b->checks);
   free(b->use);
   free(b->room);
@@ -142,8 +141,6 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
   b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
   b->first = calloc((size_t)size + 1, sizeof *b->first);
-  b->status = calloc((size_t)size, sizeof *b->status);
-  b->messages = calloc((size_t)size, MESSAGE_BYTES);
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
   b->use = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->use);
   b->room = calloc((size_t)size * (DPSHIM__MAX_FIELDS + 1), sizeof *b->room);
@@ -152,9 +149,8 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
   if (b->history && b->headers && b->counts && b->bytes && b->first &&
-      b->status &&
-      b->messages && b->checks && b->use && b->room && b->notes && b->post &&
-      b->board)
+      dpshim__agree_reserve(&b->agree, size) == 0 && b->checks && b->use &&
+      b->room && b->notes && b->post && b->board)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -163,29 +159,17 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
 
 /* ---- agreement ------------------------------------------------------------ */
 
-/* b->status holds every rank's status. The first failing rank's message
- * becomes everyone's, naming that rank by its id. Returns its status, or 0. */
+/* The statuses gathered with the headers, settled (agree.h). */
 static int settle(dpshim__balancer_t *b, dpshim__comm_t *comm,
                   const char *mine, dpshim__balance_report_t *rep) {
-  int32_t bad = -1;
-  for (int32_t r = 0; r < comm->size && bad < 0; r++)
-    if (b->status[r] != 0) bad = r;
-  if (bad < 0) return 0;
-  char msg[MESSAGE_BYTES] = {0};
-  snprintf(msg, sizeof msg, "%s", b->status[comm->rank] ? mine : "");
-  int rc = comm->ops->allgather(comm, msg, sizeof msg, b->messages);
-  if (rc < 0) return rc;
-  snprintf(rep->message, sizeof rep->message, "rank %d: %s",
-           (int)b->headers[bad].id, b->messages + (size_t)bad * MESSAGE_BYTES);
-  return b->status[bad];
+  return dpshim__agree_settle(&b->agree, comm, mine, rep->message,
+                              sizeof rep->message);
 }
 
-/* Every rank learns whether any rank failed: a one-sided error would leave
- * the others waiting in the next collective. */
 static int agree(dpshim__balancer_t *b, dpshim__comm_t *comm, int32_t status,
                  const char *mine, dpshim__balance_report_t *rep) {
-  int rc = comm->ops->allgather(comm, &status, sizeof status, b->status);
-  return rc < 0 ? rc : settle(b, comm, mine, rep);
+  return dpshim__agree(&b->agree, comm, status, mine, rep->message,
+                       sizeof rep->message);
 }
 
 /* ---- gathering ------------------------------------------------------------ */
@@ -326,7 +310,7 @@ static void read_board(dpshim__balancer_t *b) {
            sizeof(header_t));
     memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
            sizeof b->headers[r].note);
-    b->status[r] = b->headers[r].status;
+    b->agree.status[r] = b->headers[r].status;
   }
 }
 
@@ -580,7 +564,7 @@ static const char *skip_reason(dpshim__balancer_t *b,
 }
 
 static const char *precheck(dpshim__balancer_t *b) {
-  int32_t *counts = b->status; /* free once settled */
+  int32_t *counts = b->agree.status; /* free once settled */
   for (int32_t r = 0; r < b->size; r++) counts[r] = b->headers[r].nsamples;
   return dpshim__policy_precheck(counts, b->size);
 }

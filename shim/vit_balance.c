@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "hash.h"
 #include "vit_flight.h"
 
-#define MESSAGE_BYTES 160 /* a rank's own error, gathered only on error */
+#define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define MAX_IN DPSHIM_ENCODER_MAX_INPUTS
 
 /* What each rank says before anything else, at every grouped call. */
@@ -55,8 +56,7 @@ struct dpshim__vit {
   dpshim__vit_planner_t planner;
   int32_t size;
   header_t *headers;
-  char *messages;    /* [size * MESSAGE_BYTES] */
-  int32_t *status;   /* [size] */
+  dpshim__agree_t agree;
   int64_t *first;    /* [size + 1] */
   size_t *counts;    /* [2 * size]: send, receive */
   wire_t *wire;      /* gathered images */
@@ -70,13 +70,10 @@ struct dpshim__vit {
 
 static void free_rank_arrays(dpshim__vit_t *v) {
   free(v->headers);
-  free(v->messages);
-  free(v->status);
+  dpshim__agree_free(&v->agree);
   free(v->first);
   free(v->counts);
   v->headers = NULL;
-  v->messages = NULL;
-  v->status = NULL;
   v->first = NULL;
   v->counts = NULL;
 }
@@ -89,11 +86,10 @@ int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm) {
   if (!comm) return 0;
   size_t n = (size_t)comm->size;
   v->headers = calloc(n, sizeof *v->headers);
-  v->messages = calloc(n, MESSAGE_BYTES);
-  v->status = calloc(n, sizeof *v->status);
   v->first = calloc(n + 1, sizeof *v->first);
   v->counts = calloc(2 * n, sizeof *v->counts);
-  if (!v->headers || !v->messages || !v->status || !v->first || !v->counts) {
+  if (!v->headers || !v->first || !v->counts ||
+      dpshim__agree_reserve(&v->agree, comm->size) < 0) {
     free_rank_arrays(v);
     return DPSHIM_ENOMEM;
   }
@@ -184,36 +180,30 @@ static void comm_failed(dpshim__vit_t *v, int rc, dpshim__vit_report_t *rep) {
            "off", dpshim_strerror(rc));
 }
 
-/* v->status holds every rank's: the first failing rank's message becomes
- * everyone's. Returns 1 when some rank failed. */
-static int settle(dpshim__vit_t *v, const char *mine,
+/* An agreed outcome (agree.h) into the report: 1 when some rank failed
+ * (the call then runs where it is made), the balance off when the
+ * agreement's own collective failed. */
+static int agreed(dpshim__vit_t *v, int rc, const char *said,
                   dpshim__vit_report_t *rep) {
-  int32_t bad = -1;
-  for (int32_t r = 0; r < v->size && bad < 0; r++)
-    if (v->status[r] != 0) bad = r;
-  if (bad < 0) return 0;
-  char msg[MESSAGE_BYTES] = {0};
-  snprintf(msg, sizeof msg, "%s", v->status[v->comm->rank] ? mine : "");
-  int rc = v->comm->ops->allgather(v->comm, msg, sizeof msg, v->messages);
-  if (rc < 0) {
-    comm_failed(v, rc, rep);
-    return 1;
-  }
-  snprintf(rep->message, sizeof rep->message, "ViT: rank %d: %s",
-           (int)v->headers[bad].id, v->messages + (size_t)bad * MESSAGE_BYTES);
-  return 1;
+  if (rc == DPSHIM_EMPI) comm_failed(v, rc, rep);
+  else if (rc < 0)
+    snprintf(rep->message, sizeof rep->message, "ViT: %s", said);
+  return rc < 0;
 }
 
-/* Every rank learns whether any rank failed. Returns 1 when one did. */
+/* The statuses gathered with the headers, settled. */
+static int settle(dpshim__vit_t *v, const char *mine,
+                  dpshim__vit_report_t *rep) {
+  char said[MESSAGE_BYTES];
+  int rc = dpshim__agree_settle(&v->agree, v->comm, mine, said, sizeof said);
+  return agreed(v, rc, said, rep);
+}
+
 static int agree(dpshim__vit_t *v, int32_t status, const char *mine,
                  dpshim__vit_report_t *rep) {
-  int rc = v->comm->ops->allgather(v->comm, &status, sizeof status,
-                                   v->status);
-  if (rc < 0) {
-    comm_failed(v, rc, rep);
-    return 1;
-  }
-  return settle(v, mine, rep);
+  char said[MESSAGE_BYTES];
+  int rc = dpshim__agree(&v->agree, v->comm, status, mine, said, sizeof said);
+  return agreed(v, rc, said, rep);
 }
 
 static int encoder_call(int32_t kind) { return kind <= DPSHIM__VIT_RELEASE; }
@@ -263,7 +253,8 @@ static int gather_headers(dpshim__vit_t *v, header_t *h, const char *mine,
     say_out_of_step(v, r, rep);
     return 0;
   }
-  for (int32_t q = 0; q < v->size; q++) v->status[q] = v->headers[q].status;
+  for (int32_t q = 0; q < v->size; q++)
+    v->agree.status[q] = v->headers[q].status;
   return !settle(v, mine, rep);
 }
 
