@@ -6,11 +6,14 @@
 #include <string.h>
 
 #include "agree.h"
-#include "hash.h"
+#include "encoder_view.h"
 #include "vit_flight.h"
 
 #define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define MAX_IN DPSHIM_ENCODER_MAX_INPUTS
+
+typedef dpshim__wire_t wire_t;
+typedef dpshim__shape_t shape_t;
 
 /* What each rank says before anything else, at every grouped call. */
 typedef struct header {
@@ -20,19 +23,6 @@ typedef struct header {
   uint64_t shape; /* a hash of the call's buffers' row sizes */
   int64_t room;   /* gathered images its arrays hold without allocating */
 } header_t;
-
-/* One image as the group gathers it: its bytes in each buffer. */
-typedef struct wire {
-  int64_t patches, patches_sq;
-  int64_t in[MAX_IN];
-  int64_t out, grad; /* output, and grad_input's gradient */
-} wire_t;
-
-/* The row sizes of a call's buffers. */
-typedef struct shape {
-  int32_t ninputs, grad_input;
-  size_t in_row[MAX_IN], out_row;
-} shape_t;
 
 /* What this rank keeps of a forward until its backward. */
 typedef struct pass {
@@ -260,95 +250,6 @@ static int gather_headers(dpshim__vit_t *v, header_t *h, const char *mine,
 
 /* ---- a call's shape ------------------------------------------------------ */
 
-static int check_buffer(const dpshim_encoder_buffer_t *b, int32_t count,
-                        const char *what, char *msg) {
-  if (b->row_bytes < 1) {
-    snprintf(msg, MESSAGE_BYTES, "%s row_bytes 0: expected >= 1", what);
-    return DPSHIM_EINVAL;
-  }
-  if (count > 0 && !b->rows) {
-    snprintf(msg, MESSAGE_BYTES, "%s rows is NULL: expected [count]", what);
-    return DPSHIM_EINVAL;
-  }
-  int64_t total = 0;
-  for (int32_t i = 0; i < count; i++) {
-    if (b->rows[i] < 0 || b->rows[i] > ((int64_t)1 << 40)) {
-      snprintf(msg, MESSAGE_BYTES, "%s rows[%d] = %lld: expected 0 .. 2^40",
-               what, (int)i, (long long)b->rows[i]);
-      return DPSHIM_EINVAL;
-    }
-    total += b->rows[i];
-  }
-  if (total > 0 && !b->data) {
-    snprintf(msg, MESSAGE_BYTES, "%s data is NULL", what);
-    return DPSHIM_EINVAL;
-  }
-  return 0;
-}
-
-/* Whether this rank can describe its call; the reason in msg if not. */
-static int check_call(const dpshim_encoder_call_t *c, char *msg) {
-  if (!c) return snprintf(msg, MESSAGE_BYTES, "call is NULL"), DPSHIM_EINVAL;
-  if (c->invalid)
-    return snprintf(msg, MESSAGE_BYTES, "%s", c->invalid), DPSHIM_EINVAL;
-  if (c->count < 0 || c->ninputs < 1 || c->ninputs > MAX_IN ||
-      c->grad_input < -1 || c->grad_input >= c->ninputs) {
-    snprintf(msg, MESSAGE_BYTES,
-             "count %d, ninputs %d, grad_input %d: expected count >= 0, "
-             "ninputs 1..%d, grad_input -1..ninputs-1", (int)c->count,
-             (int)c->ninputs, (int)c->grad_input, MAX_IN);
-    return DPSHIM_EINVAL;
-  }
-  if (c->count > 0 && !c->patches)
-    return snprintf(msg, MESSAGE_BYTES, "patches is NULL"), DPSHIM_EINVAL;
-  for (int32_t i = 0; i < c->count; i++) {
-    int64_t l = c->patches[i], sq = c->patches_sq ? c->patches_sq[i] : l * l;
-    if (l < 0 || l > ((int64_t)1 << 31)) {
-      snprintf(msg, MESSAGE_BYTES, "patches[%d] = %lld: expected 0 .. 2^31",
-               (int)i, (long long)l);
-      return DPSHIM_EINVAL;
-    }
-    if (sq < 0 || (l > 0 && sq / l > l)) {
-      snprintf(msg, MESSAGE_BYTES, "patches_sq[%d] = %lld: expected 0 .. "
-               "patches^2", (int)i, (long long)sq);
-      return DPSHIM_EINVAL;
-    }
-  }
-  char what[64];
-  for (int32_t k = 0; k < c->ninputs; k++) {
-    snprintf(what, sizeof what, "input %d ('%.24s')", (int)k,
-             c->input[k].name ? c->input[k].name : "?");
-    if (check_buffer(&c->input[k], c->count, what, msg) < 0)
-      return DPSHIM_EINVAL;
-  }
-  return check_buffer(&c->output, c->count, "output", msg);
-}
-
-static shape_t shape_of(const dpshim_encoder_call_t *c) {
-  shape_t s = {.ninputs = c->ninputs, .grad_input = c->grad_input,
-               .out_row = c->output.row_bytes};
-  for (int32_t k = 0; k < c->ninputs; k++) s.in_row[k] = c->input[k].row_bytes;
-  return s;
-}
-
-static uint64_t shape_hash(const shape_t *s) {
-  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, &s->ninputs, sizeof s->ninputs);
-  h = dpshim__fnv(h, &s->grad_input, sizeof s->grad_input);
-  h = dpshim__fnv(h, s->in_row, sizeof s->in_row);
-  return dpshim__fnv(h, &s->out_row, sizeof s->out_row);
-}
-
-static wire_t wire_of(const dpshim_encoder_call_t *c, int32_t i) {
-  wire_t w = {.patches = c->patches[i],
-              .patches_sq = c->patches_sq ? c->patches_sq[i]
-                                          : c->patches[i] * c->patches[i],
-              .out = c->output.rows[i] * (int64_t)c->output.row_bytes};
-  for (int32_t k = 0; k < c->ninputs; k++)
-    w.in[k] = c->input[k].rows[i] * (int64_t)c->input[k].row_bytes;
-  if (c->grad_input >= 0) w.grad = w.in[c->grad_input];
-  return w;
-}
-
 /* ---- the group's images and plan ----------------------------------------- */
 
 static int grow(void *pp, size_t *cap, size_t n, size_t elem) {
@@ -394,7 +295,7 @@ static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
     v->counts[r] = (size_t)v->headers[r].count * sizeof(wire_t);
   /* v->mine holds as many as v->wire: room for this rank's, whose count
    * is part of n, without an agreement of its own. */
-  for (int32_t i = 0; i < c->count; i++) v->mine[i] = wire_of(c, i);
+  for (int32_t i = 0; i < c->count; i++) v->mine[i] = dpshim__call_wire(c, i);
   int rc = v->comm->ops->allgatherv(v->comm, v->mine, v->wire, v->counts);
   if (rc < 0) return comm_failed(v, rc, rep), 0;
   for (int64_t i = 0; i < n; i++) {
@@ -642,7 +543,7 @@ static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
   int failed = 0;
   int64_t nall = v->first[v->size], own = own_count(rt), kept, sent, encoded;
   p->me = rt->me;
-  p->shape = shape_of(call);
+  p->shape = dpshim__call_shape(call);
   p->wire = alloc((size_t)nall * sizeof *p->wire, &failed);
   b->order = alloc((size_t)own * sizeof *b->order, &failed);
   b->offset = alloc((size_t)own * sizeof *b->offset, &failed);
@@ -770,9 +671,9 @@ static int forward_grouped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                            dpshim__vit_report_t *rep, int *real) {
   header_t h = {.kind = DPSHIM__VIT_FORWARD, .status = status, .key = key};
   if (status == 0) {
-    shape_t s = shape_of(call);
+    shape_t s = dpshim__call_shape(call);
     h.count = call->count;
-    h.shape = shape_hash(&s);
+    h.shape = dpshim__shape_hash(&s);
   }
   if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep)) return 0;
   for (int32_t r = 0; r < v->size; r++)
@@ -803,7 +704,7 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   rep->kind = DPSHIM__VIT_FORWARD;
   *key = 0;
   char msg[MESSAGE_BYTES] = "";
-  int32_t status = check_call(call, msg);
+  int32_t status = dpshim__call_check(call, msg, MESSAGE_BYTES);
   pass_t *p = calloc(1, sizeof *p);
   if (!p && status == 0) {
     status = DPSHIM_ENOMEM;
