@@ -77,16 +77,6 @@ static int parse_options(int argc, char **argv, int rank, options_t *o) {
 
 /* ---- measurements -------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Sorts v in place. */
-static double median(double *v, int64_t n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Separate send and receive buffers: an in-place sum would grow without
  * bound over the iterations. */
@@ -100,7 +90,7 @@ static double time_allreduce(const options_t *o, int count, double *t) {
     MPI_Allreduce(send, recv, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     t[i] = dpshim__tool_now_s() - t0;
   }
-  return 1e6 * median(t, o->iters);
+  return 1e6 * dpshim__tool_median(t, (size_t)o->iters);
 }
 
 static void pingpong_once(int rank, double *buf) {
@@ -125,7 +115,7 @@ static double time_pingpong(const options_t *o, int rank, double *t) {
       pingpong_once(rank, &buf);
       t[i] = dpshim__tool_now_s() - t0;
     }
-    us = 1e6 * median(t, o->iters);
+    us = 1e6 * dpshim__tool_median(t, (size_t)o->iters);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return us;

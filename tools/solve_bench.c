@@ -355,19 +355,6 @@ static void parse_options(int argc, char **argv, options_t *o) {
   if (o->dump_dir && !o->algos_given) o->nalgos = 0;
 }
 
-/* ---- small statistics ---------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Sorts v in place. */
-static double median(double *v, size_t n) {
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---- one instance -------------------------------------------------------- */
 
 /* Where lengths come from, and the name printed for it. */
@@ -544,7 +531,7 @@ static void solve(const options_t *o, instance_t *in, dpshim_algo_t algo,
       exit(1);
     }
   }
-  out->solve_us = median(in->rep_us, (size_t)o->reps);
+  out->solve_us = dpshim__tool_median(in->rep_us, (size_t)o->reps);
   describe(in, plan, out);
   out->bytes_inter_host = plan->bytes_inter_host;
   out->bytes_priced = plan->bytes_priced;
@@ -725,9 +712,11 @@ static void print_cell(const options_t *o, const char *profile, int32_t ranks,
   printf("{\"profile\":\"%s\",\"ranks\":%d,\"seeds\":%ld,\"samples\":%lld,"
          "\"algo\":\"%s\"", profile, ranks, seeds,
          (long long)((samples + seeds / 2) / seeds), dpshim_algo_name(algo));
-  put_num("makespan_over_lb", median(c->over_lb, n), "%.9g");
+  put_num("makespan_over_lb", dpshim__tool_median(c->over_lb, n),
+          "%.9g");
   put_num("makespan_over_lb_max", c->over_lb[n - 1], "%.9g");
-  put_num("makespan_over_lb_cap", median(c->over_lb_cap, n), "%.9g");
+  put_num("makespan_over_lb_cap", dpshim__tool_median(c->over_lb_cap, n),
+          "%.9g");
   put_num("makespan_over_lb_cap_max", c->over_lb_cap[n - 1], "%.9g");
   put_num("imbalance_before", c->imb_before / seeds, "%.6g");
   put_num("imbalance_after", c->imb_after / seeds, "%.6g");
@@ -748,7 +737,7 @@ static void print_cell(const options_t *o, const char *profile, int32_t ranks,
          (long long)c->cap_viol, (long long)c->cap_viol_orig,
          (long long)c->empty, (long long)c->applied);
   print_rows_fields(o, c->rows_viol, c->rows_viol_orig, c->skips);
-  put_num("solve_us", median(c->solve_us, n), "%.1f");
+  put_num("solve_us", dpshim__tool_median(c->solve_us, n), "%.1f");
   printf("}\n");
 }
 
@@ -791,7 +780,7 @@ static void summary_add(summary_t *s, const outcome_t *r) {
 
 static void print_summary(summary_t *s) {
   if (s->seed_at < 0 || s->default_at < 0 || s->n == 0) return;
-  double med = median(s->over_lb, (size_t)s->n);
+  double med = dpshim__tool_median(s->over_lb, (size_t)s->n);
   printf("{\"summary\":\"default_vs_seed\",\"instances\":%lld",
          (long long)s->n);
   put_num("moved_bytes_ratio_total",
@@ -807,7 +796,7 @@ static void print_summary(summary_t *s) {
   printf(",\"default_makespan_worse\":%lld", (long long)s->worse);
   put_num("default_over_lb_max", s->over_lb[s->n - 1], "%.9g");
   put_num("default_over_lb_median", med, "%.9g");
-  med = median(s->over_lb_cap, (size_t)s->n);
+  med = dpshim__tool_median(s->over_lb_cap, (size_t)s->n);
   put_num("default_over_lb_cap_max", s->over_lb_cap[s->n - 1], "%.9g");
   put_num("default_over_lb_cap_median", med, "%.9g");
   printf("}\n");

@@ -1,10 +1,13 @@
-/* timeutil: the monotonic clock the tools time and pace themselves with.
+/* timeutil: the monotonic clock the tools time and pace themselves with,
+ * and the median they report timings by.
  * Header-only, so that any tool directory can include it ("../timeutil.h")
  * without a new source in its meson target. Tools-internal. */
 #ifndef DPSHIM_TOOLS_TIMEUTIL_H
 #define DPSHIM_TOOLS_TIMEUTIL_H
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <time.h>
 
 /* Seconds on CLOCK_MONOTONIC: immune to wall-clock steps (NTP) mid-run. */
@@ -24,6 +27,17 @@ static inline void dpshim__tool_sleep_until(double t) {
   if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
   }
+}
+
+static inline int dpshim__tool_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[n], n >= 1; sorts v in place. */
+static inline double dpshim__tool_median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, dpshim__tool_cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 #endif

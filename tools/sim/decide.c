@@ -9,11 +9,6 @@
 #include "policy.h"
 #include "sim.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Solves reps times (the plan is the same each time); the median wall time
  * into *solve_s. */
 static int timed_solve(const dpshim_plan_input_t *in, int reps,
@@ -27,8 +22,7 @@ static int timed_solve(const dpshim_plan_input_t *in, int reps,
     t[k] = dpshim__tool_now_s() - t0;
     if (rc < 0) return rc;
   }
-  qsort(t, (size_t)reps, sizeof *t, cmp_double);
-  *solve_s = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  *solve_s = dpshim__tool_median(t, (size_t)reps);
   return 0;
 }
 

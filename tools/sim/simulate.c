@@ -168,50 +168,52 @@ static void draw_handoff(ctx_t *x, int64_t h, int32_t m) {
   }
 }
 
-/* Slot d's compute in step s: its slowest tp peer's. */
-static double slot_compute(const ctx_t *x, const double *secs, int32_t d,
-                           int64_t s) {
+/* Slot d's seconds over micro-batches m0 .. m0 + nm - 1 of step s, from
+ * secs[(m - m0) * P + d]: its slowest tp peer's, under noise. The one
+ * place a rank's compute becomes time. */
+static double slot_seconds(const ctx_t *x, const double *secs, int32_t d,
+                           int64_t s, int32_t m0, int32_t nm) {
   const sim_config_t *c = x->c;
   double worst = 0;
   for (int32_t t = 0; t < c->tp; t++) {
     double sum = 0;
-    for (int32_t m = 0; m < c->micro; m++)
-      sum += secs[(size_t)m * (size_t)x->P + (size_t)d] *
+    for (int32_t m = m0; m < m0 + nm; m++)
+      sum += secs[(size_t)(m - m0) * (size_t)x->P + (size_t)d] *
              sim_noise(c, d * c->tp + t, s, m);
     if (sum > worst) worst = sum;
   }
   return worst * c->time_scale / c->tp;
 }
 
-/* The slowest slot's compute, and max/mean - 1 into *imbalance. */
-static double compute_max(const ctx_t *x, const double *secs, int64_t s,
-                          double *imbalance) {
+/* The slowest slot's seconds over those micro-batches; their mean into
+ * *mean. */
+static double slots_max(const ctx_t *x, const double *secs, int64_t s,
+                        int32_t m0, int32_t nm, double *mean) {
   double max = 0, sum = 0;
   for (int32_t d = 0; d < x->P; d++) {
-    double t = slot_compute(x, secs, d, s);
+    double t = slot_seconds(x, secs, d, s, m0, nm);
     sum += t;
     if (t > max) max = t;
   }
-  *imbalance = sum > 0 ? max / (sum / x->P) - 1 : 0;
+  *mean = sum / x->P;
+  return max;
+}
+
+/* The slowest slot's compute over the step, and max/mean - 1 into
+ * *imbalance. */
+static double compute_max(const ctx_t *x, const double *secs, int64_t s,
+                          double *imbalance) {
+  double mean, max = slots_max(x, secs, s, 0, x->c->micro, &mean);
+  *imbalance = mean > 0 ? max / mean - 1 : 0;
   return max;
 }
 
 /* One micro-batch's phase of a synchronised step: each slot's seconds
- * secs[P] (its slowest tp peer's, under noise); the slowest slot's, and
- * max - mean into *wait. */
+ * secs[P]; the slowest slot's, and max - mean into *wait. */
 static double phase_max(const ctx_t *x, const double *secs, int64_t s,
                         int32_t m, double *wait) {
-  const sim_config_t *c = x->c;
-  double max = 0, sum = 0;
-  for (int32_t d = 0; d < x->P; d++) {
-    double worst = 0;
-    for (int32_t t = 0; t < c->tp; t++)
-      worst = fmax(worst, secs[d] * sim_noise(c, d * c->tp + t, s, m));
-    worst *= c->time_scale / c->tp;
-    sum += worst;
-    max = fmax(max, worst);
-  }
-  *wait = max - sum / x->P;
+  double mean, max = slots_max(x, secs, s, m, 1, &mean);
+  *wait = max - mean;
   return max;
 }
 
