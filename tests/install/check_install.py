@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "mpi"))
+                                "..", "include"))
 from mpitest import check, outcome  # noqa: E402
 
 TOOLS = ("dpshim-run", "dpshim-report", "dpshim-solve-bench", "dpshim-sim",

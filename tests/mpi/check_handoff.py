@@ -37,6 +37,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
+
 from mpitest import HANG_RC, MPIRUN, check, failures, run
 
 STEPS = 8

@@ -72,10 +72,14 @@ Exit status 0 when every check holds; each failed check prints one line.
 import argparse
 import collections
 import json
+import os
 import re
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
 
 from mpitest import (HANG_RC, MPIRUN, check, check_plans_applied, failures,
                      read_jsonl, run)

@@ -35,6 +35,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
+
 from mpitest import (MPIRUN, check, check_plans_applied, outcome,
                      read_jsonl, run)
 

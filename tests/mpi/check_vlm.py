@@ -28,9 +28,13 @@ read the same data and must stay identical. Exit status 0 when every check holds
 """
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
 
 from mpitest import (HANG_RC, MPIRUN, check, check_plans_applied, failures,
                      read_jsonl, run)

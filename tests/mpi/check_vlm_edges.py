@@ -23,8 +23,12 @@ rows-cap: packs hold at most half the image rows (patch rows, tiles) of
 Exit status 0 when every check holds.
 """
 import argparse
+import os
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
 
 from check_vlm import same_digests, vlmtrain
 from mpitest import check, check_plans_applied, failures, intact, read_jsonl

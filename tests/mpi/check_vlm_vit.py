@@ -49,10 +49,14 @@ is a failed check, its processes killed), and the whole script by a budget
 below meson's timeout. Exit status 0 when every check holds.
 """
 import argparse
+import os
 import re
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
 
 from check_vlm import (STEPS, SHIM_ENV, dp_size, encoder_keys, same_digests,
                        vlmtrain)

@@ -32,6 +32,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mpi"))
+sys.path.insert(0, os.path.join(HERE, "..", "include"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "multihost"))
 
 from check_vlm import SHIM_ENV as VLM_ENV, TRAIN as VLM_TRAIN  # noqa: E402

@@ -22,6 +22,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
+from mpitest import check, outcome  # noqa: E402
+
 REPO = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 REPORT = os.path.join(REPO, "tools", "demo_report.py")
@@ -101,11 +105,6 @@ def report(out):
         sys.exit("demo_report.py failed (%d): %s" % (r.returncode, r.stderr))
     with open(os.path.join(out, "results.json")) as f:
         return r.stdout, json.load(f)
-
-
-def expect(cond, what):
-    if not cond:
-        sys.exit("check_demo_report: " + what)
 
 
 # ---- the text runs and the hand-off row --------------------------------------
@@ -188,31 +187,31 @@ def check_handoff(tmp):
     out = os.path.join(tmp, "handoff")
     make_text_out(out)
     rc, text, doc = text_report(out, "--handoff-dp", "8")
-    expect(rc == 0 and doc, "demo_report.py with the hand-off row failed "
+    check(rc == 0 and doc, "demo_report.py with the hand-off row failed "
            "(%d):\n%s" % (rc, text))
     at = {(r["dp"], r["variant"]): r for r in doc["runs"]}
-    expect(sorted(at) == [(4, "default"), (4, "none"), (4, "seed"),
+    check(sorted(at) == [(4, "default"), (4, "none"), (4, "seed"),
                           (8, "default"), (8, "default@handoff"),
                           (8, "none"), (8, "seed")],
            "results.json's runs: %s" % sorted(at))
     h = at[(8, "default@handoff")]
-    expect(near(h["gain"], 1000.0 / 970.0) and
+    check(near(h["gain"], 1000.0 / 970.0) and
            near(h["tgs"], 1000.0 / 0.970) and
            near(h["achieved_gain"], 1000.0 / 970.0),
            "the hand-off row's TGS and gain: %s" % h)
-    expect(h["steps_by"] == "hand-offs" and h["fit_from"] == "step times"
+    check(h["steps_by"] == "hand-offs" and h["fit_from"] == "step times"
            and h["fit_method"] == "steps" and
            h["fit_error_pct"] == [1.32, 2.49] and
            h["step_error_pct"] == {"step-time": [1.33, 2.47]} and
            h["digest_equal_to_none"] is True,
            "the hand-off row's steps, fit and digest: %s" % h)
     d = at[(8, "default")]
-    expect(d["steps_by"] == "the sync" and d["fit_from"] == "per-rank times"
+    check(d["steps_by"] == "the sync" and d["fit_from"] == "per-rank times"
            and d["fit_method"] == "ranks" and
            d["step_error_pct"] == {"per-rank": [1.8, 2.59],
                                    "step-time": [2.06, 3.08]},
            "default's steps and fit: %s" % d)
-    expect(doc.get("handoff") and doc["handoff"]["dp"] == 8 and
+    check(doc.get("handoff") and doc["handoff"]["dp"] == 8 and
            doc["handoff"]["variant"] == "default@handoff" and
            near(doc["handoff"]["gain"], 1000.0 / 970.0) and
            near(doc["handoff"]["default_gain"], 1000.0 / 950.0) and
@@ -223,14 +222,14 @@ def check_handoff(tmp):
     tables = text.split("\nDP ")
     dp8 = [t for t in tables if t.startswith("8\n")]
     dp4 = [t for t in tables if t.startswith("4\n")]
-    expect(dp8 and any(l.startswith("  default@handoff ")
+    check(dp8 and any(l.startswith("  default@handoff ")
                        for l in dp8[0].splitlines()) and
            "hand-off steps" in dp8[0] and "DPSHIM_STEP=handoff" in dp8[0],
            "no labelled default@handoff row in the DP 8 table:\n" + text)
-    expect(dp4 and "default@handoff" not in dp4[0].split("\n\n")[0],
+    check(dp4 and "default@handoff" not in dp4[0].split("\n\n")[0],
            "a default@handoff row at DP 4:\n" + text)
     # Below: its gain beside default's, the fit from step times, errors.
-    expect("gain over none +3.1% (default, steps at the sync: +5.3%)" in text
+    check("gain over none +3.1% (default, steps at the sync: +5.3%)" in text
            and "steps told by hand-offs" in text and
            "fit from step times (steps): prediction error mean 1.32%, "
            "max 2.49%; step times predicted within 1.33% (max 2.47%)" in text
@@ -242,31 +241,31 @@ def check_handoff(tmp):
     # (fitted from per-rank times). With a longer warm-up, not said.
     line = [l for l in text.splitlines() if "fit from step times (steps)"
             in l]
-    expect(line and "exact by construction" in line[0] and
+    check(line and "exact by construction" in line[0] and
            doc["handoff"]["fit_exact"] is True and
            doc["handoff"]["fit_steps"] == 3 and
            text.count("exact by construction") == 1,
            "the exact step-time fit is not said (once):\n" + text)
     rc, text, doc = text_report(out, "--handoff-dp", "8", last=6)
-    expect(rc == 0 and "exact by construction" not in text and
+    check(rc == 0 and "exact by construction" not in text and
            doc["handoff"]["fit_exact"] is False and
            "fit from step times (steps): prediction error mean 1.32%" in text,
            "warm-up 2-6: the step-time fit said exact:\n" + text)
-    expect("tiny: default@handoff" in text,
+    check("tiny: default@handoff" in text,
            "the gains table lacks the hand-off row:\n" + text)
 
     # Expected (--handoff-dp) but missing: the report fails, saying so.
     out = os.path.join(tmp, "missing")
     make_text_out(out, handoff=False)
     rc, text, doc = text_report(out, "--handoff-dp", "8")
-    expect(rc != 0 and "no default@handoff run at DP 8" in text,
+    check(rc != 0 and "no default@handoff run at DP 8" in text,
            "a missing hand-off row passed (%d):\n%s" % (rc, text))
 
     # Its digest differs from none's: said, by name.
     out = os.path.join(tmp, "handoff-differ")
     make_text_out(out, handoff_digest="c1")
     rc, text, doc = text_report(out, "--handoff-dp", "8")
-    expect(rc == 0 and doc and
+    check(rc == 0 and doc and
            {(r["dp"], r["variant"]): r for r in doc["runs"]}[
                (8, "default@handoff")]["digest_equal_to_none"] is False and
            doc["handoff"]["digest_equal_to_none"] is False and
@@ -278,7 +277,7 @@ def check_handoff(tmp):
     out = os.path.join(tmp, "no-handoff")
     make_text_out(out, handoff=False)
     rc, text, doc = text_report(out)
-    expect(rc == 0 and doc and "handoff" not in doc and
+    check(rc == 0 and doc and "handoff" not in doc and
            "default@handoff" not in text and
            len(doc["runs"]) == 6 and "consumed digests equal" in text,
            "without the hand-off row (%d):\n%s" % (rc, text))
@@ -290,36 +289,36 @@ def main():
         make_out(out, ["none", "seed", "default", "default+vit"])
         text, doc = report(out)
         d = doc["vlm"]["per_dp"][0]
-        expect(doc["vlm"]["variants"][-1] == "default+vit",
+        check(doc["vlm"]["variants"][-1] == "default+vit",
                "vlm.variants lacks default+vit: %s" % doc["vlm"]["variants"])
-        expect([r["variant"] for r in d["runs"]] ==
+        check([r["variant"] for r in d["runs"]] ==
                ["none", "seed", "default", "default+vit"],
                "vlm runs: %s" % [r["variant"] for r in d["runs"]])
-        expect(d["digests_equal"] and all(d["digests_equal_to_none"].values()),
+        check(d["digests_equal"] and all(d["digests_equal_to_none"].values()),
                "digests should be equal: %s" % d["digests_equal_to_none"])
-        expect(abs(d["vit_wait_ms"]["none"] - 30.0) < 1e-9 and
+        check(abs(d["vit_wait_ms"]["none"] - 30.0) < 1e-9 and
                abs(d["vit_wait_ms"]["default+vit"] - 3.0) < 1e-9,
                "vit_wait_ms = mean over steps after the warm-up of max - "
                "mean: %s" % d["vit_wait_ms"])
-        expect(d["vit_bytes_moved_per_step"] == {"default+vit": 2e6},
+        check(d["vit_bytes_moved_per_step"] == {"default+vit": 2e6},
                "vit bytes: %s" % d["vit_bytes_moved_per_step"])
-        expect(d["vit_plans"]["default+vit"]["applied"] == STEPS - LAST,
+        check(d["vit_plans"]["default+vit"]["applied"] == STEPS - LAST,
                "vit plans: %s" % d["vit_plans"])
         for key in ("tgs", "gain", "wait_share", "bytes_moved_per_step",
                     "plans"):  # the keys from before default+vit stay
-            expect(key in d, "vlm per_dp lost '%s'" % key)
-        expect("VLM: default+vit" in text and "ViT 2 / 2 calls" in text,
+            check(key in d, "vlm per_dp lost '%s'" % key)
+        check("VLM: default+vit" in text and "ViT 2 / 2 calls" in text,
                "printed tables lack default+vit:\n" + text)
         sim = doc["vlm_sim"]
-        expect(sim["algos"] == ["none", "seed", "default", "seed+vit",
+        check(sim["algos"] == ["none", "seed", "default", "seed+vit",
                                 "default+vit"] and sim["time_scale"] == 1,
                "vlm_sim setup: %s" % {k: sim[k] for k in sim if k != "per_dp"})
         s4 = sim["per_dp"][0]
-        expect(s4["dp"] == 4 and abs(s4["gain"]["default+vit"] - 1.05) < 1e-9
+        check(s4["dp"] == 4 and abs(s4["gain"]["default+vit"] - 1.05) < 1e-9
                and s4["vit_wait_ms"]["default+vit"] == 2.0 and
                s4["vit_bytes_moved_per_step"]["default+vit"] == 3e9,
                "vlm_sim per DP 4: %s" % s4)
-        expect("+5.0%" in text and "30.0 -> 2.0" in text,
+        check("+5.0%" in text and "30.0 -> 2.0" in text,
                "the simulated table:\n" + text)
 
         out = os.path.join(tmp, "differ")
@@ -327,24 +326,24 @@ def main():
                  dict(DIGESTS, embeddings_digest="e1"))
         text, doc = report(out)
         d = doc["vlm"]["per_dp"][0]
-        expect(not d["digests_equal"] and
+        check(not d["digests_equal"] and
                d["digests_equal_to_none"] == {"seed": True, "default": True,
                                               "default+vit": False},
                "a differing embeddings digest: %s" % d["digests_equal_to_none"])
-        expect("DIFFER from none's: default+vit" in text,
+        check("DIFFER from none's: default+vit" in text,
                "the differing digest is not printed:\n" + text)
 
         out = os.path.join(tmp, "old")  # a setup.json without "variants"
         make_out(out, None)
         text, doc = report(out)
         d = doc["vlm"]["per_dp"][0]
-        expect(doc["vlm"]["variants"] == ["none", "seed", "default"] and
+        check(doc["vlm"]["variants"] == ["none", "seed", "default"] and
                d["digests_equal"] and "default+vit" not in text,
                "without default+vit: %s" % doc["vlm"]["variants"])
 
         check_handoff(tmp)
-    print("check_demo_report: ok")
+    return outcome()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,6 +17,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "include"))
+from mpitest import check, outcome  # noqa: E402
+
 BENCH = sys.argv[1]
 PROFILES = ["sft", "long", "fewlong", "mix1", "mix2", "mix3"]
 RANKS, SEEDS, MAX_SAMPLES = [4, 8], 2, 4
@@ -27,8 +31,9 @@ NAME = re.compile(r"^(?P<profile>[a-z0-9]+)-P(?P<ranks>\d+)-s(?P<seed>\d+)\.json
 
 
 def fail(msg):
-    print("check_dump: " + msg, file=sys.stderr)
-    sys.exit(1)
+    """A failed check ends the run: what follows reads what failed."""
+    check(False, "check_dump: " + msg)
+    sys.exit(outcome())
 
 
 def bench(*args):

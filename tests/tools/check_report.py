@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "mpi"))
+                                "..", "include"))
 from mpitest import check, outcome  # noqa: E402
 
 REPO = sys.argv[1] if len(sys.argv) > 1 else os.path.join(

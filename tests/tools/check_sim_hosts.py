@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "mpi"))
+                                "..", "include"))
 from mpitest import check, outcome  # noqa: E402
 
 SIM = sys.argv[1]
