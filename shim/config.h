@@ -87,7 +87,8 @@ typedef enum dpshim__var_form {
   DPSHIM__FORM_LIST
 } dpshim__var_form_t;
 
-/* One variable of the table, read-only (the tests hold the README to it). */
+/* One variable of the table, read-only (dpshim(7) and dpshim-run are
+ * written from it). */
 typedef struct dpshim__config_var {
   const char *name;     /* the environment variable, from env.h */
   const char *def;      /* its default as text; NULL: unset */

@@ -1,6 +1,6 @@
 /* Every environment variable the shim reads, in one place. config.c's table
  * gives each its default, accepted values and the original's command-line
- * flag; a unit test checks that the README's table says the same. */
+ * flag; dpshim(7)'s ENVIRONMENT section is written from that table. */
 #ifndef DPSHIM_SHIM_ENV_H
 #define DPSHIM_SHIM_ENV_H
 

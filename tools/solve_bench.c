@@ -233,9 +233,10 @@ static void usage(FILE *f) {
 "  --per-instance            also print one line per instance and algorithm\n"
 "                            (\"instance\":seed; no aggregation)\n"
 "  --dump-instances DIR      write each instance to DIR/<profile>-P<ranks>-\n"
-"                            s<seed>.json (format dpshim-instance-1, see the\n"
-"                            README); solves only when --algos is given, and\n"
-"                            then adds each algorithm's plan; DIR is created\n"
+"                            s<seed>.json (format dpshim-instance-1, see\n"
+"                            tools/README.md); solves only when --algos is\n"
+"                            given, and then adds each algorithm's plan;\n"
+"                            DIR is created\n"
 "  --help                    this text\n",
         f);
 }

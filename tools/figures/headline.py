@@ -13,7 +13,7 @@ model would see. TGS gain over no balancing (%) against DP size, from
   * the real runs (tools/figures/headline_runs.json: internvl2-8b, DP
     8/16/32, `tools/demo.sh --vlm-only`, with and without
     `--vlm-shim-env DPSHIM_TRIGGER_THRESHOLD=0.05`, on the 2-core
-    development machine, time scale 0.25; copied from the README of
+    development machine, time scale 0.25; copied from tools/README.md of
     2026-12), as markers;
   * the original's published result (InternVL, TP 4), which is qualitative
     only: no gain at DP 4-16, a gain growing with DP from 32. It is drawn
@@ -267,7 +267,7 @@ def plot(plotted, real, out):
              "tools/sim_vlm.sh's settings (vlmload's data, 32K-token packs, "
              "the preset's TP,\nH100 times, 400 Gb/s, 5 µs). Markers: "
              "tools/demo.sh --vlm-only (and --vlm-shim-env "
-             "DPSHIM_TRIGGER_THRESHOLD=0.05), README of 2026-12:\n8–32 "
+             "DPSHIM_TRIGGER_THRESHOLD=0.05), tools/README.md of 2026-12:\n8–32 "
              "ranks sharing 2 cores, time scale 0.25 "
              "(tools/figures/headline_runs.json). Not shown: the tiny text "
              "model's demo gains (+36 to +48 %\nat DP 8–32): a stress case, "
