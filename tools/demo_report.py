@@ -119,7 +119,7 @@ def shim_summary(err_path):
                          "hand-offs" if "hand-off" in m.group(1) else
                          "the sync" if "gradient sync" in m.group(1) else None)
     m = re.search(r"^dpshim:\s+fit from (step times|per-rank times) "
-                  r"\(([a-z]+)\)(.*)$", err, re.M)
+                  r"\(([a-z]+)(?:, [^)]*)?\)(.*)$", err, re.M)
     if m:
         r["fit_from"], r["fit_method"] = m.group(1), m.group(2)
         for mean_, max_, name in re.findall(

@@ -125,7 +125,8 @@ SUMMARY = {  # what the shim's summary says (rank 0's stderr)
                "the per-rank fit, 2.06% (max 3.08%) by the step-time fit\n",
     "default@handoff": "dpshim:   steps: 1 hand-off each "
                        "(DPSHIM_MICRO_BATCHES; DPSHIM_STEP=handoff)\n"
-                       "dpshim:   fit from step times (steps): cost = "
+                       "dpshim:   fit from step times (steps, refitted on "
+                       "balanced steps): cost = "
                        "0.001*L^2 + 0.5*L + 10 us per sample; prediction "
                        "error mean 1.32%, max 2.49%; step times predicted "
                        "within 1.33% (max 2.47%) by the step-time fit\n",
