@@ -11,6 +11,7 @@
 #include "batch_view.h"
 #include "hash.h"
 #include "policy.h"
+#include "price.h"
 
 #define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define RECORD(slot) (sizeof(header_t) + (slot))
@@ -27,6 +28,7 @@ typedef struct header {
   int64_t step;     /* history key; < 0: none */
   int64_t reserved; /* gathered samples it can hold without allocating */
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
+  double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
   uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
@@ -44,6 +46,9 @@ struct dpshim__balancer {
   int tell_hosts;      /* the solver gets them */
   double inter_host_cost;
   dpshim_plan_t plan;
+  int priced;           /* the model is in microseconds: plans can be priced */
+  dpshim__price_t price; /* what applying costs this rank */
+  char verdict[96];     /* a priced skip's reason */
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
   int64_t step;
@@ -86,8 +91,10 @@ dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
   dpshim__balancer_t *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   b->cfg = *cfg;
+  b->priced = cfg->priced;
   b->step = -1;
   dpshim_plan_init(&b->plan);
+  dpshim__price_init(&b->price);
   return b;
 }
 
@@ -120,8 +127,9 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
 }
 
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
-                                dpshim_cost_model_t model) {
+                                dpshim_cost_model_t model, int priced) {
   b->cfg.model = model;
+  b->priced = priced;
 }
 
 void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
@@ -316,6 +324,14 @@ static void read_board(dpshim__balancer_t *b) {
 
 /* ---- planning ------------------------------------------------------------- */
 
+/* The original's ratio where one is set. With `auto` the solver skips
+ * nothing as balanced (the plan is priced once solved), unless the model
+ * cannot price it yet (not fitted, not given). */
+static double solver_threshold(const dpshim__balancer_t *b) {
+  if (b->cfg.threshold >= 0) return b->cfg.threshold;
+  return b->priced ? 0 : DPSHIM__THRESHOLD_UNPRICED;
+}
+
 static int64_t total_tokens(const dpshim__balancer_t *b, int64_t n) {
   int64_t tokens = 0;
   for (int64_t i = 0; i < n; i++) tokens += b->samples[i].len;
@@ -383,7 +399,7 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
       .history_len = b->size,
       .model = b->cfg.model,
       .cap_ratio = cap_ratio(b, l, tokens),
-      .threshold = b->cfg.threshold,
+      .threshold = solver_threshold(b),
       .algo = b->cfg.algo,
       .rows_cap = rows_cap,
       .rows_cap_len = rows_cap ? b->size : 0,
@@ -563,6 +579,40 @@ static const char *skip_reason(dpshim__balancer_t *b,
   return plan_counts(b, me) ? NULL : "exchange-too-large";
 }
 
+/* Seconds rank r takes to apply the plan, by its own price: the bytes it
+ * sends and receives (b->bytes), and those of the samples it keeps behind
+ * the first it sends, which closing the hole moves. */
+static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
+  int64_t shifted = 0;
+  int hole = 0;
+  for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
+    if (b->plan.dest[i] != r) hole = 1;
+    else if (hole) shifted += b->samples[i].bytes;
+  }
+  return (double)(b->bytes[r] + b->bytes[b->size + r] + shifted);
+}
+
+static double apply_seconds(const dpshim__balancer_t *b, int32_t r) {
+  return b->headers[r].price[0] + b->headers[r].price[1] * copied_bytes(b, r);
+}
+
+/* `auto`: a plan is applied only where the step's predicted maximum falls
+ * by more than WORTH times what applying costs the slowest rank. */
+#define WORTH 1.5
+
+static const char *priced_skip(dpshim__balancer_t *b,
+                               dpshim__balance_report_t *rep) {
+  double before = 0, after = 0, cost = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    before = fmax(before, b->plan.load_before[r]);
+    after = fmax(after, b->plan.load_after[r]);
+    cost = fmax(cost, apply_seconds(b, r));
+  }
+  rep->saving_s = 1e-6 * (before - after); /* the model is in us */
+  rep->cost_s = cost;
+  return rep->saving_s > WORTH * cost ? NULL : "not-worth-it";
+}
+
 static const char *precheck(dpshim__balancer_t *b) {
   int32_t *counts = b->agree.status; /* free once settled */
   for (int32_t r = 0; r < b->size; r++) counts[r] = b->headers[r].nsamples;
@@ -643,6 +693,8 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   memset(&h, 0, sizeof h);
   h.id = comm->id;
   h.step = ho->step;
+  h.price[0] = b->price.fixed_s;
+  h.price[1] = b->price.per_byte_s;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
   if (ho->invalid) {
     snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
@@ -680,6 +732,8 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rc = plan_group(b, comm, batch, l, rep);
   if (rc < 0) return rc;
   rep->skip_reason = skip_reason(b, l, comm->rank);
+  if (!rep->skip_reason && b->cfg.threshold < 0 && b->priced)
+    rep->skip_reason = priced_skip(b, rep);
   if (!rep->skip_reason) rc = reserve_exchange(b, comm, rep);
   return rc;
 }
@@ -720,8 +774,12 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   const double *loads = b->plan.load_before;
   int32_t nsent = 0, nrecv = 0;
   if (!rep->skip_reason) {
+    double t0 = b->cfg.clock ? b->cfg.clock() : 0;
     rc = exchange(b, comm, batch, &l, &nsent, &nrecv);
     if (rc < 0) return rc;
+    if (b->cfg.clock)
+      dpshim__price_learn(&b->price, copied_bytes(b, comm->rank),
+                          b->cfg.clock() - t0);
     rep->applied = 1;
     loads = b->plan.load_after;
   }

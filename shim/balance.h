@@ -23,11 +23,16 @@
  * (the step log's: a step and its times). */
 #define DPSHIM__NOTES 6
 
+/* `auto` while the model cannot price a plan (not yet fitted): the
+ * original's default ratio. */
+#define DPSHIM__THRESHOLD_UNPRICED 0.2
+
 typedef struct dpshim__balance_config {
   dpshim_algo_t algo;
   double cap_ratio; /* x mean tokens per rank; 0 = only the buffers' capacity */
-  double threshold; /* skip below this imbalance */
+  double threshold; /* skip below this imbalance; < 0: auto (priced) */
   dpshim_cost_model_t model;
+  int priced;       /* the model is in microseconds (given or fitted) */
   int verify;       /* check plan agreement and exactly-once delivery */
   double (*clock)(void); /* seconds, for arrival_wait; NULL = not timed */
 } dpshim__balance_config_t;
@@ -54,6 +59,9 @@ typedef struct dpshim__balance_report {
   int64_t bytes_moved, bytes_total;
   int64_t bytes_inter_host; /* of bytes_moved, between ranks on two hosts */
   double imbalance_before, imbalance_after, lower_bound;
+  /* `auto`: the step's predicted maximum before minus after, and what
+   * applying costs the slowest rank (seconds); 0 when not priced. */
+  double saving_s, cost_s;
   /* Seconds in the first collective: waiting for the other ranks to reach
    * the hand-off, time they would otherwise have waited at the sync. */
   double arrival_wait;
@@ -71,8 +79,10 @@ void dpshim__balancer_free(dpshim__balancer_t *b);
  * then no hand-off allocates them (a rank alone out of memory there would
  * leave the others waiting). 0 or DPSHIM_ENOMEM. */
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size);
+/* priced: the model is in microseconds (given or fitted), so that plans
+ * can be priced against what applying them costs. */
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
-                                dpshim_cost_model_t model);
+                                dpshim_cost_model_t model, int priced);
 /* Each group rank's host ([group size], kept, the caller's), for counting
  * the bytes that cross hosts; with `tell`, plans also prefer moves within a
  * host, a byte across hosts priced at inter_host_cost bytes within one

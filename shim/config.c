@@ -317,9 +317,20 @@ static int parse_threshold_value(const char *v, double *out) {
 
 static void format_number(double x, text_t *t) { put_double(t, x); }
 
+static int parse_trigger(const char *v, double *out) {
+  if (strcmp(v, "auto")) return parse_threshold_value(v, out);
+  *out = DPSHIM__THRESHOLD_AUTO;
+  return 0;
+}
+
+static void format_trigger(double x, text_t *t) {
+  if (x == DPSHIM__THRESHOLD_AUTO) put(t, "auto");
+  else put_double(t, x);
+}
+
 DOUBLE_FIELD(max_len_ratio, parse_cap, format_cap)
 DOUBLE_FIELD(vit_max_patch_ratio, parse_cap, format_cap)
-DOUBLE_FIELD(threshold, parse_threshold_value, format_number)
+DOUBLE_FIELD(threshold, parse_trigger, format_trigger)
 DOUBLE_FIELD(vit_threshold, parse_threshold_value, format_number)
 
 static int parse_inter_host_cost_value(const char *v, double *out) {
@@ -421,7 +432,9 @@ static const row_t rows[] = {
     {VALUE(DPSHIM_ENV_MAX_LEN_RATIO, "1.2", "a number > 0 or 'none'",
            "--dp-balance-max-len-ratio-vlm"),
      parse_max_len_ratio, format_max_len_ratio},
-    {VALUE(DPSHIM_ENV_THRESHOLD, "0.2", "a number >= 0",
+    {VALUE(DPSHIM_ENV_THRESHOLD, "0.2",
+           "a number >= 0 (the original's imbalance ratio) or 'auto' "
+           "(saving against cost, in seconds)",
            "--dp-balance-trigger-threshold-vlm"),
      parse_threshold, format_threshold},
     {SWITCH(DPSHIM_ENV_VERBOSE, "--dp-balance-verbose"), parse_verbose,

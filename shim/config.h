@@ -20,6 +20,9 @@
 #include "dpshim/solver.h"
 
 #define DPSHIM__MAX_WARMUP 4096 /* warm-up steps are numbered 1 .. this */
+/* DPSHIM_TRIGGER_THRESHOLD=auto: a plan applies where it saves more time
+ * than it costs, not above a ratio. */
+#define DPSHIM__THRESHOLD_AUTO (-1.0)
 
 /* The collectives that can mark a step's gradient sync. */
 enum {
@@ -53,7 +56,7 @@ typedef struct dpshim__config {
   uint8_t warmup[DPSHIM__MAX_WARMUP + 1];
   int32_t nwarmup, warmup_first, warmup_last;
   double max_len_ratio; /* 0 = none */
-  double threshold;
+  double threshold; /* DPSHIM__THRESHOLD_AUTO: priced in seconds */
   dpshim_algo_t algo;
   dpshim_fit_method_t fit;
   int fit_auto;         /* DPSHIM_FIT=auto: the fit chosen per run */

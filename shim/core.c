@@ -106,8 +106,8 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   c->vit_settled = c->settled;
   c->vit_model = c->cfg.have_vit_coefs ? c->cfg.vit_coefs : VIT_DEFAULT_MODEL;
   dpshim__balance_config_t bc = {c->cfg.algo, c->cfg.max_len_ratio,
-                                 c->cfg.threshold, c->model, c->cfg.verify,
-                                 c->clock};
+                                 c->cfg.threshold, c->model,
+                                 c->cfg.have_coefs, c->cfg.verify, c->clock};
   c->balancer = dpshim__balancer_new(&bc);
   c->points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
   c->shadow_points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
@@ -329,7 +329,8 @@ static void settle(dpshim__core_t *c) {
   c->settled = 1;
   c->vit_settled = 1;
   pthread_mutex_unlock(&c->lock);
-  dpshim__balancer_set_model(c->balancer, c->model);
+  dpshim__balancer_set_model(c->balancer, c->model,
+                             c->fitted || c->cfg.have_coefs);
 }
 
 /* Hand-off steps, agreed: the shadow's steps and points become the
@@ -433,7 +434,8 @@ static int refit_model(dpshim__core_t *c) {
   pthread_mutex_lock(&c->lock);
   c->refits++;
   pthread_mutex_unlock(&c->lock);
-  dpshim__balancer_set_model(c->balancer, c->model);
+  dpshim__balancer_set_model(c->balancer, c->model,
+                             c->fitted || c->cfg.have_coefs);
   return rc;
 }
 
@@ -462,6 +464,8 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
   last->imbalance_before = rep->imbalance_before;
   last->imbalance_after = rep->imbalance_after;
   last->lower_bound = rep->lower_bound;
+  last->saving_s = rep->saving_s;
+  last->cost_s = rep->cost_s;
   last->bytes_total = (double)rep->bytes_total;
   last->model = c->model;
   last->model_source = c->cfg.have_coefs ? "coefs" : c->fitted ? "fit"

@@ -30,6 +30,7 @@ typedef struct block {
   const char *skip_reason;
   double threshold, before, after;
   const double *load_before, *load_after;
+  double saving_s, cost_s; /* priced skips */
 } block_t;
 
 static void print_block(const block_t *b, int n) {
@@ -41,10 +42,17 @@ static void print_block(const block_t *b, int n) {
     fprintf(f, "\n  after     : imbalance=%.4f  load/dp=", b->after);
     print_loads(f, b->load_after, n);
     fputc('\n', f);
+    if (b->cost_s > 0)
+      fprintf(f, "  priced    : saves %.3g ms, costs %.3g ms\n",
+              1e3 * b->saving_s, 1e3 * b->cost_s);
   } else {
     if (!strcmp(b->skip_reason, "balanced"))
       fprintf(f, "[DP Balance][%s] SKIP | reason: imbalance %.4f < %g\n",
               b->level, b->before, b->threshold);
+    else if (!strcmp(b->skip_reason, "not-worth-it"))
+      fprintf(f, "[DP Balance][%s] SKIP | reason: not worth it: saves %.3g "
+              "ms, costs %.3g ms\n", b->level, 1e3 * b->saving_s,
+              1e3 * b->cost_s);
     else
       fprintf(f, "[DP Balance][%s] SKIP | reason: %s\n", b->level,
               b->skip_reason);
@@ -75,7 +83,7 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
     return;
   block_t b = {"VLM", rep->applied, rep->skip_reason, c->cfg.threshold,
                rep->imbalance_before, rep->imbalance_after, rep->load_before,
-               rep->load_after};
+               rep->load_after, rep->saving_s, rep->cost_s};
   print_block(&b, c->dp->size);
   print_cumulative(stderr, &c->stats);
 }
@@ -85,7 +93,7 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
 static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
   block_t b = {"ViT", r->applied, r->skip_reason, c->cfg.vit_threshold,
                r->imbalance_before, r->imbalance_after, r->load_before,
-               r->load_after};
+               r->load_after, 0, 0};
   print_block(&b, c->dp->size);
   if (r->applied)
     fprintf(stderr, "  moved     : %lld bytes, %lld images of %lld patches\n",

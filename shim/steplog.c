@@ -156,6 +156,9 @@ static char *make_prefix(const dpshim__steplog_t *g, int64_t step,
             "\"lower_bound\":%.6g", h->imbalance_before,
             applied ? h->imbalance_after : h->imbalance_before,
             h->lower_bound);
+    if (h->cost_s > 0)
+      fprintf(f, ",\"saving_ms\":%.6g,\"cost_ms\":%.6g", 1e3 * h->saving_s,
+              1e3 * h->cost_s);
     put_loads(f, "load_before", h->load_before, g->ranks);
     put_loads(f, "load_after", applied ? h->load_after : h->load_before,
               g->ranks);

@@ -29,6 +29,7 @@ typedef struct dpshim__handoff_note {
   const char *reason;   /* skip: why */
   int solved;           /* loads and imbalances below are set */
   double imbalance_before, imbalance_after, lower_bound;
+  double saving_s, cost_s; /* priced (auto): what the plan saves and costs */
   double bytes_moved, bytes_total; /* moved: summed over the step */
   double bytes_inter_host; /* of moved, between two hosts' ranks */
   int32_t hosts;           /* hosts the group spans */

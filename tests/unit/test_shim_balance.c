@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "balance.h"
+#include "config.h"
 #include "hash.h"
 #include "mock_comm.h"
 #include "plan_fixture.h"
@@ -868,6 +869,88 @@ Test(shim_balance, threshold_high_skips_balanced) {
     cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0);
     inst_free(x);
   }
+}
+
+/* ---- auto: plans priced in seconds ------------------------------------------ */
+
+/* A clock that every call moves on by a second, shared by the rank
+ * threads: whatever a rank times takes at least a second. */
+static _Atomic long slow_ticks;
+static double slow_clock(void) { return (double)++slow_ticks; }
+
+/* Every rank returned 0 and the same report; applied or skipped for
+ * `reason` (the batches then untouched). Loads are not checked against
+ * the quadratic model's: these runs use others. */
+static void expect_priced(inst_t *x, const char *reason) {
+  inst_run(x);
+  assert_same_reports(x);
+  cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
+  if (!reason) {
+    cr_assert_eq(x->rep[0].applied, 1, "skipped: %s", x->rep[0].skip_reason);
+    return;
+  }
+  cr_assert(x->rep[0].skip_reason && !strcmp(x->rep[0].skip_reason, reason),
+            "expected skip %s, got %s", reason,
+            x->rep[0].skip_reason ? x->rep[0].skip_reason : "apply");
+  assert_untouched(x);
+}
+
+static dpshim__balance_config_t auto_config(double us_per_len2, int priced) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.threshold = DPSHIM__THRESHOLD_AUTO;
+  cfg.model = (dpshim_cost_model_t){us_per_len2, 0, 0, 0, 0};
+  cfg.priced = priced;
+  return cfg;
+}
+
+/* two_heavy at 1 us per len^2: the plan saves 10 ms (20000 us on rank 0
+ * before, 10002 on rank 1 after), moving ~1 kB. */
+Test(shim_balance, auto_applies_what_pays) {
+  dpshim__balance_config_t cfg = auto_config(1, 1);
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  expect_priced(x, NULL);
+  cr_assert_float_eq(x->rep[0].saving_s, 0.009998, 1e-12, "saving %.17g",
+                     x->rep[0].saving_s);
+  cr_assert(x->rep[0].cost_s > 0 && x->rep[0].cost_s < 1e-3, "cost %g",
+            x->rep[0].cost_s);
+  inst_free(x);
+}
+
+/* The same plan at 1e-9 us per len^2 saves less than moving costs. */
+Test(shim_balance, auto_skips_what_does_not_pay) {
+  dpshim__balance_config_t cfg = auto_config(1e-9, 1);
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  expect_priced(x, "not-worth-it");
+  cr_assert_lt(x->rep[0].saving_s, x->rep[0].cost_s);
+  cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0);
+  inst_free(x);
+}
+
+/* Before the model is in seconds (not fitted, not given), auto is the
+ * original's ratio: the same plan applies, unpriced. */
+Test(shim_balance, auto_unpriced_uses_the_ratio) {
+  dpshim__balance_config_t cfg = auto_config(1e-9, 0);
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  expect_priced(x, NULL);
+  cr_assert_eq(x->rep[0].cost_s, 0);
+  inst_free(x);
+}
+
+/* What applying costs is learned: once an exchange took seconds, the 10 ms
+ * plan that applied the first time is skipped the next. */
+Test(shim_balance, auto_learns_the_cost) {
+  dpshim__balance_config_t cfg = auto_config(1, 1);
+  cfg.clock = slow_clock;
+  inst_t *x = two_heavy(&cfg);
+  inst_pack(x, -1, NULL);
+  expect_priced(x, NULL);
+  inst_pack(x, -1, NULL);
+  expect_priced(x, "not-worth-it");
+  cr_assert_gt(x->rep[0].cost_s, 0.1);
+  inst_free(x);
 }
 
 Test(shim_balance, algo_none_skips) {

@@ -275,6 +275,10 @@ Test(shim_config, threshold) {
   env_set(DPSHIM_ENV_THRESHOLD, "0.05");
   parse_ok();
   cr_assert_float_eq(cfg.threshold, 0.05, 1e-17);
+  env_set(DPSHIM_ENV_THRESHOLD, "auto");
+  parse_ok();
+  cr_assert(cfg.threshold == DPSHIM__THRESHOLD_AUTO);
+  expect_bad(DPSHIM_ENV_THRESHOLD, "Auto");
 }
 
 Test(shim_config, coefs_with_vision_terms) {
