@@ -46,9 +46,7 @@ struct dpshim__balancer {
   int tell_hosts;      /* the solver gets them */
   double inter_host_cost;
   dpshim_plan_t plan;
-  int priced;           /* the model is in microseconds: plans can be priced */
   dpshim__price_t price; /* what applying costs this rank */
-  char verdict[96];     /* a priced skip's reason */
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
   int64_t step;
@@ -91,7 +89,6 @@ dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
   dpshim__balancer_t *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   b->cfg = *cfg;
-  b->priced = cfg->priced;
   b->step = -1;
   dpshim_plan_init(&b->plan);
   dpshim__price_init(&b->price);
@@ -129,7 +126,7 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model, int priced) {
   b->cfg.model = model;
-  b->priced = priced;
+  b->cfg.priced = priced;
 }
 
 void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
@@ -329,7 +326,7 @@ static void read_board(dpshim__balancer_t *b) {
  * cannot price it yet (not fitted, not given). */
 static double solver_threshold(const dpshim__balancer_t *b) {
   if (b->cfg.threshold >= 0) return b->cfg.threshold;
-  return b->priced ? 0 : DPSHIM__THRESHOLD_UNPRICED;
+  return b->cfg.priced ? 0 : DPSHIM__THRESHOLD_UNPRICED;
 }
 
 static int64_t total_tokens(const dpshim__balancer_t *b, int64_t n) {
@@ -579,9 +576,9 @@ static const char *skip_reason(dpshim__balancer_t *b,
   return plan_counts(b, me) ? NULL : "exchange-too-large";
 }
 
-/* Seconds rank r takes to apply the plan, by its own price: the bytes it
- * sends and receives (b->bytes), and those of the samples it keeps behind
- * the first it sends, which closing the hole moves. */
+/* The bytes rank r copies to apply the plan: what it sends and receives
+ * (b->bytes), and the samples it keeps behind the first it sends, which
+ * closing the hole moves. */
 static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
   int64_t shifted = 0;
   int hole = 0;
@@ -592,6 +589,7 @@ static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
   return (double)(b->bytes[r] + b->bytes[b->size + r] + shifted);
 }
 
+/* Seconds rank r takes to apply the plan, by its own price. */
 static double apply_seconds(const dpshim__balancer_t *b, int32_t r) {
   return b->headers[r].price[0] + b->headers[r].price[1] * copied_bytes(b, r);
 }
@@ -732,7 +730,7 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rc = plan_group(b, comm, batch, l, rep);
   if (rc < 0) return rc;
   rep->skip_reason = skip_reason(b, l, comm->rank);
-  if (!rep->skip_reason && b->cfg.threshold < 0 && b->priced)
+  if (!rep->skip_reason && b->cfg.threshold < 0 && b->cfg.priced)
     rep->skip_reason = priced_skip(b, rep);
   if (!rep->skip_reason) rc = reserve_exchange(b, comm, rep);
   return rc;

@@ -48,5 +48,4 @@ void dpshim__price_learn(dpshim__price_t *p, double bytes, double seconds) {
   p->xy *= KEEP;
   add(p, bytes, seconds, 1);
   refit(p);
-  p->seen++;
 }

@@ -9,12 +9,9 @@
 #ifndef DPSHIM_SHIM_PRICE_H
 #define DPSHIM_SHIM_PRICE_H
 
-#include <stdint.h>
-
 typedef struct dpshim__price {
   double w, x, y, xx, xy; /* weighted sums of bytes (x) and seconds (y) */
   double fixed_s, per_byte_s;
-  int64_t seen; /* hand-offs measured */
 } dpshim__price_t;
 
 void dpshim__price_init(dpshim__price_t *p);

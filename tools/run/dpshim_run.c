@@ -256,7 +256,7 @@ static void from_environment(settings_t *set) {
 static void parse_args(options_t *o, int argc, char **argv) {
   int k = 1;
   while (k < argc) {
-    const char *a = argv[k];
+    const char *a = argv[k], *v;
     if (!strcmp(a, "--")) {
       k++;
       break;
@@ -268,17 +268,14 @@ static void parse_args(options_t *o, int argc, char **argv) {
     if (!strcmp(a, "--dry-run")) {
       o->dry_run = 1;
       k++;
-    } else if (!strcmp(a, "--lib") || !strncmp(a, "--lib=", 6)) {
-      o->lib = a[5] == '=' ? a + 6 : (k + 1 < argc ? argv[++k] : NULL);
-      if (!o->lib || !*o->lib) usage_error("%s: expected a path", "--lib");
-      k++;
-    } else if (!strcmp(a, "--adapter") || !strncmp(a, "--adapter=", 10)) {
-      const char *v = a[9] == '=' ? a + 10 : (k + 1 < argc ? argv[++k] : NULL);
-      if (!v || !*v) usage_error("%s: expected a name or a path", "--adapter");
+    } else if ((v = flag_value("--lib", argv, argc, &k))) {
+      if (!*v) usage_error("%s: expected a path", "--lib");
+      o->lib = v;
+    } else if ((v = flag_value("--adapter", argv, argc, &k))) {
+      if (!*v) usage_error("%s: expected a name or a path", "--adapter");
       if (o->nadapters == MAX_ADAPTERS)
         usage_error("--adapter: at most %d", MAX_ADAPTERS);
       o->adapters[o->nadapters++] = v;
-      k++;
     } else if (batch_size_flag("--global-batch-size", argv, argc, &k,
                                &o->global_batch) ||
                batch_size_flag("--micro-batch-size", argv, argc, &k,
@@ -420,9 +417,8 @@ static char *find_adapter(const char *given) {
 
 /* What goes before the ranks' own LD_PRELOAD: the shim, then each
  * adapter, each checked readable. */
-static char *find_preload(const options_t *o) {
-  const char *lib = find_lib(o->lib);
-  char *list = format("%s%s", lib, "");
+static char *find_preload(const options_t *o, const char *shim) {
+  char *list = format("%s%s", shim, "");
   for (int k = 0; k < o->nadapters; k++) {
     char *path = find_adapter(o->adapters[k]);
     if (access(path, R_OK) != 0) {
@@ -586,7 +582,7 @@ int main(int argc, char **argv) {
             strerror(errno));
     return 2;
   }
-  const char *ours = find_preload(&o);
+  const char *ours = find_preload(&o, shim);
   char **cmd = build_argv(&o, ours);
   if (o.dry_run) {
     print_command(&o, ours, cmd);
