@@ -129,7 +129,7 @@ typedef struct dpshim__core {
   /* [slots]: the warm-up's by ordinal, then (hand-off steps) a ring of
    * the balanced steps' since, for the refits */
   dpshim__point_t *points;
-  int64_t refits;          /* done */
+  int64_t refits;          /* taken */
   dpshim__stats_t stats;
   dpshim__steplog_t log;
   double opened_at;

@@ -30,6 +30,7 @@ static int steps_fit_wins(double steps_rms, double ranks_rms, int64_t steps) {
 
 typedef struct fit_outcome {
   int64_t rc, vision, vit_rc, method; /* method: the fit taken */
+  int64_t kept; /* a refit not taken: the model still predicts */
   dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
   dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
   double error_mean[2], error_max[2]; /* see core.h's step_error_* */
@@ -134,6 +135,23 @@ static int fit_chosen(const dpshim__core_t *c, dpshim_fit_input_t in,
   return rc;
 }
 
+/* A refit replaces the model only where the model no longer predicts the
+ * balanced steps (within FOOLED_ERROR): their ranks are predicted alike,
+ * so a refit on a few of them swings between feature sets (reftrain at
+ * DP 32: plans 5-10 % above the mean rank without refits, 4-33 % with
+ * one after every step). The balanced steps are iterations `from` on. */
+static int still_predicts(const dpshim_fit_input_t *in, int64_t from,
+                          dpshim_cost_model_t current) {
+  if (from >= in->iters) return 1;
+  dpshim_fit_input_t later = *in;
+  later.iters -= from;
+  later.points += from * in->ranks;
+  later.iter_time += from;
+  fit_outcome_t e;
+  step_error(&later, current, 0, &e);
+  return e.error_rms[0] < FOOLED_ERROR;
+}
+
 /* Rank 0: every rank's points -> one fit over the steps every rank
  * measured. */
 static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
@@ -145,12 +163,14 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
   int rc = DPSHIM_ENOMEM;
   snprintf(out->fit.message, sizeof out->fit.message,
            "out of memory for the fit");
+  int64_t warm = 0; /* iterations from the warm-up, which come first */
   if (pts && iter_time) {
     for (int32_t it = 0; it < slots; it++) {
       int all_valid = 1;
       for (int32_t r = 0; r < ranks; r++)
         all_valid &= all[(size_t)r * (size_t)slots + (size_t)it].valid == 1;
       if (!all_valid) continue; /* a rank missed this step */
+      warm += it < c->cfg.nwarmup;
       for (int32_t r = 0; r < ranks; r++) {
         const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
         pts[(size_t)iters * (size_t)ranks + (size_t)r] =
@@ -166,6 +186,8 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
     dpshim_fit_input_t in = {iters, ranks, pts, iter_time, DPSHIM_FIT_RANKS,
                              c->cfg.vit};
     rc = fit_chosen(c, in, out);
+    out->kept = rc == 0 && c->settled && c->fitted &&
+                still_predicts(&in, warm, c->fit.model);
   }
   free(pts);
   free(iter_time);
@@ -199,6 +221,7 @@ static int fit_vit(const dpshim__core_t *c, const dpshim__point_t *all,
 /* The outcome into the core, the same on every rank. */
 static void take(dpshim__core_t *c, const fit_outcome_t *out) {
   pthread_mutex_lock(&c->lock);
+  c->refits += c->settled;
   if (!c->cfg.have_coefs) {
     c->fit = out->fit;
     c->fit_text = out->fit_text;
@@ -244,7 +267,7 @@ int dpshim__warmup_fit(dpshim__core_t *c) {
   rc = c->world->ops->bcast(c->world, &out, sizeof out);
   if (rc < 0) return rc;
   if (c->settled) { /* a refit: kept only where it is one */
-    if (out.rc < 0) return 0;
+    if (out.rc < 0 || out.kept) return 0;
     out.vit_rc = -1;
   }
   take(c, &out);

@@ -13,7 +13,14 @@
  * left loose makes the balancer even out sample counts instead of
  * attention. So the features fitted are chosen too, by the error on
  * iterations left out (one at a time up to FOLDS iterations, FOLDS folds
- * beyond), among the subsets the iterations can pin.
+ * beyond), among the subsets the iterations can pin, and so is the
+ * overhead: packs hold the same tokens on every rank, so the per-token
+ * cost and the overhead are one column until plans move tokens. Given to
+ * the overhead, the per-token cost is lost and the plans pile tokens on
+ * the ranks the model thinks cheap (reftrain at DP 32: 27 % above the mean
+ * rank, against 5 % with the per-token cost kept); given to the tokens,
+ * it only keeps them even. So the overhead is fitted (free) only where the
+ * iterations left out say it is apart, as the original fits none.
  *
  * Only ranks that some model could make the slowest matter: each
  * iteration keeps the ranks no other rank beats on every feature.
@@ -29,6 +36,10 @@ enum { NFEAT = DPSHIM__NFEAT };
 
 #define ROUNDS 16 /* alternations per start; picks settle in a few */
 #define FOLDS 8   /* iterations left out one at a time up to this many */
+/* A fit's mask: the features' bits, and this one where the overhead is
+ * free (else 0). */
+#define OVERHEAD (1u << NFEAT)
+#define FEATURES (OVERHEAD - 1)
 
 typedef struct steps_problem {
   const dpshim_fit_input_t *in;
@@ -109,8 +120,8 @@ static int repick(steps_problem_t *sp, const double z[NFEAT], int skip,
   return changed;
 }
 
-/* NNLS of the centred times on the picked ranks' centred features within
- * `mask`; the overhead from the means. */
+/* NNLS of the times on the picked ranks' features within `mask`; with a
+ * free overhead both centred, the overhead from the means. */
 static void solve(steps_problem_t *sp, unsigned mask, int skip, int folds,
                   fit_t *out) {
   const dpshim_fit_input_t *in = sp->in;
@@ -123,8 +134,9 @@ static void solve(steps_problem_t *sp, unsigned mask, int skip, int folds,
     mean_t += in->iter_time[t];
     n++;
   }
-  for (int j = 0; j < NFEAT; j++) mean_f[j] /= (double)n;
-  mean_t /= (double)n;
+  double centre = mask & OVERHEAD ? 1.0 / (double)n : 0;
+  for (int j = 0; j < NFEAT; j++) mean_f[j] *= centre;
+  mean_t *= centre;
   int64_t k = 0;
   for (int64_t t = 0; t < in->iters; t++) {
     if (skip >= 0 && t % folds == skip) continue;
@@ -212,12 +224,18 @@ static unsigned present(const dpshim_fit_input_t *in) {
   return mask;
 }
 
-/* Among the subsets of the present features that every fold's iterations
- * pin (a coefficient each and the overhead), the one with the least
- * held-out error; with too few iterations to choose, len^2 alone where it
- * is present. A subset without len^2 (the attention the balance is for)
- * is taken only where it errs by less than WITHOUT_LEN2 of the best with
- * it: a few steps that one cost explains by chance do not decide. */
+/* Among the subsets of the present features, with the overhead free or
+ * not, that every fold's iterations pin (a coefficient each, and the
+ * overhead), the one with the least held-out error; with too few
+ * iterations to choose, len^2 alone where it is present. A free overhead
+ * and a per-sample cost each count only where they cut the error below
+ * APART of the fits without (see the top: a per-sample cost takes the
+ * tokens' cost as readily). A subset without len^2 (the attention the
+ * balance is for) is taken only where it errs by less than WITHOUT_LEN2 of
+ * the best with it: a few steps that one cost explains by chance do not
+ * decide. */
+#define APART 0.8
+#define NEEDS_EVIDENCE (OVERHEAD | 1u << 2) /* the overhead, the count */
 #define WITHOUT_LEN2 0.5
 
 static void choose_fit(steps_problem_t *sp, fit_t *chosen, double *held_out) {
@@ -225,20 +243,24 @@ static void choose_fit(steps_problem_t *sp, fit_t *chosen, double *held_out) {
   int64_t n = sp->in->iters;
   int folds = n < FOLDS ? (int)n : FOLDS;
   int64_t fitted = n - (n + folds - 1) / folds; /* the fewest in a fold */
-  double error[2] = {INFINITY, INFINITY}; /* [1]: with len^2 */
-  fit_t fit[2];
-  for (unsigned mask = 1; mask <= all && folds >= 2; mask++) {
-    if ((mask & all) != mask || popcount(mask) + 1 > fitted) continue;
+  double error[2] = {INFINITY, INFINITY}, score[2] = {INFINITY, INFINITY};
+  fit_t fit[2]; /* [1]: with len^2 */
+  for (unsigned mask = 1; mask <= (all | OVERHEAD) && folds >= 2; mask++) {
+    if ((mask & FEATURES & ~all) || !(mask & FEATURES) ||
+        popcount(mask) > fitted)
+      continue;
     fit_t candidate;
     double e = held_out_error(sp, mask, folds, &candidate);
+    double weighed = e / pow(APART, popcount(mask & NEEDS_EVIDENCE));
     int with = (mask & len2) != 0;
-    if (e < error[with]) {
+    if (weighed < score[with]) {
+      score[with] = weighed;
       error[with] = e;
       best[with] = mask;
       fit[with] = candidate;
     }
   }
-  int with = !(best[0] && (!best[1] || error[0] < WITHOUT_LEN2 * error[1]));
+  int with = !(best[0] && (!best[1] || score[0] < WITHOUT_LEN2 * score[1]));
   *held_out = sqrt(error[with] / (double)n);
   if (best[with]) *chosen = fit[with];
   else fit_mask(sp, len2 ? len2 : all, -1, 1, chosen);

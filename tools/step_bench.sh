@@ -13,8 +13,8 @@
 #        the TGS gain over none (steps after the warm-up, as
 #        tools/demo_report.py counts them), the fit the summary reports and
 #        its errors (per point; step times), plans applied. Hand-off steps
-#        fit from step times (three in the quick warm-up: one coefficient)
-#        and refit on the balanced steps after.
+#        fit from step times (three in the quick warm-up: two unknowns)
+#        and refit on the balanced steps where it stops predicting them.
 # shm    reftrain --sync shm (no MPI in the steps) at 8 ranks, the long
 #        profile (seed 5, 16 steps, time scale 0.1, warm-up 2-6), beside
 #        each distractor: none, --chatter MS, --loss-allreduce, both.
@@ -285,8 +285,8 @@ def steps_part():
           "names; point err: its mean prediction error; step err: step "
           "times predicted within")
     print("  (warm-up 2-%d, the first step dropped: a fit from step times "
-          "has %d points for its 3 coefficients%s)" % (
-              steps_last, steps_last - 2,
+          "has %d points, so at most %d unknowns%s)" % (
+              steps_last, steps_last - 2, steps_last - 3,
               ": its errors are ~0 by construction" if steps_last <= 5
               else ""))
     print("  %-4s %9s | %-7s %7s %5s %6s %9s %8s %7s" % (

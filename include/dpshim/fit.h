@@ -14,7 +14,10 @@
  *                     (the same every iteration) against its time, least
  *                     squares, with the features fitted chosen by the error
  *                     on iterations left out (few iterations pin few
- *                     coefficients). The softmax's bias (log(ranks) / alpha
+ *                     coefficients); the overhead and the per-sample
+ *                     term only where they cut that error to 0.8 of the
+ *                     fits without (full packs make the per-token cost
+ *                     and an overhead one column). The softmax's bias (log(ranks) / alpha
  *                     seconds) exceeds steps of milliseconds and drives the
  *                     seed fit to 0 there; the hard max has none.
  * Features are scaled before solving, so len^2 and len may differ by many

@@ -148,6 +148,8 @@ typedef struct run {
   int micro;              /* hand-offs a step (SYNC_SEEN: 1) */
   int hidden_rank;        /* SYNC_SEEN but this rank's is hidden (-1) */
   double cost_us;         /* > 0: compute of cost_us * sum len^2 / 1e4 us */
+  int late_call;          /* > 0: from this call on, the compute also */
+  double late_len;        /* costs as much per token as a sample this long */
   int virtual_time;       /* compute advances virtual_now(), no sleep */
   pthread_barrier_t barrier; /* the hidden sync */
   double arrived[MAXP];      /* each rank's virtual time at the barrier */
@@ -193,16 +195,19 @@ static void encoder_calls(dpshim__core_t *c, int rank, int call) {
   dpshim__core_vit_call(c, &b, b.encode_s);
 }
 
-/* A rank's compute: fixed, or following its samples' sum len^2. */
-static void compute(const run_t *x, const dpshim_batch_t *b, int rank) {
+/* A rank's compute: fixed, or following its samples' sum len^2 (and
+ * from late_call on their tokens too). */
+static void compute(const run_t *x, const dpshim_batch_t *b, int rank,
+                    int call) {
   if (x->cost_us <= 0 || !b) {
     usleep(200 + 50 * (unsigned)rank);
     return;
   }
-  double len2 = 0;
+  double len2 = 0, per_token = x->late_call > 0 && call >= x->late_call
+                                   ? x->late_len : 0;
   for (int i = 0; i < b->nsamples; i++) {
     double len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
-    len2 += len * len;
+    len2 += len * len + per_token * len;
   }
   if (x->virtual_time) virtual_seconds += x->cost_us * len2 / 1e10;
   else usleep((unsigned)(x->cost_us * len2 / 1e4));
@@ -241,7 +246,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL);
   x->after[rank][call] = id_sum(&rb);
   x->bad[rank] |= !intact(&rb);
-  compute(x, b, rank);
+  compute(x, b, rank, call);
   if (x->vit) encoder_calls(c, rank, call);
   if (x->sync != SYNC_SEEN) {
     hidden_sync(x, c, rank, call);
@@ -580,10 +585,26 @@ Test(shim_core, hidden_sync_takes_steps_from_the_handoffs) {
       cr_assert_eq(x->before[r][k], x->after[r][k], "warm-up moved samples");
   cr_assert_eq(said_with("summary: 12 steps", NULL), 1);
   cr_assert_eq(said_with("steps: 2 hand-offs each", "no gradient sync"), 1);
-  /* Refitted at 2 balanced steps after the warm-up (step 11), on every
-   * rank alike (the mock fails ranks left in different collectives). */
-  cr_assert_eq(said_with("fit from step times", "refitted on balanced"), 1);
+  /* The model predicts every balanced step: it is kept. */
+  cr_assert_eq(said_with("fit from step times", "refitted on balanced"), 0);
   cr_assert_eq(said_with("nothing is balanced", NULL), 0);
+  free(x);
+}
+
+/* A model that stops predicting the balanced steps (here the tokens start
+ * to cost after the warm-up) is refitted on them, from the step that
+ * brings as many as the warm-up fitted, on every rank alike (the mock
+ * fails ranks left in different collectives). */
+Test(shim_core, a_model_that_stops_predicting_is_refitted) {
+  run_t *x = run_new(4, 1, 16);
+  x->sync = SYNC_HIDDEN;
+  timed(x);
+  x->late_call = 6;
+  x->late_len = 2048;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-5";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
+  cr_assert_eq(said_with("fit from step times", "refitted on balanced"), 1);
   free(x);
 }
 
