@@ -49,6 +49,7 @@ struct dpshim__balancer {
   dpshim__price_t price; /* what applying costs this rank */
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
+  double *cost_s; /* [size]: what applying the plan costs each rank (auto) */
   int64_t step;
   header_t *headers;
   size_t *counts;   /* [3 * size]: gather, send, receive bytes */
@@ -97,6 +98,7 @@ dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
 
 static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->history);
+  free(b->cost_s);
   free(b->headers);
   free(b->counts);
   free(b->bytes);
@@ -142,6 +144,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->size = size;
   b->step = -1;
   b->history = calloc((size_t)size, sizeof *b->history);
+  b->cost_s = calloc((size_t)size, sizeof *b->cost_s);
   b->headers = calloc((size_t)size, sizeof *b->headers);
   b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
   b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
@@ -153,7 +156,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->slot = b->next_slot = 0;
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
-  if (b->history && b->headers && b->counts && b->bytes && b->first &&
+  if (b->history && b->cost_s && b->headers && b->counts && b->bytes && b->first &&
       dpshim__agree_reserve(&b->agree, size) == 0 && b->checks && b->use &&
       b->room && b->notes && b->post && b->board)
     return 0;
@@ -589,26 +592,16 @@ static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
   return (double)(b->bytes[r] + b->bytes[b->size + r] + shifted);
 }
 
-/* Seconds rank r takes to apply the plan, by its own price. */
-static double apply_seconds(const dpshim__balancer_t *b, int32_t r) {
-  return b->headers[r].price[0] + b->headers[r].price[1] * copied_bytes(b, r);
-}
-
-/* `auto`: a plan is applied only where the step's predicted maximum falls
- * by more than WORTH times what applying costs the slowest rank. */
-#define WORTH 1.5
-
+/* `auto`: whether the plan pays for what applying it costs, each rank
+ * priced by its own line (price.h). */
 static const char *priced_skip(dpshim__balancer_t *b,
                                dpshim__balance_report_t *rep) {
-  double before = 0, after = 0, cost = 0;
-  for (int32_t r = 0; r < b->size; r++) {
-    before = fmax(before, b->plan.load_before[r]);
-    after = fmax(after, b->plan.load_after[r]);
-    cost = fmax(cost, apply_seconds(b, r));
-  }
-  rep->saving_s = 1e-6 * (before - after); /* the model is in us */
-  rep->cost_s = cost;
-  return rep->saving_s > WORTH * cost ? NULL : "not-worth-it";
+  double *cost = b->cost_s;
+  for (int32_t r = 0; r < b->size; r++)
+    cost[r] = b->headers[r].price[0] +
+              b->headers[r].price[1] * copied_bytes(b, r);
+  return dpshim__policy_worth(&b->plan, cost, b->size, &rep->saving_s,
+                              &rep->cost_s);
 }
 
 static const char *precheck(dpshim__balancer_t *b) {

@@ -432,7 +432,7 @@ static const row_t rows[] = {
     {VALUE(DPSHIM_ENV_MAX_LEN_RATIO, "1.2", "a number > 0 or 'none'",
            "--dp-balance-max-len-ratio-vlm"),
      parse_max_len_ratio, format_max_len_ratio},
-    {VALUE(DPSHIM_ENV_THRESHOLD, "0.2",
+    {VALUE(DPSHIM_ENV_THRESHOLD, "auto",
            "a number >= 0 (the original's imbalance ratio) or 'auto' "
            "(saving against cost, in seconds)",
            "--dp-balance-trigger-threshold-vlm"),

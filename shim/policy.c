@@ -63,3 +63,14 @@ dpshim_cost_model_t dpshim__policy_model_from_fit(dpshim_cost_model_t fit) {
   return (dpshim_cost_model_t){fit.a * 1e6, fit.b * 1e6, fit.c * 1e6,
                                fit.d * 1e6, fit.e * 1e6};
 }
+
+const char *dpshim__policy_worth(const dpshim_plan_t *plan,
+                                 const double *cost_s, int32_t ranks,
+                                 double *saving_s, double *max_cost_s) {
+  double before = max_of(plan->load_before, ranks);
+  double after = max_of(plan->load_after, ranks);
+  *saving_s = 1e-6 * (before - after);
+  *max_cost_s = max_of(cost_s, ranks);
+  return *saving_s > DPSHIM__POLICY_WORTH * *max_cost_s ? NULL
+                                                        : "not-worth-it";
+}

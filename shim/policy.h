@@ -34,6 +34,16 @@ const char *dpshim__policy_skip(const dpshim_plan_t *plan,
                                 const dpshim_sample_t *samples, int64_t n,
                                 int32_t ranks, dpshim_algo_t algo, int fits);
 
+/* `auto` (DPSHIM_TRIGGER_THRESHOLD=auto): why a solved plan does not pay,
+ * or NULL. It pays where the step's predicted maximum (plan->load_before
+ * and load_after, microseconds) falls by more than DPSHIM__POLICY_WORTH
+ * times cost_s[r], what applying it costs rank r in seconds, at its
+ * largest. *saving_s and *cost_s say both. */
+#define DPSHIM__POLICY_WORTH 1.5
+const char *dpshim__policy_worth(const dpshim_plan_t *plan,
+                                 const double *cost_s, int32_t ranks,
+                                 double *saving_s, double *max_cost_s);
+
 /* Whether use[k] <= room[k] for every k < count: rows, samples or bytes per
  * rank and buffer, in any layout both arrays share. */
 int dpshim__policy_fits(const int64_t *use, const int64_t *room, size_t count);

@@ -25,11 +25,13 @@
 #                                 in --quick, --no-handoff-row turns it off
 #
 # The VLM section: vlmtrain (tools/vlmtrain) under a realistic model preset
-# of the emulated GPU, none / seed / default / default+vit (the ViT-level
-# balance too: DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up) on the
-# same data (seed 7) at each DP size, warm-up 2-6; digests checked equal.
+# of the emulated GPU, none / seed / default / default:0.2 (default at the
+# original's fixed trigger, DPSHIM_TRIGGER_THRESHOLD=0.2, beside the
+# default auto) / default+vit (the ViT-level balance too:
+# DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up) on the same data
+# (seed 7) at each DP size, warm-up 2-6; digests checked equal.
 # Then dpshim-sim on the same layout and preset, --vit-balance, at DP 4 to
-# 4096. About 6 minutes here (--quick: DP 8, 10 steps, about a minute).
+# 4096. About 8 minutes here (--quick: DP 8, 10 steps, about a minute).
 # Into the tables, results.json ("vlm", "vlm_sim"), vlm_tgs_vs_dp.png and
 # vlm_sim_tgs_vs_dp.png.
 #   --vlm-layout L       internvl (default), qwen2vl or qwen3vl
@@ -194,10 +196,12 @@ preload() {
 
 # One run of a section: base path, DP size, variant, warm-up, trainer and its
 # arguments. Without the shim for none; with it, DPSHIM_SOLVER=variant, for
-# SOLVER+vit DPSHIM_SOLVER=SOLVER and DPSHIM_VIT_BALANCE=1, and for
-# SOLVER@STEP DPSHIM_SOLVER=SOLVER and DPSHIM_STEP=STEP.
+# SOLVER+vit DPSHIM_SOLVER=SOLVER and DPSHIM_VIT_BALANCE=1, for SOLVER@STEP
+# DPSHIM_SOLVER=SOLVER and DPSHIM_STEP=STEP, and for SOLVER:RATIO
+# DPSHIM_SOLVER=SOLVER and DPSHIM_TRIGGER_THRESHOLD=RATIO.
 run() {
   local base=$1 dp=$2 variant=$3 warm=$4 env=() solver=${3%@*}
+  solver=${solver%:*}
   shift 4
   if [ "$variant" != none ]; then
     env=(-x LD_PRELOAD="$(preload "$1")" -x DPSHIM_VLM_BALANCE=1
@@ -205,6 +209,7 @@ run() {
          -x DPSHIM_LOG="$base.log.jsonl")
     [[ $solver != *+vit ]] || env+=(-x DPSHIM_VIT_BALANCE=1)
     [[ $variant != *@* ]] || env+=(-x DPSHIM_STEP="${variant#*@}")
+    [[ $variant != *:* ]] || env+=(-x DPSHIM_TRIGGER_THRESHOLD="${variant#*:}")
     for kv in "${shim_env[@]}"; do env+=(-x "$kv"); done
   fi
   "${mpirun[@]}" -np "$dp" "${env[@]}" "$@" --stats-out "$base.stats.jsonl" \
@@ -263,7 +268,8 @@ fi
 rm -rf "$out/vlm-runs"
 if [ "$vlm" = 1 ]; then
   mkdir -p "$out/vlm-runs"
-  vlm_variants="none seed default"
+  # default:0.2 is default at the original's fixed trigger, beside auto's.
+  vlm_variants="none seed default default:0.2"
   [ "$vlm_vit" = 0 ] || vlm_variants+=" default+vit"
   echo "== runs: VLM, $vlm_layout layout, $vlm_model preset ($vlm_args), DP $vlm_dps x {${vlm_variants// /, }}, $vlm_steps steps each (warm-up $vlm_warmup, time scale $vlm_scale)"
   vlm_start=$SECONDS

@@ -131,7 +131,7 @@ Test(shim_config, defaults) {
   cr_assert_eq(cfg.loader_thread, 0);
   expect_warmup("01111111111000000000", 10, 2, 11);
   cr_assert_float_eq(cfg.max_len_ratio, 1.2, 1e-15);
-  cr_assert_float_eq(cfg.threshold, 0.2, 1e-15);
+  cr_assert_eq(cfg.threshold, DPSHIM__THRESHOLD_AUTO);
   cr_assert_eq(cfg.algo, DPSHIM_ALGO_DEFAULT);
   cr_assert_eq(cfg.fit, DPSHIM_FIT_RANKS);
   cr_assert_eq(cfg.fit_auto, 1);

@@ -5,7 +5,10 @@
  * shim's warm-up fit learns the vision terms from them (none with
  * --text-cost); the text workload is reftrain's packs and times, with
  * nothing of vision; and the options that select them fail with one line
- * naming the option.
+ * naming the option. With --threshold auto a plan is applied only where
+ * it pays for its exchange, priced by the sweep's network, and with
+ * --vit-threshold auto a micro-batch's encoder calls meet only where they
+ * can pay.
  */
 #include <criterion/criterion.h>
 #include <getopt.h>
@@ -382,4 +385,73 @@ Test(sim_vlm, layout_options) {
   o = PARSE("--layout", "internvl", "--layout", "text");
   cr_assert_eq(o.cfg.vision, 0);
   cr_assert_eq(o.cfg.tp, 1);
+}
+
+/* ---- --threshold auto: plans priced as the shim prices them --------------- */
+
+static int64_t applied_and_skipped(sim_options_t *o, int32_t *not_worth) {
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1, 0};
+  sim_run_t run;
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o->cfg, 16, &algo, 1, &run, err, sizeof err), 0,
+               "%s", err);
+  int64_t applied = 0;
+  *not_worth = 0;
+  for (int64_t k = 0; k < run.nsteps; k++) {
+    applied += run.step[k].applied;
+    *not_worth += run.step[k].skipped[sim_skip_index("not-worth-it")];
+  }
+  sim_run_free(&run);
+  return applied;
+}
+
+/* Where copies are cheap the plans pay and are applied; where every byte
+ * copied costs a millisecond none pays, and each is skipped as not worth
+ * it (never as balanced: auto leaves the solver no ratio). */
+Test(sim_vlm, auto_applies_only_plans_that_pay) {
+  sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b",
+                          "--tp", "model", "--steps", "3", "--warmup-last",
+                          "4", "--solve-reps", "1", "--threshold", "auto");
+  cr_assert_lt(o.cfg.threshold, 0);
+  int32_t not_worth;
+  cr_expect_gt(applied_and_skipped(&o, &not_worth), 0);
+  o.cfg.price_net.memcpy_bps = 1e3;
+  cr_expect_eq(applied_and_skipped(&o, &not_worth), 0);
+  cr_expect_eq(not_worth, 3, "every step's plan skipped as not worth it");
+}
+
+/* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: a micro-batch's encoder calls meet
+ * only where the plan with the vision terms leaves the images more uneven
+ * than the calls' rounds cost. Rounds of a second each: no call meets, and
+ * every step is default's to the bit; free rounds: some calls meet (8K
+ * InternVL packs, where a sample's tiles are a large part of a pack). */
+Test(sim_vlm, auto_vit_meets_only_where_it_can_pay) {
+  sim_options_t o = PARSE("--layout", "internvl", "--model", "internvl2-8b",
+                          "--pack-tokens", "8192", /* a few tiled samples */
+                          "--tp", "model", "--steps", "6", "--warmup-last",
+                          "4", "--solve-reps", "1", "--threshold", "auto",
+                          "--vit-threshold", "auto");
+  cr_assert_lt(o.cfg.vit_threshold, 0);
+  sim_algo_t algos[2] = {{DPSHIM_ALGO_DEFAULT, 1, 0},
+                         {DPSHIM_ALGO_DEFAULT, 1, 1}};
+  sim_run_t runs[2];
+  char err[256] = "";
+  o.cfg.price_net.latency_s = 1;
+  cr_assert_eq(sim_simulate(&o.cfg, 8, algos, 2, runs, err, sizeof err), 0,
+               "%s", err);
+  for (int64_t k = 0; k < runs[0].nsteps; k++) {
+    cr_expect_eq(runs[1].step[k].vit_calls, 0, "step %lld met", (long long)k);
+    cr_expect_eq(runs[1].step[k].compute_max_s, runs[0].step[k].compute_max_s,
+                 "step %lld", (long long)k);
+  }
+  sim_run_free(&runs[0]);
+  sim_run_free(&runs[1]);
+  o.cfg.price_net.latency_s = 0;
+  o.cfg.price_net.bandwidth = o.cfg.price_net.memcpy_bps = 1e30;
+  cr_assert_eq(sim_simulate(&o.cfg, 8, &algos[1], 1, runs, err, sizeof err),
+               0, "%s", err);
+  int64_t calls = 0;
+  for (int64_t k = 0; k < runs[0].nsteps; k++) calls += runs[0].step[k].vit_calls;
+  cr_expect_gt(calls, 0, "free rounds, and no call met");
+  sim_run_free(&runs[0]);
 }

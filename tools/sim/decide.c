@@ -123,7 +123,7 @@ void sim_decide_history(const sim_decide_out_t *out, const char *why,
 /* The shim's reasons (solver's and policy.h's), in sim_step_t's order. */
 static const char *const skip_names[SIM_NSKIPS] = {
     "balanced",   "dominant-sample", "no-gain",   "no-move", "capacity",
-    "empty-rank", "too-few-samples", "algo-none", "other"};
+    "empty-rank", "too-few-samples", "algo-none", "not-worth-it", "other"};
 
 int sim_skip_index(const char *why) {
   for (int k = 0; k < SIM_NSKIPS - 1; k++)

@@ -142,6 +142,17 @@ static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
+double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
+                         double copy, double partners) {
+  return io / n->bandwidth + partners * n->latency_s + n->serial_s * ranks +
+         cpu_factor(n, ranks) * copy / n->memcpy_bps;
+}
+
+double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
+                             int32_t ranks, double bytes) {
+  return allgather(n, span_of(c, ranks), bytes) + n->serial_s * ranks;
+}
+
 sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
                            int32_t ranks, const sim_step_t *s) {
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */

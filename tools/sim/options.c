@@ -99,11 +99,13 @@ static void usage(void) {
 "  --micro-batches M     hand-offs per step [1]\n"
 "shim settings:\n"
 "  --cap-ratio X|none    DPSHIM_MAX_LEN_RATIO [1.2]\n"
-"  --threshold X         DPSHIM_TRIGGER_THRESHOLD [0.2]\n"
+"  --threshold X         DPSHIM_TRIGGER_THRESHOLD: a ratio or auto [0.2]\n"
 "  --solve-reps R        timed solves per hand-off, median counts [3]\n"
 "  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
 "                        rank [2]\n"
-"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD [0.1]\n",
+"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD: a ratio, or auto (a\n"
+"                        gate modelled here only; see tools/sim/README.md)\n"
+"                        [0.1]\n",
       stdout);
   /* In two: one string would exceed what C11 compilers must take. */
   fputs(
@@ -307,7 +309,8 @@ static int apply_model(int code, const char *opt, const char *arg,
         : need_double(opt, arg, 1e-9, 1e3, "a number > 0 or 'none'");
     return 1;
   case OPT_THRESHOLD:
-    o->cfg.threshold = need_double(opt, arg, 0, 1e3, "a number in [0, 1000]");
+    o->cfg.threshold = strcmp(arg, "auto") == 0 ? -1
+        : need_double(opt, arg, 0, 1e3, "a number in [0, 1000] or 'auto'");
     return 1;
   case OPT_SOLVE_REPS:
     o->cfg.solve_reps = (int)need_int(opt, arg, 1, SIM_MAX_SOLVE_REPS,
@@ -399,8 +402,8 @@ static int apply_vlm(int code, const char *opt, const char *arg,
         : need_double(opt, arg, 1e-9, 1e3, "a number > 0 or 'none'");
     return 1;
   case OPT_VIT_THRESHOLD:
-    o->cfg.vit_threshold = need_double(opt, arg, 0, 1e3,
-                                       "a number in [0, 1000]");
+    o->cfg.vit_threshold = strcmp(arg, "auto") == 0 ? -1
+        : need_double(opt, arg, 0, 1e3, "a number in [0, 1000] or 'auto'");
     return 1;
   }
   return 0;
@@ -522,4 +525,5 @@ void sim_parse(int argc, char **argv, sim_options_t *o) {
     exit(2);
   }
   resolve(o);
+  o->cfg.price_net = o->net;
 }

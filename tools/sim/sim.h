@@ -40,7 +40,7 @@
 #define SIM_PROG "dpshim-sim"
 #define SIM_MAX_LIST 64
 #define SIM_MAX_RANKS 65536
-#define SIM_NSKIPS 9 /* sim_skip_name() */
+#define SIM_NSKIPS 10 /* sim_skip_name() */
 /* What travels with a sample in the shim's exchange: tokens, labels and loss
  * weights (4 B each per token) and the 8-byte sample id. */
 #define SIM_BYTES_PER_TOKEN 12
@@ -50,6 +50,10 @@
  * come from shim/balance.h. (A VLM layout's metas are wider, its fields'
  * rows and the images' patches: not modelled.) */
 #define SIM_META_BYTES 4
+/* The ViT balance's, as shim/vit_balance.c's header_t and wire_t: per rank
+ * and encoder call (the header round), and per image in its gather. */
+#define SIM_VIT_HEADER_BYTES 48
+#define SIM_VIT_META_BYTES 72
 #define SIM_MAX_SOLVE_REPS 99
 
 /* The network and CPU model; see netmodel.c. */
@@ -80,7 +84,10 @@ typedef struct sim_config {
   int64_t warmup_last; /* the shim's warm-up is steps 2..W (1-based) */
   int64_t steps;       /* measured steps, after the warm-up */
   double cap_ratio;    /* the shim's DPSHIM_MAX_LEN_RATIO; 0 = none */
-  double threshold;    /* the shim's DPSHIM_TRIGGER_THRESHOLD */
+  double threshold;    /* the shim's DPSHIM_TRIGGER_THRESHOLD; < 0: auto */
+  /* auto: what applying a plan costs each rank, which the shim learns from
+   * its applied hand-offs, priced by this network (the sweep's own) */
+  sim_net_t price_net;
   double headroom;     /* loader capacity / pack, as reftrain's --headroom */
   int solve_reps;      /* timed solves per hand-off; the median counts */
   emu_model_t model;   /* the emulated GPU's preset (--model) */
@@ -88,7 +95,8 @@ typedef struct sim_config {
   vlmload_config_t vlm; /* vision: the loader's configuration (slot unset) */
   int text_cost;       /* --text-cost: the shim sees no images (d = e = 0) */
   /* The ViT balance's settings ("+vit" algorithms): the shim's
-   * DPSHIM_VIT_MAX_PATCH_RATIO (0 = none) and DPSHIM_VIT_TRIGGER_THRESHOLD. */
+   * DPSHIM_VIT_MAX_PATCH_RATIO (0 = none) and DPSHIM_VIT_TRIGGER_THRESHOLD
+   * (< 0: auto, see simulate.c's meet_or_not()). */
   double vit_cap_ratio, vit_threshold;
   /* The hosts: DP rank r on host r / ranks_per_host (0: every rank on one
    * host, and the network in one level). topology: the solver is told the
@@ -407,6 +415,16 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
 sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
                            const sim_run_t *r);
 sim_net_t sim_net_default(void);
+/* Seconds one rank of `ranks` takes to apply a plan in which it moves io
+ * bytes over its link (the larger of sent and received), copies `copy`
+ * bytes and talks to `partners` ranks: the applied hand-off's share of
+ * the shim's time in sim_price_step. */
+double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
+                         double copy, double partners);
+/* Seconds of one ViT-level encoder call that moves nothing: its gather of
+ * `bytes` (headers and image sizes) over the group. */
+double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
+                             int32_t ranks, double bytes);
 
 /* ---- report.c ------------------------------------------------------------ */
 

@@ -51,11 +51,15 @@ typedef struct ctx {
   double *held_vit, *drawn_vit; /* [P * micro] of which the encoder's */
   double *encoded;  /* [P * micro] "+vit": encoder seconds each slot runs */
   double *totals;   /* [P * micro] scratch */
+  double *seen_vit; /* [P * micro] scratch: the encoder's seconds as run */
+  double *enc_load; /* [P] auto: one plan's encoder part per rank (us) */
+  unsigned char *met; /* [micro] "+vit": this hand-off's encoder calls meet */
   int32_t *holder;  /* one hand-off's: where each sample is after the plan */
   sim_vit_t *vit;   /* "+vit" runs only */
   dpshim_cost_model_t text_model, vit_model; /* "+vit": the shim's fits */
   double *history;  /* [P] */
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
+  double *cost;     /* [P] auto: seconds applying the plan costs each rank */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
   int64_t *room;    /* [2P] what each rank's buffers hold; see sim_decide_in */
   int64_t *metas;   /* [P] one hand-off's meta bytes per rank */
@@ -106,10 +110,14 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->drawn_vit = calloc(pm, sizeof *x->drawn_vit);
   x->encoded = calloc(pm, sizeof *x->encoded);
   x->totals = calloc(pm, sizeof *x->totals);
+  x->seen_vit = calloc(pm, sizeof *x->seen_vit);
+  x->enc_load = calloc(p, sizeof *x->enc_load);
+  x->met = calloc((size_t)c->micro, sizeof *x->met);
   x->history = calloc(p, sizeof *x->history);
   x->sent = calloc(p, sizeof *x->sent);
   x->received = calloc(p, sizeof *x->received);
   x->kept = calloc(p, sizeof *x->kept);
+  x->cost = calloc(p, sizeof *x->cost);
   x->partners_out = calloc(p, sizeof *x->partners_out);
   x->partners_in = calloc(p, sizeof *x->partners_in);
   x->stamp = calloc(p, sizeof *x->stamp);
@@ -117,8 +125,9 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->room = calloc(2 * p, sizeof *x->room);
   x->metas = calloc(p, sizeof *x->metas);
   if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
-      x->drawn_vit && x->encoded && x->totals && x->history && x->sent &&
-      x->received && x->kept && x->partners_out && x->partners_in &&
+      x->drawn_vit && x->encoded && x->totals && x->seen_vit && x->enc_load && x->met &&
+      x->history && x->sent &&
+      x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
       x->stamp && x->last_src && x->room && x->metas && set_hosts(x) == 0) {
     set_room(x);
     return 0;
@@ -139,8 +148,12 @@ static void ctx_free(ctx_t *x) {
   free(x->drawn_vit);
   free(x->encoded);
   free(x->totals);
+  free(x->seen_vit);
+  free(x->enc_load);
+  free(x->met);
   free(x->history);
   free(x->sent);
+  free(x->cost);
   free(x->received);
   free(x->kept);
   free(x->partners_out);
@@ -228,20 +241,34 @@ static void vit_phase(const ctx_t *x, const double *vit, int64_t s,
   }
 }
 
-/* "+vit": each micro-batch is the slowest encoder, then the slowest LLM
- * (see the top); imbalance from each slot's LLM + encoded seconds. */
-static void synced_compute(ctx_t *x, int64_t s, sim_step_t *st) {
-  size_t pm = (size_t)x->P * (size_t)x->c->micro;
-  for (size_t k = 0; k < pm; k++) x->totals[k] = x->held[k] - x->held_vit[k];
+/* "+vit": a micro-batch whose encoder calls meet (x->met) is the slowest
+ * encoder, then its LLM part starts a stretch that runs to the next such
+ * call (see the top); micro-batches whose calls do not meet run encoder
+ * and LLM alike within the stretch. Imbalance from each slot's LLM +
+ * encoded seconds. */
+static void gated_compute(ctx_t *x, int64_t s, sim_step_t *st) {
+  size_t P = (size_t)x->P;
+  double mean, wait;
+  for (int32_t m = 0; m < x->c->micro; m++)
+    for (size_t d = 0; d < P; d++) {
+      size_t k = (size_t)m * P + d;
+      x->totals[k] = x->met[m] ? x->held[k] - x->held_vit[k] : x->held[k];
+      x->seen_vit[k] = x->met[m] ? x->encoded[k] : x->held_vit[k];
+    }
   st->compute_max_s = 0;
-  for (int32_t m = 0; m < x->c->micro; m++) {
-    double wait;
-    st->compute_max_s +=
-        phase_max(x, x->totals + (size_t)m * (size_t)x->P, s, m, &wait);
+  for (int32_t m = 0, from = 0; m <= x->c->micro; m++) {
+    if (m < x->c->micro && !x->met[m]) continue;
+    if (m > from)
+      st->compute_max_s += slots_max(x, x->totals + (size_t)from * P, s, from,
+                                     m - from, &mean);
+    if (m < x->c->micro)
+      st->compute_max_s +=
+          phase_max(x, x->encoded + (size_t)m * P, s, m, &wait);
+    from = m;
   }
-  vit_phase(x, x->encoded, s, st);
-  st->compute_max_s += st->vit_max_s;
-  for (size_t k = 0; k < pm; k++) x->totals[k] += x->encoded[k];
+  vit_phase(x, x->seen_vit, s, st);
+  for (size_t k = 0; k < P * (size_t)x->c->micro; k++)
+    x->totals[k] += x->met[k / P] ? x->encoded[k] : 0;
   compute_max(x, x->totals, s, &st->imb_after);
 }
 
@@ -319,9 +346,10 @@ static int prepare_vit(ctx_t *x, char *err, size_t errlen) {
 
 /* ---- one hand-off ----------------------------------------------------------- */
 
-/* What the exchange sends: bytes and partners per rank, into the step. Samples
- * come grouped by origin, which makes counting distinct partners one pass. */
-static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
+/* What the exchange under x->plan sends: bytes and partners per rank.
+ * Samples come grouped by origin, which makes counting distinct partners
+ * one pass. */
+static void tally_exchange(ctx_t *x, int64_t n) {
   size_t pb = (size_t)x->P * sizeof(double), pi = (size_t)x->P * sizeof(int32_t);
   memset(x->sent, 0, pb);
   memset(x->received, 0, pb);
@@ -339,20 +367,31 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
     }
     x->sent[from] += b;
     x->received[to] += b;
-    st->moved_bytes += b;
     sim_cross_add(&x->cross, from, to, b);
     if (x->stamp[to] != from) x->stamp[to] = from, x->partners_out[from]++;
     if (x->last_src[to] != from) x->last_src[to] = from, x->partners_in[to]++;
   }
+}
+
+/* Rank r's copies: pack what leaves, compact what stays once anything
+ * left, append what arrives. */
+static double rank_copy(const ctx_t *x, int32_t r) {
+  return x->sent[r] + x->received[r] + (x->sent[r] > 0 ? x->kept[r] : 0);
+}
+
+static int32_t rank_partners(const ctx_t *x, int32_t r) {
+  return x->partners_out[r] > x->partners_in[r] ? x->partners_out[r]
+                                                : x->partners_in[r];
+}
+
+/* The tallied exchange into the step. */
+static void exchange_costs(ctx_t *x, sim_step_t *st) {
   double xfer = 0, copy = 0;
   int32_t peers = 0;
   for (int32_t r = 0; r < x->P; r++) {
-    double io = fmax(x->sent[r], x->received[r]);
-    /* pack what leaves, compact what stays once anything left, append what
-     * arrives */
-    double cp = x->sent[r] + x->received[r] + (x->sent[r] > 0 ? x->kept[r] : 0);
-    int32_t pr = x->partners_out[r] > x->partners_in[r] ? x->partners_out[r]
-                                                        : x->partners_in[r];
+    double io = fmax(x->sent[r], x->received[r]), cp = rank_copy(x, r);
+    int32_t pr = rank_partners(x, r);
+    st->moved_bytes += x->sent[r];
     if (io > xfer) xfer = io;
     if (cp > copy) copy = cp;
     if (pr > peers) peers = pr;
@@ -363,6 +402,18 @@ static void exchange_costs(ctx_t *x, int64_t n, sim_step_t *st) {
   st->inter_xfer_bytes += sim_cross_link_bytes(&x->cross);
   st->inter_peers += sim_cross_peers(&x->cross);
   st->inter_moved_bytes += x->cross.moved;
+}
+
+/* `auto`: whether the solved plan pays for applying it (its exchange
+ * tallied), each rank priced as the shim would learn it: by the sweep's
+ * network. */
+static const char *priced_skip(ctx_t *x) {
+  for (int32_t r = 0; r < x->P; r++)
+    x->cost[r] = sim_apply_seconds(&x->c->price_net, x->P,
+                                   fmax(x->sent[r], x->received[r]),
+                                   rank_copy(x, r), rank_partners(x, r));
+  double saving, cost;
+  return dpshim__policy_worth(&x->plan, x->cost, x->P, &saving, &cost);
 }
 
 /* Moves the held seconds of micro m by the applied plan. */
@@ -402,43 +453,96 @@ static void gather(ctx_t *x, int64_t first, int64_t n, int vision,
       (double)x->P * (double)(dpshim__balance_header_bytes() + x->slot);
 }
 
-/* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
- * with err on a solver error. A "+vit" run's samples carry no images'
- * terms: its LLM-level cost is the text-only model. */
-static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
-                           sim_step_t *st, char *err, size_t errlen) {
-  int64_t first = x->w.first[h], n = x->w.first[h + 1] - first;
-  gather(x, first, n, sim_vision_cost(x->c) && !a.vit, st);
-  st->handoffs++;
+/* Hand-off h's plan under `model`: why it is not applied, or NULL (its
+ * exchange then tallied); -1 in *rc with err on a solver error. */
+static const char *plan_handoff(ctx_t *x, sim_algo_t a, dpshim_cost_model_t model,
+                                int64_t n, sim_step_t *st,
+                                sim_decide_out_t *out) {
   sim_decide_in_t in = {
       .ranks = x->P,
       .nsamples = n,
       .samples = x->samples,
       .room = x->room,
       .history = x->history,
-      .model = a.vit ? x->text_model : x->model,
+      .model = model,
       .cap_ratio = x->c->cap_ratio,
-      .threshold = x->c->threshold,
+      .threshold = x->c->threshold < 0 ? 0 : x->c->threshold, /* auto: priced */
       .algo = a.algo,
       .solve_reps = x->c->solve_reps,
       .host = x->host,
       .ignore_hosts = !x->c->topology,
       .inter_host_cost = x->c->inter_host_cost,
   };
+  const char *why = sim_decide(&in, &x->plan, out);
+  if (out->rc < 0) return NULL;
+  st->solve_s += out->solve_s;
+  if (!why) tally_exchange(x, n);
+  if (!why && x->c->threshold < 0) why = priced_skip(x);
+  return why;
+}
+
+/* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
+ * calls meet at all, from the LLM-level plan made with the vision terms
+ * (x->plan as it stands: applied or not, per why). Meeting splits the
+ * micro-batch into the slowest encoder, then the slowest LLM part; the
+ * plan evens each rank's sum of both. So the calls meet only where the
+ * plan's slowest rank is predicted above (the slowest LLM part + the mean
+ * encoder part: the images balanced, optimistically) by more than WORTH
+ * times the calls' two rounds; the ViT plan is priced again at the call. */
+static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
+                       const sim_decide_out_t *out) {
+  if (!out->solved) return 0;
+  const dpshim_cost_model_t *m = &x->model;
+  memset(x->enc_load, 0, (size_t)x->P * sizeof *x->enc_load);
+  for (int64_t i = 0; i < n; i++) {
+    const dpshim_sample_t *smp = &x->samples[i];
+    x->enc_load[why ? smp->origin : x->plan.dest[i]] +=
+        m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+  }
+  const double *load = why ? x->plan.load_before : x->plan.load_after;
+  double whole = 0, llm = 0, enc_mean = 0;
+  for (int32_t r = 0; r < x->P; r++) {
+    whole = fmax(whole, load[r]);
+    llm = fmax(llm, load[r] - x->enc_load[r]);
+    enc_mean += x->enc_load[r] / x->P;
+  }
+  double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
+                 (double)images * SIM_VIT_META_BYTES;
+  double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
+                                            bytes);
+  return 1e-6 * (whole - llm - enc_mean) > DPSHIM__POLICY_WORTH * rounds;
+}
+
+/* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
+ * with err on a solver error. A "+vit" run's samples carry no images'
+ * terms (its LLM-level cost is the text-only model), but with the ViT
+ * trigger at auto, which plans with them and then decides whether the
+ * micro-batch's encoder calls meet (x->met[m]). */
+static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
+                           sim_step_t *st, char *err, size_t errlen) {
+  int64_t first = x->w.first[h], n = x->w.first[h + 1] - first;
+  int gated = a.vit && x->c->vit_threshold < 0;
+  gather(x, first, n, sim_vision_cost(x->c) && (!a.vit || gated), st);
+  st->handoffs++;
   sim_decide_out_t out;
-  const char *why = sim_decide(&in, &x->plan, &out);
+  const char *why = plan_handoff(
+      x, a, a.vit && !gated ? x->text_model : x->model, n, st, &out);
+  x->met[m] = (unsigned char)a.vit;
+  if (gated && out.rc >= 0)
+    x->met[m] = (unsigned char)meet_or_not(
+        x, n, x->w.image_first[first + n] - x->w.image_first[first], why,
+        &out);
   if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
     return -1;
   }
-  st->solve_s += out.solve_s;
   sim_decide_history(&out, why, &x->plan, x->P, x->history);
   if (why) {
     st->skipped[sim_skip_index(why)]++;
     return 0;
   }
   st->applied++;
-  exchange_costs(x, n, st);
+  exchange_costs(x, st);
   apply_plan(x, first, n, m);
   return 1;
 }
@@ -474,13 +578,13 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
   for (int32_t m = 0; a.shim && m < c->micro; m++) {
     int64_t h = s * c->micro + m;
     int applied = balance_handoff(x, a, h, m, st, err, errlen);
-    if (applied < 0 ||
-        (a.vit && encoder_call(x, a, h, m, applied, st, err, errlen) < 0))
+    if (applied < 0 || (x->met[m] &&
+                        encoder_call(x, a, h, m, applied, st, err, errlen) < 0))
       return -1;
   }
   compute_max(x, x->drawn, s, &st->imb_before);
   if (a.vit) {
-    synced_compute(x, s, st);
+    gated_compute(x, s, st);
     return 0;
   }
   st->compute_max_s = compute_max(x, x->held, s, &st->imb_after);
