@@ -125,8 +125,8 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->room = calloc(2 * p, sizeof *x->room);
   x->metas = calloc(p, sizeof *x->metas);
   if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
-      x->drawn_vit && x->encoded && x->totals && x->seen_vit && x->enc_load && x->met &&
-      x->history && x->sent &&
+      x->drawn_vit && x->encoded && x->totals && x->seen_vit &&
+      x->enc_load && x->met && x->history && x->sent &&
       x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
       x->stamp && x->last_src && x->room && x->metas && set_hosts(x) == 0) {
     set_room(x);
@@ -454,10 +454,10 @@ static void gather(ctx_t *x, int64_t first, int64_t n, int vision,
 }
 
 /* Hand-off h's plan under `model`: why it is not applied, or NULL (its
- * exchange then tallied); -1 in *rc with err on a solver error. */
-static const char *plan_handoff(ctx_t *x, sim_algo_t a, dpshim_cost_model_t model,
-                                int64_t n, sim_step_t *st,
-                                sim_decide_out_t *out) {
+ * exchange then tallied); out->rc < 0 on a solver error. */
+static const char *plan_handoff(ctx_t *x, sim_algo_t a,
+                                dpshim_cost_model_t model, int64_t n,
+                                sim_step_t *st, sim_decide_out_t *out) {
   sim_decide_in_t in = {
       .ranks = x->P,
       .nsamples = n,
@@ -608,7 +608,9 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
-                          algos[a].vit ? x.text_model : x.model, x.vit_model};
+                          algos[a].vit && c->vit_threshold >= 0 ? x.text_model
+                                                                : x.model,
+                          x.vit_model};
     runs[a].step = calloc((size_t)c->steps, sizeof *runs[a].step);
     if (!runs[a].step) {
       snprintf(err, errlen, "out of memory for the steps");
