@@ -99,7 +99,7 @@ static void usage(void) {
 "  --micro-batches M     hand-offs per step [1]\n"
 "shim settings:\n"
 "  --cap-ratio X|none    DPSHIM_MAX_LEN_RATIO [1.2]\n"
-"  --threshold X         DPSHIM_TRIGGER_THRESHOLD: a ratio or auto [0.2]\n"
+"  --threshold X         DPSHIM_TRIGGER_THRESHOLD: a ratio or auto [auto]\n"
 "  --solve-reps R        timed solves per hand-off, median counts [3]\n"
 "  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
 "                        rank [2]\n"
@@ -484,7 +484,7 @@ static void defaults(sim_options_t *o) {
   o->cfg = (sim_config_t){.profile = "long", .seed = 1, .time_scale = 1.0,
                           .grad_bytes = 1 << 20, .tp = 1, .micro = 1,
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
-                          .threshold = 0.2, .headroom = 2.0, .solve_reps = 3,
+                          .threshold = -1, .headroom = 2.0, .solve_reps = 3,
                           .vit_cap_ratio = 2.0, .vit_threshold = 0.1,
                           .topology = 1, .model = emu_model_default()};
   o->net = sim_net_default();
