@@ -6,6 +6,7 @@
  * not balanced: they measure. */
 #include "core.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,22 @@ static void next_step(dpshim__step_t *s) {
 
 /* Under c->lock: step s ends at `now`, after `wait` in the sync. The
  * shadow only keeps its point and its time, for when it is taken over. */
+/* Under c->lock, a sync step after the warm-up: its compute against what
+ * the cost model predicts for the samples this rank held (the model is in
+ * microseconds). Not hand-off steps: their compute is every rank's slowest.
+ */
+static void check_prediction(dpshim__core_t *c, const dpshim__step_t *s) {
+  const dpshim_cost_model_t *m = &c->model;
+  double predicted = 1e-6 * (m->a * s->sum_len2 + m->b * s->sum_len +
+                             m->c * s->count + m->d * s->sum_patches_sq +
+                             m->e * s->sum_patches);
+  if (c->mode != DPSHIM__STEP_SYNC || s->bad || !(s->compute > 0) ||
+      !(predicted > 0))
+    return;
+  c->stats.predicted_error += fabs(s->compute - predicted) / s->compute;
+  c->stats.predicted_steps += 1;
+}
+
 static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
                      double wait) {
   double step_time = now - s->first_entry - s->shim;
@@ -211,6 +228,7 @@ static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
   c->stats.steps[phase] += 1;
   c->stats.wait[phase] += wait;
   c->stats.step_time[phase] += step_time;
+  if (phase && c->settled) check_prediction(c, s);
   record_point(c, s, c->points, step_time);
   double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
                                      s->vit_time};

@@ -77,6 +77,10 @@ typedef struct dpshim__stats {
   /* this rank's: in the encoder, in the balance, waiting in it for the
    * other ranks */
   double vit_time, vit_shim, vit_arrival;
+  /* Sync steps after the warm-up: how far this rank's compute was from
+   * what the cost model predicted for its samples (relative, summed), and
+   * over how many steps */
+  double predicted_error, predicted_steps;
 } dpshim__stats_t;
 
 typedef struct dpshim__core {

@@ -187,7 +187,7 @@ enum {
   S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
-  S_HANDOFFS, S_COUNT
+  S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -206,7 +206,8 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit.skipped, group * (double)s->vit.failed,
       group * (double)s->vit.solved, group * s->vit.imbalance_before,
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
-      s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs};
+      s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs,
+      s->predicted_error, s->predicted_steps};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -353,6 +354,11 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    "at the hand-off for the other ranks",
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
   say_fit(c);
+  if (v[S_PRED_STEPS] > 0)
+    dpshim__core_say(c, "  after the warm-up, each rank's compute within "
+                     "%.1f%% of the cost model's prediction for its samples "
+                     "(mean over %.0f rank-steps)",
+                     100 * v[S_PRED_ERR] / v[S_PRED_STEPS], v[S_PRED_STEPS]);
   if (c->cfg.vit) say_vit(c, v);
   if (c->noop[0]) dpshim__core_say(c, "  nothing is balanced: %s", c->noop);
 }

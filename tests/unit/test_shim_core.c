@@ -608,6 +608,41 @@ Test(shim_core, a_model_that_stops_predicting_is_refitted) {
   free(x);
 }
 
+/* The summary's check of the cost model on the steps after the warm-up:
+ * each rank's compute against the model's prediction for its samples, as
+ * a mean relative error; -1 where the line is missing. */
+static double prediction_error(void) {
+  for (int k = 0; k < nsaid; k++) {
+    const char *p = strstr(said[k], "each rank's compute within ");
+    if (p) return atof(p + strlen("each rank's compute within "));
+  }
+  return -1;
+}
+
+/* Sync steps: compute that follows the fitted cost is predicted to the
+ * clock's rounding; compute that starts to cost per token after the
+ * warm-up is not, and the summary says by how much. */
+Test(shim_core, the_summary_checks_the_model_after_the_warm_up) {
+  run_t *x = run_new(4, 1, 14);
+  timed(x);
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-6";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_SYNC, 0);
+  double exact = prediction_error();
+  cr_assert(exact >= 0 && exact < 1, "error %g%%", exact);
+  free(x);
+  nsaid = 0;
+  x = run_new(4, 1, 14);
+  timed(x);
+  x->late_call = 8;
+  x->late_len = 2048;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-6";
+  run_go(x);
+  double late = prediction_error();
+  cr_assert_gt(late, 10, "error %g%% where the cost changed", late);
+  free(x);
+}
+
 /* One rank's sync hidden: not every rank sees one, so hand-off steps,
  * agreed by all. */
 Test(shim_core, a_sync_seen_on_some_ranks_only_gives_handoff_steps) {
