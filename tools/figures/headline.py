@@ -5,17 +5,16 @@ model would see. TGS gain over no balancing (%) against DP size, from
   * dpshim-sim on each realistic preset, as tools/sim_vlm.sh runs it:
     internvl2-8b (layout internvl), qwen2-vl-7b and qwen2.5-vl-7b
     (qwen2vl), qwen3-vl-8b (qwen3vl), each with `--tp model --vit-balance`,
-    DP 4..4096, the shim's defaults but the trigger (0.2, the original's,
-    which was the default then), H100 times, 400 Gb/s,
+    DP 4..4096, the shim's defaults (the trigger auto), H100 times, 400 Gb/s,
     5 us. Plotted: `default` (dpshim's solver) for every preset, `seed` (the
     original's algorithm, as re-implemented) for internvl2-8b, dashed.
-    One more run, internvl2-8b at `--threshold 0.05` (none, seed,
-    default), dotted: the setting of half the real runs below;
+    One more run, internvl2-8b at `--threshold 0.2` (none, seed,
+    default), dotted: the original's fixed trigger, the default until
+    2026-12-03;
   * the real runs (tools/figures/headline_runs.json: internvl2-8b, DP
-    8/16/32, `tools/demo.sh --vlm-only`, with and without
-    `--vlm-shim-env DPSHIM_TRIGGER_THRESHOLD=0.05`, on the 2-core
-    development machine, time scale 0.25; copied from tools/README.md of
-    2026-12), as markers;
+    8/16/32, `tools/demo.sh --vlm-only` at the trigger auto and at 0.2, on
+    the 2-core development machine, time scale 0.25; copied from
+    tools/README.md), as markers;
   * the original's published result (InternVL, TP 4), which is qualitative
     only: no gain at DP 4-16, a gain growing with DP from 32. It is drawn
     as shaded regions with words, not as a curve: no figures were
@@ -36,7 +35,7 @@ case and are left out (the figure says so).
 Prints the table of the plotted gains (DP x series), in markdown, and a
 second table of the gains computed but not plotted. Takes about 2 minutes
 on the 2-core development machine (20-30 s per preset with the ViT
-balance, 8-20 s for the trigger-0.05 run; the runs go one at a time).
+balance, 8-20 s for the trigger-0.2 run; the runs go one at a time).
 The simulator times the real solver on this machine's CPU, so the gains
 at DP 1024-4096 move by up to a point or so from run to run, more when
 the machine is busy; below DP 256 they repeat to 0.2 %.
@@ -56,12 +55,9 @@ REAL_RUNS = os.path.join(HERE, "headline_runs.json")
 # (preset, layout), as tools/sim_vlm.sh.
 PRESETS = [("internvl2-8b", "internvl"), ("qwen2-vl-7b", "qwen2vl"),
            ("qwen2.5-vl-7b", "qwen2vl"), ("qwen3-vl-8b", "qwen3vl")]
-# The original's trigger, which was the shim's default when the figure and
-# its real runs were made (the default is auto since; see tools/README.md,
-# the trigger).
-SIM_ARGS = ["--tp", "model", "--vit-balance", "--threshold", "0.2"]
-# The run beside the real trigger-0.05 points.
-LOW_TRIGGER = ("internvl2-8b", "internvl", 0.05)
+SIM_ARGS = ["--tp", "model", "--vit-balance"]
+# The run at the original's fixed trigger, beside the real ones at it.
+FIXED_TRIGGER = ("internvl2-8b", "internvl", 0.2)
 COLOURS = {"internvl2-8b": "#1f77b4", "qwen2-vl-7b": "#2ca02c",
            "qwen2.5-vl-7b": "#9467bd", "qwen3-vl-8b": "#d62728"}
 
@@ -115,7 +111,7 @@ def simulate(build):
         runs[model], secs = run_sim(sim, args, model)
         cmds[model] = " ".join(["dpshim-sim"] + args)
         total += secs
-    model, layout, thr = LOW_TRIGGER
+    model, layout, thr = FIXED_TRIGGER
     key = f"{model}@{thr}"
     args = ["--layout", layout, "--model", model, "--tp", "model",
             "--threshold", str(thr), "--algos", "none,seed,default"]
@@ -139,13 +135,15 @@ def load_real(path):
 def series_from(runs, real):
     """The plotted series and the computed-only ones: name -> {dp: %}."""
     g = {k: gains(v) for k, v in runs.items()}
-    m, _, thr = LOW_TRIGGER
+    m, _, thr = FIXED_TRIGGER
     plotted = {}
     for model, _ in PRESETS:
         plotted[f"{model} dpshim"] = g[model]["default"]
     plotted[f"{m} seed"] = g[m]["seed"]
     plotted[f"{m} dpshim trig {thr}"] = g[f"{m}@{thr}"]["default"]
     for s in real["series"]:
+        if not s.get("plot", True):
+            continue
         for algo in ("default", "seed"):
             pts = {p["dp"]: p["gain_pct"] for p in s["points"]
                    if p["algo"] == algo}
@@ -181,7 +179,7 @@ def plot(plotted, real, out):
         die("no matplotlib for this python; apt-get install -y "
             "python3-matplotlib, and run it with /usr/bin/python3")
 
-    m, _, thr = LOW_TRIGGER
+    m, _, thr = FIXED_TRIGGER
     fig, ax = plt.subplots(figsize=(8, 5), dpi=150)
     fig.subplots_adjust(left=0.075, right=0.70, top=0.925, bottom=0.235)
 
@@ -229,7 +227,7 @@ def plot(plotted, real, out):
     sim_handles.append(h)
     h, = ax.plot(*xy(plotted[f"{m} dpshim trig {thr}"]), color=COLOURS[m],
                  lw=1.3, ls=":", zorder=3, label=f"{m}: dpshim,\n"
-                 f"trigger {thr}")
+                 f"trigger {thr} (the original's)")
     sim_handles.append(h)
 
     # seed's markers are larger rings, so that a default dot on the same
@@ -239,11 +237,14 @@ def plot(plotted, real, out):
     real_handles = []
     for s in real["series"]:
         t = s["threshold"]
+        if not s.get("plot", True):
+            continue
         for algo in ("default", "seed"):
             name = "dpshim" if algo == "default" else "seed"
-            trig = f"trigger {t}" if t != 0.2 else "default trigger (0.2)"
+            trig = ("trigger auto (default)" if t == "auto"
+                    else f"trigger {t} (the original's)")
             h, = ax.plot(*xy(plotted[f"real {algo} trig {t}"]), ls="none",
-                         marker="o" if t == 0.2 else "^", mec="black",
+                         marker="o" if t == "auto" else "^", mec="black",
                          mew=1.1, zorder=4, label=f"{name}, {trig}",
                          **styles[algo])
             real_handles.append(h)
@@ -258,7 +259,7 @@ def plot(plotted, real, out):
     ax.grid(True, which="major", axis="y", color="0.88", lw=0.6)
     leg = ax.legend(handles=sim_handles, loc="upper left",
                     bbox_to_anchor=(1.02, 1.0), fontsize=7.8,
-                    title="dpshim-sim, TP 4, trigger 0.2:\n"
+                    title="dpshim-sim, TP 4, trigger auto:\n"
                     "dpshim (default) unless noted", title_fontsize=7.8,
                     alignment="left", frameon=False)
     ax.add_artist(leg)
@@ -270,8 +271,8 @@ def plot(plotted, real, out):
              "Lines: dpshim-sim run by tools/figures/headline.py with "
              "tools/sim_vlm.sh's settings (vlmload's data, 32K-token packs, "
              "the preset's TP,\nH100 times, 400 Gb/s, 5 µs). Markers: "
-             "tools/demo.sh --vlm-only (and --vlm-shim-env "
-             "DPSHIM_TRIGGER_THRESHOLD=0.05), tools/README.md of 2026-12:\n8–32 "
+             "tools/demo.sh --vlm-only at the trigger auto (2026-12-03) and "
+             "at 0.2 (2026-12-02), tools/README.md:\n8–32 "
              "ranks sharing 2 cores, time scale 0.25 "
              "(tools/figures/headline_runs.json). Not shown: the tiny text "
              "model's demo gains (+36 to +48 %\nat DP 8–32): a stress case, "
@@ -316,7 +317,7 @@ def main():
     plotted, other = series_from(runs, real)
 
     print_table("TGS gain over none, as plotted (dpshim = default; "
-                f"'trig {LOW_TRIGGER[2]}': --threshold {LOW_TRIGGER[2]}; "
+                f"'trig {FIXED_TRIGGER[2]}': --threshold {FIXED_TRIGGER[2]}; "
                 "real: tools/figures/headline_runs.json):", plotted)
     print()
     print_table("Computed, not plotted:", other)
