@@ -619,28 +619,29 @@ static double prediction_error(void) {
   return -1;
 }
 
+/* A run of sync steps (warm-up 2-6) whose compute follows len^2, and from
+ * hand-off late_call on (> 0) the tokens too: the summary's error. */
+static double sync_run_prediction_error(int late_call) {
+  nsaid = 0;
+  run_t *x = run_new(4, 1, 14);
+  timed(x);
+  x->late_call = late_call;
+  x->late_len = 2048;
+  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-6";
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_SYNC, 0);
+  free(x);
+  return prediction_error();
+}
+
 /* Sync steps: compute that follows the fitted cost is predicted to the
  * clock's rounding; compute that starts to cost per token after the
  * warm-up is not, and the summary says by how much. */
 Test(shim_core, the_summary_checks_the_model_after_the_warm_up) {
-  run_t *x = run_new(4, 1, 14);
-  timed(x);
-  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-6";
-  run_go(x);
-  all_ranks(x, DPSHIM__STEP_SYNC, 0);
-  double exact = prediction_error();
+  double exact = sync_run_prediction_error(0);
   cr_assert(exact >= 0 && exact < 1, "error %g%%", exact);
-  free(x);
-  nsaid = 0;
-  x = run_new(4, 1, 14);
-  timed(x);
-  x->late_call = 8;
-  x->late_len = 2048;
-  extra_env[0][0] = "DPSHIM_WARMUP_ITERS", extra_env[0][1] = "2-6";
-  run_go(x);
-  double late = prediction_error();
+  double late = sync_run_prediction_error(8);
   cr_assert_gt(late, 10, "error %g%% where the cost changed", late);
-  free(x);
 }
 
 /* One rank's sync hidden: not every rank sees one, so hand-off steps,
