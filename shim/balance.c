@@ -50,6 +50,7 @@ struct dpshim__balancer {
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
   double *cost_s; /* [size]: what applying the plan costs each rank (auto) */
+  double *load_now; /* [size]: each rank's load before solving (auto) */
   int64_t step;
   header_t *headers;
   size_t *counts;   /* [3 * size]: gather, send, receive bytes */
@@ -99,6 +100,7 @@ dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
 static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->history);
   free(b->cost_s);
+  free(b->load_now);
   free(b->headers);
   free(b->counts);
   free(b->bytes);
@@ -145,6 +147,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->step = -1;
   b->history = calloc((size_t)size, sizeof *b->history);
   b->cost_s = calloc((size_t)size, sizeof *b->cost_s);
+  b->load_now = calloc((size_t)size, sizeof *b->load_now);
   b->headers = calloc((size_t)size, sizeof *b->headers);
   b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
   b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
@@ -156,9 +159,9 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->slot = b->next_slot = 0;
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
-  if (b->history && b->cost_s && b->headers && b->counts && b->bytes &&
-      b->first && dpshim__agree_reserve(&b->agree, size) == 0 && b->checks &&
-      b->use && b->room && b->notes && b->post && b->board)
+  if (b->history && b->cost_s && b->load_now && b->headers && b->counts &&
+      b->bytes && b->first && dpshim__agree_reserve(&b->agree, size) == 0 &&
+      b->checks && b->use && b->room && b->notes && b->post && b->board)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
@@ -604,6 +607,31 @@ static const char *priced_skip(dpshim__balancer_t *b,
                               &rep->cost_s);
 }
 
+/* `auto`, before solving: whether any plan could pay (policy.h); where
+ * none can, the step's history takes the loads as they are, as after a
+ * solved plan that is skipped. The same answer everywhere: gathered data. */
+static const char *unpayable(dpshim__balancer_t *b,
+                             dpshim__balance_report_t *rep) {
+  double *fixed = b->cost_s;
+  for (int32_t r = 0; r < b->size; r++) {
+    b->load_now[r] = b->history[r];
+    for (int64_t i = b->first[r]; i < b->first[r + 1]; i++)
+      b->load_now[r] += dpshim_sample_cost(b->cfg.model, &b->samples[i]);
+    fixed[r] = b->headers[r].price[0];
+  }
+  const char *why = dpshim__policy_cannot_pay(b->load_now, fixed, b->size,
+                                              &rep->saving_s, &rep->cost_s);
+  if (!why) return NULL;
+  double max = 0, sum = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    max = fmax(max, b->load_now[r]);
+    sum += b->load_now[r];
+  }
+  rep->imbalance_before = sum > 0 ? max * b->size / sum - 1 : 0;
+  memcpy(b->history, b->load_now, (size_t)b->size * sizeof *b->history);
+  return why;
+}
+
 static const char *precheck(dpshim__balancer_t *b) {
   int32_t *counts = b->agree.status; /* free once settled */
   for (int32_t r = 0; r < b->size; r++) counts[r] = b->headers[r].nsamples;
@@ -663,6 +691,9 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rc < 0) return rc;
   rc = gather_meta(b, comm, batch, l);
   if (rc < 0) return rc;
+  if (b->cfg.threshold < 0 && b->cfg.priced &&
+      (rep->skip_reason = unpayable(b, rep)))
+    return 0;
   int64_t tokens = total_tokens(b, n);
   rc = solve(b, l, n, tokens, msg);
   /* Only a solve that allocated can have failed on one rank alone; whether
@@ -721,7 +752,7 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rep->skip_reason = ho->plan ? precheck(b) : "warmup";
   if (rep->skip_reason) return 0;
   rc = plan_group(b, comm, batch, l, rep);
-  if (rc < 0) return rc;
+  if (rc < 0 || rep->skip_reason) return rc;
   rep->skip_reason = skip_reason(b, l, comm->rank);
   if (!rep->skip_reason && b->cfg.threshold < 0 && b->cfg.priced)
     rep->skip_reason = priced_skip(b, rep);

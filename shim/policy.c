@@ -74,3 +74,13 @@ const char *dpshim__policy_worth(const dpshim_plan_t *plan,
   return *saving_s > DPSHIM__POLICY_WORTH * *max_cost_s ? NULL
                                                         : "not-worth-it";
 }
+
+const char *dpshim__policy_cannot_pay(const double *load,
+                                      const double *fixed_s, int32_t ranks,
+                                      double *saving_s, double *cost_s) {
+  double sum = 0;
+  for (int32_t r = 0; r < ranks; r++) sum += load[r];
+  *saving_s = 1e-6 * (max_of(load, ranks) - sum / ranks);
+  *cost_s = max_of(fixed_s, ranks);
+  return *saving_s > DPSHIM__POLICY_WORTH * *cost_s ? NULL : "not-worth-it";
+}

@@ -44,6 +44,15 @@ const char *dpshim__policy_worth(const dpshim_plan_t *plan,
                                  const double *cost_s, int32_t ranks,
                                  double *saving_s, double *max_cost_s);
 
+/* `auto`, before solving: why no plan can pay, or NULL. load[r] is what
+ * rank r holds now (microseconds, the step's history included): no plan
+ * brings the maximum below the mean, and applying any plan costs rank r at
+ * least fixed_s[r], its fixed part. *saving_s and *cost_s get those
+ * bounds. Deciding this costs a pass over the loads, not a solve. */
+const char *dpshim__policy_cannot_pay(const double *load,
+                                      const double *fixed_s, int32_t ranks,
+                                      double *saving_s, double *cost_s);
+
 /* Whether use[k] <= room[k] for every k < count: rows, samples or bytes per
  * rank and buffer, in any layout both arrays share. */
 int dpshim__policy_fits(const int64_t *use, const int64_t *room, size_t count);

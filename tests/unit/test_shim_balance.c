@@ -940,7 +940,9 @@ Test(shim_balance, auto_unpriced_uses_the_ratio) {
 }
 
 /* What applying costs is learned: once an exchange took seconds, the 10 ms
- * plan that applied the first time is skipped the next. */
+ * plan that applied the first time is skipped the next, and without
+ * solving: a fixed part of seconds is more than even loads at the mean
+ * would save (no plan's loads reported). */
 Test(shim_balance, auto_learns_the_cost) {
   dpshim__balance_config_t cfg = auto_config(1, 1);
   cfg.clock = slow_clock;
@@ -950,6 +952,11 @@ Test(shim_balance, auto_learns_the_cost) {
   inst_pack(x, -1, NULL);
   expect_priced(x, "not-worth-it");
   cr_assert_gt(x->rep[0].cost_s, 0.1);
+  cr_assert_null(x->rep[0].load_before, "solved where no plan could pay");
+  cr_assert_gt(x->rep[0].saving_s, 0.009, "the bound: the maximum down to "
+               "the mean, %g s", x->rep[0].saving_s);
+  cr_assert_gt(x->rep[0].imbalance_before, 0.5, "imbalance %g",
+               x->rep[0].imbalance_before);
   inst_free(x);
 }
 
