@@ -389,7 +389,10 @@ Test(sim_vlm, layout_options) {
 
 /* ---- --threshold auto: plans priced as the shim prices them --------------- */
 
-static int64_t applied_and_skipped(sim_options_t *o, int32_t *not_worth) {
+/* Plans applied; hand-offs skipped as not worth it into *not_worth, and
+ * the seconds spent solving into *solve_s. */
+static int64_t applied_and_skipped(sim_options_t *o, int32_t *not_worth,
+                                   double *solve_s) {
   sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1, 0};
   sim_run_t run;
   char err[256] = "";
@@ -397,9 +400,11 @@ static int64_t applied_and_skipped(sim_options_t *o, int32_t *not_worth) {
                "%s", err);
   int64_t applied = 0;
   *not_worth = 0;
+  *solve_s = 0;
   for (int64_t k = 0; k < run.nsteps; k++) {
     applied += run.step[k].applied;
     *not_worth += run.step[k].skipped[sim_skip_index("not-worth-it")];
+    *solve_s += run.step[k].solve_s;
   }
   sim_run_free(&run);
   return applied;
@@ -407,17 +412,24 @@ static int64_t applied_and_skipped(sim_options_t *o, int32_t *not_worth) {
 
 /* Where copies are cheap the plans pay and are applied; where every byte
  * copied costs a millisecond none pays, and each is skipped as not worth
- * it (never as balanced: auto leaves the solver no ratio). */
+ * it (never as balanced: auto leaves the solver no ratio); where even the
+ * fixed cost of a collective is a second, without solving. */
 Test(sim_vlm, auto_applies_only_plans_that_pay) {
   sim_options_t o = PARSE("--layout", "qwen2vl", "--model", "qwen2-vl-7b",
                           "--tp", "model", "--steps", "3", "--warmup-last",
                           "4", "--solve-reps", "1", "--threshold", "auto");
   cr_assert_lt(o.cfg.threshold, 0);
   int32_t not_worth;
-  cr_expect_gt(applied_and_skipped(&o, &not_worth), 0);
+  double solve_s;
+  cr_expect_gt(applied_and_skipped(&o, &not_worth, &solve_s), 0);
   o.cfg.price_net.memcpy_bps = 1e3;
-  cr_expect_eq(applied_and_skipped(&o, &not_worth), 0);
+  cr_expect_eq(applied_and_skipped(&o, &not_worth, &solve_s), 0);
   cr_expect_eq(not_worth, 3, "every step's plan skipped as not worth it");
+  cr_expect_gt(solve_s, 0, "skipped after solving");
+  o.cfg.price_net.serial_s = 1;
+  cr_expect_eq(applied_and_skipped(&o, &not_worth, &solve_s), 0);
+  cr_expect_eq(not_worth, 3);
+  cr_expect_eq(solve_s, 0, "solved where no plan could pay");
 }
 
 /* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: a micro-batch's encoder calls meet

@@ -53,6 +53,7 @@ typedef struct ctx {
   double *totals;   /* [P * micro] scratch */
   double *seen_vit; /* [P * micro] scratch: the encoder's seconds as run */
   double *enc_load; /* [P] auto: one plan's encoder part per rank (us) */
+  double *load_now; /* [P] auto: each rank's load before solving (us) */
   unsigned char *met; /* [micro] "+vit": this hand-off's encoder calls meet */
   int32_t *holder;  /* one hand-off's: where each sample is after the plan */
   sim_vit_t *vit;   /* "+vit" runs only */
@@ -112,6 +113,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->totals = calloc(pm, sizeof *x->totals);
   x->seen_vit = calloc(pm, sizeof *x->seen_vit);
   x->enc_load = calloc(p, sizeof *x->enc_load);
+  x->load_now = calloc(p, sizeof *x->load_now);
   x->met = calloc((size_t)c->micro, sizeof *x->met);
   x->history = calloc(p, sizeof *x->history);
   x->sent = calloc(p, sizeof *x->sent);
@@ -126,7 +128,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->metas = calloc(p, sizeof *x->metas);
   if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
       x->drawn_vit && x->encoded && x->totals && x->seen_vit &&
-      x->enc_load && x->met && x->history && x->sent &&
+      x->enc_load && x->load_now && x->met && x->history && x->sent &&
       x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
       x->stamp && x->last_src && x->room && x->metas && set_hosts(x) == 0) {
     set_room(x);
@@ -150,6 +152,7 @@ static void ctx_free(ctx_t *x) {
   free(x->totals);
   free(x->seen_vit);
   free(x->enc_load);
+  free(x->load_now);
   free(x->met);
   free(x->history);
   free(x->sent);
@@ -453,11 +456,33 @@ static void gather(ctx_t *x, int64_t first, int64_t n, int vision,
       (double)x->P * (double)(dpshim__balance_header_bytes() + x->slot);
 }
 
+/* `auto`, before solving, as the shim (balance.c's unpayable()): where no
+ * plan of these loads could pay for the ranks' fixed costs, the step's
+ * history takes them as they are. */
+static const char *unpayable(ctx_t *x, dpshim_cost_model_t model, int64_t n) {
+  double *load = x->load_now;
+  memcpy(load, x->history, (size_t)x->P * sizeof *load);
+  for (int64_t i = 0; i < n; i++)
+    load[x->samples[i].origin] += dpshim_sample_cost(model, &x->samples[i]);
+  for (int32_t r = 0; r < x->P; r++)
+    x->cost[r] = sim_apply_seconds(&x->c->price_net, x->P, 0, 0, 0);
+  double saving, cost;
+  const char *why =
+      dpshim__policy_cannot_pay(load, x->cost, x->P, &saving, &cost);
+  if (why) memcpy(x->history, load, (size_t)x->P * sizeof *load);
+  return why;
+}
+
 /* Hand-off h's plan under `model`: why it is not applied, or NULL (its
  * exchange then tallied); out->rc < 0 on a solver error. */
 static const char *plan_handoff(ctx_t *x, sim_algo_t a,
                                 dpshim_cost_model_t model, int64_t n,
                                 sim_step_t *st, sim_decide_out_t *out) {
+  if (x->c->threshold < 0) {
+    memset(out, 0, sizeof *out);
+    const char *why = unpayable(x, model, n);
+    if (why) return why;
+  }
   sim_decide_in_t in = {
       .ranks = x->P,
       .nsamples = n,
