@@ -622,12 +622,7 @@ static const char *unpayable(dpshim__balancer_t *b,
   const char *why = dpshim__policy_cannot_pay(b->load_now, fixed, b->size,
                                               &rep->saving_s, &rep->cost_s);
   if (!why) return NULL;
-  double max = 0, sum = 0;
-  for (int32_t r = 0; r < b->size; r++) {
-    max = fmax(max, b->load_now[r]);
-    sum += b->load_now[r];
-  }
-  rep->imbalance_before = sum > 0 ? max * b->size / sum - 1 : 0;
+  rep->imbalance_before = dpshim__policy_imbalance(b->load_now, b->size);
   memcpy(b->history, b->load_now, (size_t)b->size * sizeof *b->history);
   return why;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "policy.h"
 #include "report.h"
 #include "warmup.h"
 
@@ -203,13 +204,11 @@ static void next_step(dpshim__step_t *s) {
  * microseconds). Not hand-off steps: their compute is every rank's slowest.
  */
 static void check_prediction(dpshim__core_t *c, const dpshim__step_t *s) {
-  const dpshim_cost_model_t *m = &c->model;
-  double predicted = 1e-6 * (m->a * s->sum_len2 + m->b * s->sum_len +
-                             m->c * s->count + m->d * s->sum_patches_sq +
-                             m->e * s->sum_patches);
-  if (c->mode != DPSHIM__STEP_SYNC || s->bad || !(s->compute > 0) ||
-      !(predicted > 0))
-    return;
+  if (c->mode != DPSHIM__STEP_SYNC || s->bad || !(s->compute > 0)) return;
+  dpshim_fit_point_t held = {s->sum_len2,       s->sum_len,   s->count, 0,
+                             s->sum_patches_sq, s->sum_patches};
+  double predicted = 1e-6 * dpshim__policy_predict(c->model, &held);
+  if (!(predicted > 0)) return;
   c->stats.predicted_error += fabs(s->compute - predicted) / s->compute;
   c->stats.predicted_steps += 1;
 }

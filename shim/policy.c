@@ -84,3 +84,15 @@ const char *dpshim__policy_cannot_pay(const double *load,
   *cost_s = max_of(fixed_s, ranks);
   return *saving_s > DPSHIM__POLICY_WORTH * *cost_s ? NULL : "not-worth-it";
 }
+
+double dpshim__policy_predict(dpshim_cost_model_t model,
+                              const dpshim_fit_point_t *p) {
+  return model.a * p->sum_len2 + model.b * p->sum_len + model.c * p->count +
+         model.d * p->sum_patches_sq + model.e * p->sum_patches;
+}
+
+double dpshim__policy_imbalance(const double *load, int32_t ranks) {
+  double sum = 0;
+  for (int32_t r = 0; r < ranks; r++) sum += load[r];
+  return sum > 0 ? max_of(load, ranks) * ranks / sum - 1 : 0;
+}

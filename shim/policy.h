@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dpshim/fit.h"
 #include "dpshim/solver.h"
 
 /* Why a hand-off cannot be balanced before solving, or NULL. nsamples[r] is
@@ -52,6 +53,14 @@ const char *dpshim__policy_worth(const dpshim_plan_t *plan,
 const char *dpshim__policy_cannot_pay(const double *load,
                                       const double *fixed_s, int32_t ranks,
                                       double *saving_s, double *cost_s);
+
+/* The model's prediction for one rank's features (p->time is not read),
+ * in the model's unit. */
+double dpshim__policy_predict(dpshim_cost_model_t model,
+                              const dpshim_fit_point_t *p);
+
+/* max / mean - 1 of the ranks' loads; 0 where they sum to 0. */
+double dpshim__policy_imbalance(const double *load, int32_t ranks);
 
 /* Whether use[k] <= room[k] for every k < count: rows, samples or bytes per
  * rank and buffer, in any layout both arrays share. */

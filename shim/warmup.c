@@ -90,9 +90,7 @@ static void step_error(const dpshim_fit_input_t *in, dpshim_cost_model_t m,
     double slowest = 0;
     for (int32_t r = 0; r < in->ranks; r++) {
       const dpshim_fit_point_t *p = &in->points[t * in->ranks + r];
-      slowest = fmax(slowest, m.a * p->sum_len2 + m.b * p->sum_len +
-                                  m.c * p->count + m.d * p->sum_patches_sq +
-                                  m.e * p->sum_patches);
+      slowest = fmax(slowest, dpshim__policy_predict(m, p));
     }
     gap[t] = in->iter_time[t] - slowest;
     offset += gap[t] / (double)in->iters;
