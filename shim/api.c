@@ -51,7 +51,10 @@ static int handoff(dpshim_batch_t *batch, const char *invalid) {
   int main = pthread_equal(pthread_self(), st->init_thread);
   if (!st->active || !may_communicate(st, main)) return 0;
   if (main) dpshim__vit_point(DPSHIM__VIT_HANDOFF);
-  return dpshim__core_handoff(&st->core, batch, main, invalid);
+  int rc = dpshim__core_handoff(&st->core, batch, main, invalid);
+  if (main && dpshim__core_vit_gate(&st->core))
+    dpshim__vit_gate(dpshim__core_vit_apart(&st->core));
+  return rc;
 }
 
 DPSHIM_EXTERN int dpshim_balance_batch(dpshim_batch_t *batch) {

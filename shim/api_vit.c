@@ -86,6 +86,15 @@ static int encoder_call(const encoder_op_t *op) {
   return rc;
 }
 
+void dpshim__vit_gate(int apart) {
+  dpshim__state_t *st = &dpshim__state;
+  if (!st->vit_on) return;
+  pthread_mutex_lock(&st->encoder_lock);
+  dpshim__vit_t *v = dpshim__vit_of(st);
+  if (v) dpshim__vit_set_apart(v, apart);
+  pthread_mutex_unlock(&st->encoder_lock);
+}
+
 void dpshim__vit_point(dpshim__vit_kind_t kind) {
   encoder_op_t op = {.kind = kind};
   if (dpshim__state.vit_on) encoder_call(&op);

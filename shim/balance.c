@@ -29,6 +29,7 @@ typedef struct header {
   int64_t reserved; /* gathered samples it can hold without allocating */
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
   double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
+  double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
   uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
@@ -47,10 +48,16 @@ struct dpshim__balancer {
   double inter_host_cost;
   dpshim_plan_t plan;
   dpshim__price_t price; /* what applying costs this rank */
+  /* The ViT gate: the encoder's part of a sample's cost (a: patches_sq,
+   * b: patches; microseconds), on when `gating`. */
+  dpshim_cost_model_t encoder;
+  int gating;
+  int gathered; /* this hand-off's metas are in b->samples */
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
   double *cost_s; /* [size]: what applying the plan costs each rank (auto) */
   double *load_now; /* [size]: each rank's load before solving (auto) */
+  double *gate;     /* [3 * size]: the ViT gate's before, llm, enc */
   int64_t step;
   header_t *headers;
   size_t *counts;   /* [3 * size]: gather, send, receive bytes */
@@ -101,6 +108,7 @@ static void free_rank_arrays(dpshim__balancer_t *b) {
   free(b->history);
   free(b->cost_s);
   free(b->load_now);
+  free(b->gate);
   free(b->headers);
   free(b->counts);
   free(b->bytes);
@@ -133,6 +141,12 @@ void dpshim__balancer_set_model(dpshim__balancer_t *b,
   b->cfg.priced = priced;
 }
 
+void dpshim__balancer_set_encoder(dpshim__balancer_t *b,
+                                  dpshim_cost_model_t encoder, int on) {
+  b->encoder = encoder;
+  b->gating = on;
+}
+
 void dpshim__balancer_set_hosts(dpshim__balancer_t *b, const int32_t *host,
                                 int tell, double inter_host_cost) {
   b->host = host;
@@ -148,6 +162,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->history = calloc((size_t)size, sizeof *b->history);
   b->cost_s = calloc((size_t)size, sizeof *b->cost_s);
   b->load_now = calloc((size_t)size, sizeof *b->load_now);
+  b->gate = calloc(3 * (size_t)size, sizeof *b->gate);
   b->headers = calloc((size_t)size, sizeof *b->headers);
   b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
   b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
@@ -159,7 +174,8 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->slot = b->next_slot = 0;
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
-  if (b->history && b->cost_s && b->load_now && b->headers && b->counts &&
+  if (b->history && b->cost_s && b->load_now && b->gate && b->headers &&
+      b->counts &&
       b->bytes && b->first && dpshim__agree_reserve(&b->agree, size) == 0 &&
       b->checks && b->use && b->room && b->notes && b->post && b->board)
     return 0;
@@ -686,6 +702,7 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rc < 0) return rc;
   rc = gather_meta(b, comm, batch, l);
   if (rc < 0) return rc;
+  b->gathered = 1;
   if (b->cfg.threshold < 0 && b->cfg.priced &&
       (rep->skip_reason = unpayable(b, rep)))
     return 0;
@@ -712,6 +729,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.step = ho->step;
   h.price[0] = b->price.fixed_s;
   h.price[1] = b->price.per_byte_s;
+  h.meet_s = ho->meet_s;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
   if (ho->invalid) {
     snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
@@ -744,6 +762,7 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int rc = gather_headers(b, comm, batch, ho, l, rep);
   if (rc < 0) return rc;
   enter_step(b);
+  memcpy(b->gate, b->history, (size_t)b->size * sizeof *b->history);
   rep->skip_reason = ho->plan ? precheck(b) : "warmup";
   if (rep->skip_reason) return 0;
   rc = plan_group(b, comm, batch, l, rep);
@@ -775,6 +794,43 @@ static int agree_peers(dpshim__comm_t *peers, int rc,
   return 0;
 }
 
+/* Rank r's images under the plan. */
+static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
+  dpshim_vision_t v = {0, 0};
+  for (int64_t i = 0; i < b->first[b->size]; i++)
+    if (b->plan.dest[i] == r) {
+      v.patches += b->samples[i].patches;
+      v.patches_sq += b->samples[i].patches_sq;
+    }
+  return v;
+}
+
+/* The ViT gate: whether this micro-batch's encoder calls meet, from where
+ * its samples end up (policy.h). The same answer everywhere: gathered
+ * data, and the costliest rank's meeting. */
+static void gate_encoder(dpshim__balancer_t *b, int applied,
+                         dpshim__balance_report_t *rep) {
+  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
+  double meet_s = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    llm[r] = enc[r] = 0;
+    meet_s = fmax(meet_s, b->headers[r].meet_s);
+  }
+  for (int32_t r = 0; r < b->size; r++)
+    for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
+      const dpshim_sample_t *s = &b->samples[i];
+      int32_t at = applied ? b->plan.dest[i] : r;
+      double e = b->encoder.a * (double)s->patches_sq +
+                 b->encoder.b * (double)s->patches;
+      enc[at] += e;
+      llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
+    }
+  rep->vit_gated = 1;
+  rep->vit_meet_s = meet_s;
+  rep->vit_apart = dpshim__policy_meet(before, llm, enc, b->size, meet_s,
+                                       &rep->vit_saving_s) != NULL;
+}
+
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size) {
   return ensure_group(b, size);
 }
@@ -784,10 +840,13 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim__balance_report_t *rep) {
   dpshim__layout_t l;
   memset(rep, 0, sizeof *rep);
+  b->gathered = 0;
   int rc = ensure_group(b, comm->size);
   if (rc == 0) rc = decide(b, comm, batch, ho, &l, rep);
   rc = agree_peers(ho->peers, rc, rep);
   if (rc < 0) return rc;
+  if (ho->gate && b->gating && b->cfg.priced && b->gathered)
+    gate_encoder(b, !rep->skip_reason, rep);
   const double *loads = b->plan.load_before;
   int32_t nsent = 0, nrecv = 0;
   if (!rep->skip_reason) {
@@ -798,6 +857,7 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
       dpshim__price_learn(&b->price, copied_bytes(b, comm->rank),
                           b->cfg.clock() - t0);
     rep->applied = 1;
+    rep->held_vision = held_vision(b, comm->rank);
     loads = b->plan.load_after;
   }
   if (rep->load_before)

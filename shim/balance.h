@@ -49,6 +49,12 @@ typedef struct dpshim__handoff {
    * reason; the hand-off fails on every rank with it (the batch is not
    * read). */
   const char *invalid;
+  /* The ViT gate (see dpshim__balancer_set_encoder): decide whether this
+   * micro-batch's encoder calls meet; meet_s is what meeting costs this
+   * rank, in seconds (its share of the decision: the costliest rank's
+   * counts). */
+  int gate;
+  double meet_s;
 } dpshim__handoff_t;
 
 typedef struct dpshim__balance_report {
@@ -62,6 +68,14 @@ typedef struct dpshim__balance_report {
   /* `auto`: the step's predicted maximum before minus after, and what
    * applying costs the slowest rank (seconds); 0 when not priced. */
   double saving_s, cost_s;
+  /* The ViT gate's answer, when vit_gated (asked, and the samples were
+   * gathered; else the encoder calls meet as they always have): apart,
+   * and the saving meeting would bring against its cost (seconds). */
+  int vit_gated, vit_apart;
+  double vit_saving_s, vit_meet_s;
+  /* Applied: this rank's images after the exchange (what the batch's
+   * vision array, the caller's and not rewritten, no longer says). */
+  dpshim_vision_t held_vision;
   /* Seconds in the first collective: waiting for the other ranks to reach
    * the hand-off, time they would otherwise have waited at the sync. */
   double arrival_wait;
@@ -83,6 +97,11 @@ int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size);
  * can be priced against what applying them costs. */
 void dpshim__balancer_set_model(dpshim__balancer_t *b,
                                 dpshim_cost_model_t model, int priced);
+/* The ViT gate: `encoder` is the encoder's part of a sample's cost in the
+ * model's unit (a per patches_sq, b per patch; the rest unread); the model
+ * (set_model's) is the whole sample's, encoder included. on = 0: no gate. */
+void dpshim__balancer_set_encoder(dpshim__balancer_t *b,
+                                  dpshim_cost_model_t encoder, int on);
 /* Each group rank's host ([group size], kept, the caller's), for counting
  * the bytes that cross hosts; with `tell`, plans also prefer moves within a
  * host, a byte across hosts priced at inter_host_cost bytes within one

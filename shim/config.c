@@ -331,7 +331,7 @@ static void format_trigger(double x, text_t *t) {
 DOUBLE_FIELD(max_len_ratio, parse_cap, format_cap)
 DOUBLE_FIELD(vit_max_patch_ratio, parse_cap, format_cap)
 DOUBLE_FIELD(threshold, parse_trigger, format_trigger)
-DOUBLE_FIELD(vit_threshold, parse_threshold_value, format_number)
+DOUBLE_FIELD(vit_threshold, parse_trigger, format_trigger)
 
 static int parse_inter_host_cost_value(const char *v, double *out) {
   return parse_double(v, 1, 0, out) < 0 || *out > DPSHIM_INTER_HOST_COST_MAX
@@ -466,7 +466,10 @@ static const row_t rows[] = {
     {SWITCH(DPSHIM_ENV_LOADER_THREAD, NULL), parse_loader_thread,
      format_loader_thread},
     {SWITCH(DPSHIM_ENV_VIT, "--use-vit-dp-balance"), parse_vit, format_vit},
-    {VALUE(DPSHIM_ENV_VIT_THRESHOLD, "0.1", "a number >= 0", NULL),
+    {VALUE(DPSHIM_ENV_VIT_THRESHOLD, "auto",
+           "a number >= 0 (the ViT plan's imbalance ratio) or 'auto' "
+           "(the encoder calls meet where that pays, in seconds)",
+           NULL),
      parse_vit_threshold, format_vit_threshold},
     {VALUE(DPSHIM_ENV_VIT_COEFS, NULL,
            "a,b,c: numbers >= 0, not all 0, with a*L^2+b*L+c finite at "

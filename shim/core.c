@@ -19,6 +19,8 @@
 
 /* The original's ViT cost, L^2 per image: when nothing was fitted. */
 #define VIT_DEFAULT_MODEL ((dpshim_cost_model_t){1, 0, 0, 0, 0})
+/* The weight of the latest encoder call in what meeting costs. */
+#define MEET_WEIGHT 0.25
 
 void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...) {
   char line[512];
@@ -90,6 +92,20 @@ static int alloc_loads(dpshim__handoff_note_t *h, int ranks) {
   return h->load_before && h->load_after ? 0 : DPSHIM_ENOMEM;
 }
 
+/* The balancer's model. Under the ViT gate it plans with the encoder's
+ * cost in each sample's (its images are encoded where the sample goes
+ * unless the calls meet) and is told the encoder's part. */
+static void set_balance_model(dpshim__core_t *c) {
+  dpshim_cost_model_t m = c->model;
+  int gate = dpshim__core_vit_gate(c) && c->vit_settled;
+  if (gate) {
+    m.d += c->vit_model.a;
+    m.e += c->vit_model.b;
+  }
+  dpshim__balancer_set_model(c->balancer, m, c->fitted || c->cfg.have_coefs);
+  dpshim__balancer_set_encoder(c->balancer, c->vit_model, gate);
+}
+
 int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   memset(c, 0, sizeof *c);
   c->cfg = *s->cfg;
@@ -111,6 +127,7 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
                                  c->cfg.threshold, c->model,
                                  c->cfg.have_coefs, c->cfg.verify, c->clock};
   c->balancer = dpshim__balancer_new(&bc);
+  if (c->balancer && c->settled) set_balance_model(c); /* given, not fitted */
   c->points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
   c->shadow_points = calloc((size_t)dpshim__core_slots(c), sizeof *c->points);
   c->mode = c->cfg.step;
@@ -165,11 +182,19 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
   return slot;
 }
 
+/* With the ViT balance, what a step's compute holds beyond the LLM's: the
+ * encoder calls whole (the encoder, and in calls that meet the header
+ * rounds, the exchanges and the waits for the other ranks, which would
+ * otherwise fit as LLM cost). */
+static double llm_apart(const dpshim__core_t *c, const dpshim__step_t *s) {
+  return c->cfg.vit ? s->vit_wall : 0;
+}
+
 static void record_point(const dpshim__core_t *c, const dpshim__step_t *s,
                          dpshim__point_t *points, double step_time) {
   int32_t slot = point_slot(c, s->index);
   if (slot < 0) return;
-  double encoder = c->cfg.vit ? s->vit_time : 0;
+  double encoder = llm_apart(c, s);
   points[slot] = (dpshim__point_t){
       .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
       .sum_len2 = s->sum_len2,
@@ -201,18 +226,15 @@ static void next_step(dpshim__step_t *s) {
  * shadow only keeps its point and its time, for when it is taken over. */
 /* Under c->lock, a sync step after the warm-up: its compute against what
  * the cost model predicts for the samples this rank held (the model is in
- * microseconds). Not hand-off steps: their compute is every rank's slowest.
- * Nor the step right after the warm-up, in which the model was fitted:
- * its features came out many times its compute on some ranks (predicted
- * 3.4 s against 0.18 s, Qwen2-VL at DP 8 with DPSHIM_VERBOSE=1), which
- * made the mean 37-73 % where the later steps are within 1.5 %. */
+ * microseconds). Not hand-off steps: their compute is every rank's slowest. */
 static void check_prediction(dpshim__core_t *c, const dpshim__step_t *s) {
-  if (c->mode != DPSHIM__STEP_SYNC || s->bad || !(s->compute > 0)) return;
+  double compute = s->compute - llm_apart(c, s);
+  if (c->mode != DPSHIM__STEP_SYNC || s->bad || !(compute > 0)) return;
   dpshim_fit_point_t held = {s->sum_len2,       s->sum_len,   s->count, 0,
                              s->sum_patches_sq, s->sum_patches};
   double predicted = 1e-6 * dpshim__policy_predict(c->model, &held);
   if (!(predicted > 0)) return;
-  c->stats.predicted_error += fabs(s->compute - predicted) / s->compute;
+  c->stats.predicted_error += fabs(compute - predicted) / compute;
   c->stats.predicted_steps += 1;
 }
 
@@ -230,7 +252,7 @@ static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
   c->stats.steps[phase] += 1;
   c->stats.wait[phase] += wait;
   c->stats.step_time[phase] += step_time;
-  if (phase && c->settled && s->index > c->cfg.warmup_last + 1)
+  if (phase && c->settled && s->index > c->cfg.warmup_last)
     check_prediction(c, s);
   record_point(c, s, c->points, step_time);
   double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
@@ -266,13 +288,24 @@ static void count_step(dpshim__core_t *c, double t0) {
   end_counted_step(c, s, t0);
 }
 
-static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch) {
+/* The batch as balanced: its lengths from its offsets; its images from the
+ * balancer where samples moved (the adapter's vision array describes the
+ * samples it handed off, not those received). */
+static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch,
+                         const dpshim__balance_report_t *rep) {
   for (int32_t i = 0; i < batch->nsamples; i++) {
     double len = batch->cu_seqlens[i + 1] - batch->cu_seqlens[i];
     s->sum_len2 += len * len;
     s->sum_len += len;
     s->count += 1;
-    if (!batch->vision) continue;
+  }
+  if (!batch->vision) return;
+  if (rep->applied) {
+    s->sum_patches_sq += (double)rep->held_vision.patches_sq;
+    s->sum_patches += (double)rep->held_vision.patches;
+    return;
+  }
+  for (int32_t i = 0; i < batch->nsamples; i++) {
     s->sum_patches_sq += (double)batch->vision[i].patches_sq;
     s->sum_patches += (double)batch->vision[i].patches;
   }
@@ -285,8 +318,9 @@ static void step_enter(dpshim__step_t *s, double t0) {
 }
 
 static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
-                       int rc, double t0, double t1, double arrival) {
-  if (rc == 0) add_features(s, batch); /* as balanced */
+                       const dpshim__balance_report_t *rep, int rc, double t0,
+                       double t1, double arrival) {
+  if (rc == 0) add_features(s, batch, rep);
   else s->bad = 1;
   s->open = 1;
   s->handoffs++;
@@ -355,8 +389,7 @@ static void settle(dpshim__core_t *c) {
   c->settled = 1;
   c->vit_settled = 1;
   pthread_mutex_unlock(&c->lock);
-  dpshim__balancer_set_model(c->balancer, c->model,
-                             c->fitted || c->cfg.have_coefs);
+  set_balance_model(c);
 }
 
 /* Hand-off steps, agreed: the shadow's steps and points become the
@@ -457,8 +490,7 @@ static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
  * hand-off: refit_due). */
 static int refit_model(dpshim__core_t *c) {
   int rc = dpshim__warmup_fit(c);
-  dpshim__balancer_set_model(c->balancer, c->model,
-                             c->fitted || c->cfg.have_coefs);
+  set_balance_model(c);
   return rc;
 }
 
@@ -542,7 +574,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     /* The LLM-level balance off (the ViT's alone): gather and agree, as
      * in warm-up, so that steps, the fit and the log still go by. */
     dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
-                            noted ? note : NULL, c->peers, invalid};
+                            noted ? note : NULL, c->peers, invalid,
+                            main, c->meet_s[0] + c->meet_s[1]};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }
@@ -550,9 +583,12 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   pthread_mutex_lock(&c->lock);
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
-    step_leave(&c->step, batch, rc, t0, t1, arrival);
+    c->vit_apart = rc == 0 && rep.vit_gated && rep.vit_apart;
+    c->stats.vit_gated += rc == 0 && rep.vit_gated;
+    c->stats.vit_apart += c->vit_apart;
+    step_leave(&c->step, batch, &rep, rc, t0, t1, arrival);
     if (c->mode == DPSHIM__STEP_AUTO)
-      step_leave(&c->shadow, batch, rc, t0, t1, arrival);
+      step_leave(&c->shadow, batch, &rep, rc, t0, t1, arrival);
   } else {
     loader_handoff(c, t1);
   }
@@ -640,6 +676,32 @@ void dpshim__core_step_end(dpshim__core_t *c) {
 
 /* ---- encoder calls ------------------------------------------------------------------ */
 
+int dpshim__core_vit_gate(const dpshim__core_t *c) {
+  return c->cfg.vit && c->cfg.vit_threshold < 0;
+}
+
+int dpshim__core_vit_apart(dpshim__core_t *c) {
+  pthread_mutex_lock(&c->lock);
+  int apart = c->vit_apart;
+  pthread_mutex_unlock(&c->lock);
+  return apart;
+}
+
+/* Under c->lock: what a grouped call cost this rank beyond the encoder and
+ * the wait for the other ranks (the header round, the plan, the copies and
+ * exchanges), a moving average per kind: a micro-batch's meeting costs a
+ * forward's and a backward's. */
+static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
+                       double seconds) {
+  int k = r->kind == DPSHIM__VIT_FORWARD ? 0
+          : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
+  if (k < 0 || !r->grouped) return;
+  double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
+  c->meet_s[k] = c->meet_seen[k]++ ? c->meet_s[k] + MEET_WEIGHT *
+                                         (cost - c->meet_s[k])
+                                   : cost;
+}
+
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model) {
   pthread_mutex_lock(&c->lock);
   int settled = c->vit_settled;
@@ -668,8 +730,10 @@ static void note_call(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
 }
 
 /* The encoder's time and this rank's images, for the step's point. */
-static void add_vit_call(dpshim__step_t *s, const dpshim__vit_report_t *r) {
+static void add_vit_call(dpshim__step_t *s, const dpshim__vit_report_t *r,
+                         double seconds) {
   s->vit_time += r->encode_s;
+  s->vit_wall += seconds;
   if (r->kind != DPSHIM__VIT_FORWARD) return;
   s->vit_len2 += r->own_patches_sq;
   s->vit_len += r->own_patches;
@@ -685,8 +749,9 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
   c->stats.vit_time += rep->encode_s;
   c->stats.vit_shim += seconds - rep->encode_s - rep->arrival_s;
   c->stats.vit_arrival += rep->arrival_s;
-  add_vit_call(s, rep);
-  if (c->mode == DPSHIM__STEP_AUTO) add_vit_call(&c->shadow, rep);
+  add_vit_call(s, rep, seconds);
+  learn_meet(c, rep, seconds);
+  if (c->mode == DPSHIM__STEP_AUTO) add_vit_call(&c->shadow, rep, seconds);
   pthread_mutex_unlock(&c->lock);
   dpshim__report_vit(c, rep);
 }

@@ -42,7 +42,7 @@ typedef struct dpshim__point {
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   double compute; /* first hand-off entry -> sync entry (hand-off steps:
                    * the step's end), less hand-offs and, with the ViT
-                   * balance, less the encoder */
+                   * balance, less the encoder calls */
   double step;    /* first hand-off entry -> the step's end, less the
                    * shim's own time (waits for the other ranks count) */
   /* The encoder's calls: own images' patches^2, patches, images; seconds */
@@ -62,6 +62,7 @@ typedef struct dpshim__step {
   dpshim__handoff_note_t last; /* the latest hand-off, for the step log */
   dpshim__vit_note_t vit;       /* the step's encoder calls */
   double vit_len2, vit_len, vit_count, vit_time; /* for the ViT's point */
+  double vit_wall; /* in the encoder calls, whole (the shim's part too) */
 } dpshim__step_t;
 
 /* Totals for the summary. The balancing ones are the same on every rank of
@@ -77,6 +78,9 @@ typedef struct dpshim__stats {
   /* this rank's: in the encoder, in the balance, waiting in it for the
    * other ranks */
   double vit_time, vit_shim, vit_arrival;
+  /* Main-thread hand-offs the ViT gate decided, and those whose encoder
+   * calls it kept apart (DPSHIM_VIT_TRIGGER_THRESHOLD=auto) */
+  int64_t vit_gated, vit_apart;
   /* Sync steps after the warm-up: how far this rank's compute was from
    * what the cost model predicted for its samples (relative, summed), and
    * over how many steps */
@@ -110,6 +114,12 @@ typedef struct dpshim__core {
   int vit_settled, vit_fitted;
   dpshim_cost_model_t vit_model;
   dpshim_fit_result_t vit_fit;
+  /* The ViT gate: whether the latest main-thread hand-off kept its encoder
+   * calls apart (agreed), and what a grouped forward [0] and backward [1]
+   * cost this rank beyond the encoder and the waits (seconds, averaged) */
+  int vit_apart;
+  double meet_s[2];
+  int64_t meet_seen[2];
   /* How steps end: the configured mode, or in auto the agreed one
    * (DPSHIM__STEP_AUTO until agreed). */
   dpshim__step_mode_t mode;
@@ -182,6 +192,13 @@ void dpshim__core_step_end(dpshim__core_t *c);
  * kept for the summary. The first cause stays. */
 void dpshim__core_noop(dpshim__core_t *c, const char *cause);
 
+/* Whether the ViT gate is on (DPSHIM_VIT_BALANCE with an `auto` ViT
+ * trigger): hand-offs on the main thread decide whether their micro-batch's
+ * encoder calls meet. */
+int dpshim__core_vit_gate(const dpshim__core_t *c);
+/* The latest main-thread hand-off's answer: 1 where its encoder calls stay
+ * apart, the same on every rank of the group. */
+int dpshim__core_vit_apart(dpshim__core_t *c);
 /* The ViT cost model: 1 and *model once final, 0 in warm-up. */
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model);
 /* An encoder call (dpshim__vit_*) done on this rank: the totals, the

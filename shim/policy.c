@@ -1,6 +1,8 @@
 /* The hand-off's decision rules; see policy.h. */
 #include "policy.h"
 
+#include <math.h>
+
 const char *dpshim__policy_precheck(const int32_t *nsamples, int32_t ranks) {
   int64_t total = 0;
   int empty = 0;
@@ -83,6 +85,19 @@ const char *dpshim__policy_cannot_pay(const double *load,
   *saving_s = 1e-6 * (max_of(load, ranks) - sum / ranks);
   *cost_s = max_of(fixed_s, ranks);
   return *saving_s > DPSHIM__POLICY_WORTH * *cost_s ? NULL : "not-worth-it";
+}
+
+const char *dpshim__policy_meet(const double *before, const double *llm,
+                                const double *enc, int32_t ranks,
+                                double meet_s, double *saving_s) {
+  double apart = 0, enc_sum = 0;
+  for (int32_t r = 0; r < ranks; r++) {
+    apart = fmax(apart, before[r] + llm[r] + enc[r]);
+    enc_sum += enc[r];
+  }
+  double met = max_of(before, ranks) + max_of(llm, ranks) + enc_sum / ranks;
+  *saving_s = 1e-6 * (apart - met);
+  return *saving_s > DPSHIM__POLICY_WORTH * meet_s ? NULL : "not-worth-it";
 }
 
 double dpshim__policy_predict(dpshim_cost_model_t model,

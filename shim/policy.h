@@ -54,6 +54,18 @@ const char *dpshim__policy_cannot_pay(const double *load,
                                       const double *fixed_s, int32_t ranks,
                                       double *saving_s, double *cost_s);
 
+/* The ViT gate (DPSHIM_VIT_TRIGGER_THRESHOLD=auto): whether a micro-batch's
+ * encoder calls should meet to balance its images, or NULL. Per rank r, in
+ * microseconds: before[r] what the step held before this hand-off, llm[r]
+ * and enc[r] the LLM and encoder parts of what it holds from it. Apart,
+ * the step ends at max(before + llm + enc); meeting, the ranks wait for
+ * each other at the encoder's forward and backward, so at best at
+ * max(before) + max(llm) + mean(enc). They meet where that saves more than
+ * DPSHIM__POLICY_WORTH times meet_s, what meeting costs (seconds).
+ * *saving_s gets the saving (< 0: meeting loses). */
+const char *dpshim__policy_meet(const double *before, const double *llm,
+                                const double *enc, int32_t ranks,
+                                double meet_s, double *saving_s);
 /* The model's prediction for one rank's features (p->time is not read),
  * in the model's unit. */
 double dpshim__policy_predict(dpshim_cost_model_t model,

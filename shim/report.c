@@ -85,13 +85,19 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
                rep->imbalance_before, rep->imbalance_after, rep->load_before,
                rep->load_after, rep->saving_s, rep->cost_s};
   print_block(&b, c->dp->size);
+  if (rep->vit_gated)
+    fprintf(stderr, "[DP Balance][ViT] %s | the encoder calls meeting saves "
+            "%.3g ms, costs %.3g ms\n", rep->vit_apart ? "APART" : "MEET",
+            1e3 * rep->vit_saving_s, 1e3 * rep->vit_meet_s);
   print_cumulative(stderr, &c->stats);
 }
 
 /* ---- the ViT balance --------------------------------------------------------- */
 
 static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
-  block_t b = {"ViT", r->applied, r->skip_reason, c->cfg.vit_threshold,
+  double ratio = c->cfg.vit_threshold < 0 ? DPSHIM__VIT_THRESHOLD_MET
+                                          : c->cfg.vit_threshold;
+  block_t b = {"ViT", r->applied, r->skip_reason, ratio,
                r->imbalance_before, r->imbalance_after, r->load_before,
                r->load_after, 0, 0};
   print_block(&b, c->dp->size);
@@ -187,7 +193,7 @@ enum {
   S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
-  S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_COUNT
+  S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -207,7 +213,8 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit.solved, group * s->vit.imbalance_before,
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
       s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs,
-      s->predicted_error, s->predicted_steps};
+      s->predicted_error, s->predicted_steps, group * (double)s->vit_gated,
+      group * (double)s->vit_apart};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -283,6 +290,17 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
                      100 * c->vit_fit.max_rel_error);
   else
     dpshim__core_say(c, "  ViT: no fitted cost model: patches^2 per image");
+  if (!dpshim__core_vit_gate(c)) return;
+  if (v[S_VIT_GATED] > 0)
+    dpshim__core_say(c, "  ViT gate (%s=auto): the encoder calls met at %.0f "
+                     "of %.0f hand-offs, kept apart where meeting would not "
+                     "pay", DPSHIM_ENV_VIT_THRESHOLD,
+                     v[S_VIT_GATED] - v[S_VIT_APART], v[S_VIT_GATED]);
+  else
+    dpshim__core_say(c, "  ViT gate (%s=auto): no hand-off decided (the "
+                     "warm-up, a loader thread's hand-offs or the LLM level "
+                     "off): the encoder calls met at every call",
+                     DPSHIM_ENV_VIT_THRESHOLD);
 }
 
 /* How steps were told apart. */

@@ -67,6 +67,9 @@ dpshim__vit_t *dpshim__vit_of(dpshim__state_t *st);
  * thread, MPI_Finalize): ranks whose encoder calls are out of step meet
  * here. */
 void dpshim__vit_point(dpshim__vit_kind_t kind);
+/* The ViT gate's answer at a main-thread hand-off, for the encoder calls
+ * up to the next (dpshim__vit_set_apart). */
+void dpshim__vit_gate(int apart);
 
 /* ---- setup.c ------------------------------------------------------------------ */
 

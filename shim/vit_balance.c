@@ -41,6 +41,7 @@ struct dpshim__vit {
   dpshim__vit_config_t cfg;
   dpshim__comm_t *comm;
   int ready, off;
+  int apart; /* this micro-batch's calls do not meet (the gate's) */
   uint64_t next_key;
   dpshim__vit_flights_t flights;
   dpshim__vit_planner_t planner;
@@ -143,6 +144,8 @@ int dpshim__vit_balancing(const dpshim__vit_t *v) {
 }
 
 int32_t dpshim__vit_ranks(const dpshim__vit_t *v) { return v->size; }
+
+void dpshim__vit_set_apart(dpshim__vit_t *v, int apart) { v->apart = apart; }
 
 static double now(const dpshim__vit_t *v) {
   return v->cfg.clock ? v->cfg.clock() : 0;
@@ -712,7 +715,7 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   }
   uint64_t k = ++v->next_key;
   int real = 0, ran = 0;
-  if (dpshim__vit_balancing(v))
+  if (dpshim__vit_balancing(v) && !v->apart)
     ran = forward_grouped(v, enc, call, k, p, status, msg, rep, &real);
   if (status == 0) own_sums(call, rep);
   if (!ran) {
@@ -878,7 +881,7 @@ int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   }
   pass_t *p = f.data;
   int together = 0, rc = 0, done = 0;
-  if (dpshim__vit_balancing(v)) {
+  if (dpshim__vit_balancing(v) && (!v->apart || p->moved)) {
     header_t h = {.kind = DPSHIM__VIT_BACKWARD, .key = key,
                   .want_grad = in_grad != NULL};
     together = gather_headers(v, &h, "", rep);

@@ -89,6 +89,12 @@ int dpshim__vit_balancing(const dpshim__vit_t *v);
 /* The group's size (1 without a comm). */
 int32_t dpshim__vit_ranks(const dpshim__vit_t *v);
 
+/* The gate's answer for the calls until the next one (every rank of the
+ * group sets the same, at the same point of its calls): apart, a forward
+ * runs where it is made without meeting, and so does the backward of a
+ * forward whose images did not move; a moved forward's backward still
+ * meets (every rank knows which moved). */
+void dpshim__vit_set_apart(dpshim__vit_t *v, int apart);
 /* See dpshim_encoder_forward(), _backward(), _release(). Forwards and
  * backwards are collective over the group while balancing. */
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,

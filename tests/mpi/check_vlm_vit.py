@@ -28,6 +28,11 @@ the encoder is asked for patch gradients.
     backwards in reverse order): without the shim both give the same
     digests (the trainer's outputs do not depend on the schedule); with
     it, the digests of the runs without it, applied in each schedule;
+  - gated: the schedules' runs under the default DPSHIM_VIT_TRIGGER_THRESHOLD
+    (auto; the other scenarios set 0.1, so that every call meets): the
+    digests, no "out of step" line, and the summary's "ViT gate" line
+    counting the hand-offs that decided (some) as the verbose MEET / APART
+    lines do;
   - grid fault: at step 5 rank 1 (with TP, world rank N) passes a grid
     whose rows do not add up to its patch rows; every rank then releases
     what that forward gave it and redoes it. Without the shim and with it:
@@ -44,7 +49,7 @@ the encoder is asked for patch gradients.
     in vit_faults_seen: 1) without a collective, exit 0, no "out of step"
     line, the digests of the run without the shim and without the fault.
 --only NAME (repeatable) runs those scenarios alone (mixed, text-heavy,
-fitted, schedules, grid, extra, rebackward). Every run is bounded (a hang
+fitted, schedules, gated, grid, extra, rebackward). Every run is bounded (a hang
 is a failed check, its processes killed), and the whole script by a budget
 below meson's timeout. Exit status 0 when every check holds.
 """
@@ -62,8 +67,12 @@ from check_vlm import (STEPS, SHIM_ENV, dp_size, encoder_keys, same_digests,
                        vlmtrain)
 from mpitest import check, failures, intact, read_jsonl
 
+# A ratio for the ViT trigger (its `auto` default gates the calls; see the
+# gated scenario): every encoder call meets, so that the exchanges run.
 VIT_ENV = dict(SHIM_ENV, DPSHIM_VIT_BALANCE="1", DPSHIM_VIT_COEFS="1,0,0",
-               DPSHIM_VERBOSE="1")
+               DPSHIM_VIT_TRIGGER_THRESHOLD="0.1", DPSHIM_VERBOSE="1")
+GATED_ENV = {k: v for k, v in VIT_ENV.items()
+             if k != "DPSHIM_VIT_TRIGGER_THRESHOLD"}
 MIXED = ["--micro-batches", "2", "--patch-grads"]
 TEXT_HEAVY = ["--image-fraction", "0.05"]
 # Three micro-batches: the backwards of afab run in another order than
@@ -188,6 +197,32 @@ def scenario_schedules(args):
         scenario_balanced(args, "3 micro-batches, " + name, extra)
 
 
+def scenario_gated(args):
+    """The default `auto` ViT trigger: each hand-off decides whether its
+    micro-batch's encoder calls meet. Both schedules (afab's backwards come
+    after later hand-offs' decisions): the digests of the runs without the
+    shim, no out-of-step line, and the summary's gate line counting as many
+    decided hand-offs as the verbose MEET / APART lines, some."""
+    for name, extra in (("1f1b", ONE_F_ONE_B), ("afab", AFAB)):
+        what = "%s, ViT gate, 3 micro-batches, %s" % (args.layout, name)
+        base = plain(args, extra, what)
+        on, err = with_shim(args, extra, what, GATED_ENV)
+        if not intact(what, base, on):
+            continue
+        same_digests(what, on, base, digests_of(args, extra))
+        check(not out_of_step_lines(err), "%s: the calls fell out of step: "
+              "%r" % (what, out_of_step_lines(err)))
+        m = re.search(r"ViT gate \(DPSHIM_VIT_TRIGGER_THRESHOLD=auto\): the "
+                      r"encoder calls met at (\d+) of (\d+) hand-offs", err)
+        lines = len(re.findall(r"^\[DP Balance\]\[ViT\] (?:MEET|APART) ",
+                               err, re.M))
+        if check(m is not None, "%s: no 'ViT gate (...=auto): the encoder "
+                 "calls met at M of N hand-offs' in the summary" % what):
+            check(int(m.group(2)) > 0 and int(m.group(2)) == lines,
+                  "%s: the summary counts %s decided hand-offs, the verbose "
+                  "lines %d" % (what, m.group(2), lines))
+
+
 def fault_runs(args, kind, title):
     """A fault of `kind` at step 5, 1f1b: (what, its vlmtrain options, the
     run without the fault, with it, with it under the shim, the shim run's
@@ -258,6 +293,7 @@ SCENARIOS = {
     "text-heavy": lambda a: scenario_balanced(a, "text-heavy", TEXT_HEAVY),
     "fitted": scenario_fitted,
     "schedules": scenario_schedules,
+    "gated": scenario_gated,
     "grid": scenario_grid,
     "extra": scenario_extra,
     "rebackward": scenario_rebackward,

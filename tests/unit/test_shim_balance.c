@@ -232,6 +232,8 @@ typedef struct inst {
   int has_loads[MAXP];
   double load_before[MAXP][MAXP], load_after[MAXP][MAXP];
   double notes[MAXP][MAXP * DPSHIM__NOTES]; /* as each rank received them */
+  int gate;                /* the hand-offs ask the ViT gate */
+  double meet_s[MAXP];     /* what meeting costs each rank */
   mock_stats_t stats;
   int mock_rc;
 } inst_t;
@@ -370,7 +372,9 @@ static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
   dpshim__balance_report_t *rep = &x->rep[rank];
   double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
-  dpshim__handoff_t ho = {x->step, 1, note, NULL, NULL};
+  dpshim__handoff_t ho = {x->step, 1,       note,
+                          NULL,    NULL,    x->gate,
+                          x->meet_s[rank]};
   x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch, &ho,
                                 rep);
   if (rep->notes)
@@ -841,6 +845,12 @@ Test(shim_balance, images_enter_the_cost) {
   cr_assert_float_eq(x->load_before[0][0], 2 * (100 + 900), 1e-9);
   cr_assert_float_eq(x->load_before[0][1], 2 * 100, 1e-9);
   cr_assert_float_eq(x->load_after[0][0], x->load_after[0][1], 1e-9);
+  /* Each rank holds one of the images now, which the batches' vision
+   * arrays (the adapter's, not rewritten) do not say. */
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(x->rep[r].held_vision.patches, 30, "rank %d", r);
+    cr_assert_eq(x->rep[r].held_vision.patches_sq, 900, "rank %d", r);
+  }
   inst_free(x);
   x = images_on_rank0(&cfg, 30, 0); /* not given: equal loads */
   inst_run(x);
@@ -848,6 +858,79 @@ Test(shim_balance, images_enter_the_cost) {
   cr_assert_eq(x->rep[0].applied, 0);
   cr_assert_float_eq(x->load_before[0][0], x->load_before[0][1], 1e-9);
   inst_free(x);
+}
+
+/* ---- the ViT gate ------------------------------------------------------------ */
+
+/* images_on_rank0 with every rank gated: the model counts a token and a
+ * patch squared alike, the encoder's part is the patches squared. */
+static inst_t *gated_images(double threshold, double meet0, double meet1) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
+  cfg.threshold = threshold;
+  cfg.priced = 1;
+  inst_t *x = images_on_rank0(&cfg, 30, 3);
+  for (int r = 0; r < 2; r++)
+    dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
+                                 1);
+  x->gate = 1;
+  x->meet_s[0] = meet0;
+  x->meet_s[1] = meet1;
+  inst_run(x);
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
+    cr_assert_eq(x->rep[r].vit_gated, 1, "rank %d not gated", r);
+    cr_assert_eq(x->rep[r].vit_apart, x->rep[0].vit_apart, "rank %d", r);
+    cr_assert(x->rep[r].vit_saving_s == x->rep[0].vit_saving_s);
+  }
+  return x;
+}
+
+/* The plan skipped, rank 0 keeps both images: apart the step takes its
+ * 200 + 1800 us, meeting 200 + the mean encoder's 900: 0.9 ms saved. The
+ * calls meet where that pays for the costliest rank's meeting, and only
+ * there. */
+Test(shim_balance, encoder_calls_meet_where_it_pays) {
+  inst_t *x = gated_images(1e9, 0, 1e-4);
+  cr_assert_eq(x->rep[0].applied, 0);
+  cr_assert_float_eq(x->rep[0].vit_saving_s, 0.9e-3, 1e-12);
+  cr_assert_float_eq(x->rep[0].vit_meet_s, 1e-4, 1e-15);
+  cr_assert_eq(x->rep[0].vit_apart, 0, "apart where meeting saves 9x its cost");
+  inst_free(x);
+  x = gated_images(1e9, 1e-3, 0); /* 1.5 ms > 0.9 ms */
+  cr_assert_eq(x->rep[0].vit_apart, 1, "met where meeting does not pay");
+  inst_free(x);
+}
+
+/* Applied, the plan gives each rank one image: each rank's sum is even
+ * already and the meeting saves nothing, free or not. */
+Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
+  inst_t *x = gated_images(0, 0, 0);
+  cr_assert_eq(x->rep[0].applied, 1, "skipped: %s", x->rep[0].skip_reason);
+  cr_assert_leq(x->rep[0].vit_saving_s, 1e-12);
+  cr_assert_eq(x->rep[0].vit_apart, 1);
+  inst_free(x);
+}
+
+/* Not asked, or without the encoder's model: no answer (the calls meet as
+ * they always have). */
+Test(shim_balance, the_gate_answers_only_when_asked) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
+  cfg.threshold = 1e9;
+  cfg.priced = 1;
+  for (int k = 0; k < 2; k++) {
+    inst_t *x = images_on_rank0(&cfg, 30, 3);
+    x->gate = k;
+    for (int r = 0; r < 2; r++)
+      dpshim__balancer_set_encoder(x->bal[r],
+                                   (dpshim_cost_model_t){1, 0, 0, 0, 0}, !k);
+    inst_run(x);
+    cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
+    cr_assert_eq(x->rep[0].vit_gated, 0, "gated with gate %d", k);
+    cr_assert_eq(x->rep[0].vit_apart, 0);
+    inst_free(x);
+  }
 }
 
 /* ---- other skips ----------------------------------------------------------- */

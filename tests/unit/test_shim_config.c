@@ -903,7 +903,7 @@ Test(shim_config, hash_differs_for_different_values) {
 Test(shim_config, vit_settings) {
   parse_ok();
   cr_assert_eq(cfg.vit, 0);
-  cr_assert_eq(cfg.vit_threshold, 0.1);
+  cr_assert_eq(cfg.vit_threshold, DPSHIM__THRESHOLD_AUTO);
   cr_assert_eq(cfg.vit_max_patch_ratio, 2);
   cr_assert_eq(cfg.have_vit_coefs, 0);
   env_set(DPSHIM_ENV_VIT, "1");
@@ -915,12 +915,19 @@ Test(shim_config, vit_settings) {
   cr_assert_eq(cfg.vit_coefs.b, 2e-6);
   cr_assert_eq(cfg.vit_coefs.d, 0);
   cr_assert_eq(cfg.vit_max_patch_ratio, 0);
+  env_set(DPSHIM_ENV_VIT_THRESHOLD, "0.1"); /* the ratio, as before auto */
+  parse_ok();
+  cr_assert_eq(cfg.vit_threshold, 0.1);
+  env_set(DPSHIM_ENV_VIT_THRESHOLD, "auto");
+  parse_ok();
+  cr_assert_eq(cfg.vit_threshold, DPSHIM__THRESHOLD_AUTO);
   static const char *const coefs[] = {"1,2,3,4,5", "1,2", "-1,0,1", "0,0,0",
                                       "1e308,0,0", "a,b,c"};
   for (size_t k = 0; k < sizeof coefs / sizeof *coefs; k++)
     expect_bad(DPSHIM_ENV_VIT_COEFS, coefs[k]);
   expect_bad(DPSHIM_ENV_VIT_MAX_PATCH_RATIO, "0");
   expect_bad(DPSHIM_ENV_VIT_THRESHOLD, "-0.1");
+  expect_bad(DPSHIM_ENV_VIT_THRESHOLD, "Auto");
   expect_bad(DPSHIM_ENV_VIT, "2");
 }
 

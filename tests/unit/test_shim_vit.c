@@ -139,11 +139,13 @@ typedef struct scenario {
   int invalid_rank; /* says its first call is invalid; -1: none */
   int odd_rank;     /* its first image has an odd side; -1: none */
   int handoff_rank; /* a checkpoint before its backwards; -1: none */
+  unsigned apart;   /* bit m: the gate keeps micro-batch m's calls apart */
   /* recorded by the ranks */
   float emb[MAXR][MAXM][MAXEMB], pgrad[MAXR][MAXM][MAXROWS * RF];
   int64_t params[MAXR][NPARAMS];
   int fwd_rc[MAXR][MAXM], bwd_rc[MAXR][MAXM];
   int applied[MAXR], out_of_step[MAXR], off_at_end[MAXR];
+  int backs_moved[MAXR]; /* backwards whose gradients moved */
   char message[MAXR][256];
 } scenario_t;
 
@@ -168,6 +170,8 @@ typedef struct rank_state {
 
 static void note(rank_state_t *st, const dpshim__vit_report_t *rep) {
   st->s->applied[st->rank] += rep->applied;
+  st->s->backs_moved[st->rank] +=
+      rep->applied && rep->kind == DPSHIM__VIT_BACKWARD;
   st->s->out_of_step[st->rank] |= rep->out_of_step;
   if (rep->message[0] && !st->s->message[st->rank][0])
     snprintf(st->s->message[st->rank], 256, "%s", rep->message);
@@ -231,6 +235,7 @@ static void rank_main(dpshim__comm_t *comm, int rank, void *arg) {
     dpshim__vit_set_model(st->v, (dpshim_cost_model_t){1, 0, 0, 0, 0});
   if (rank == st->s->extra_rank) extra_forward(st);
   for (int m = 0; m < st->s->micro; m++) {
+    dpshim__vit_set_apart(st->v, st->s->apart >> m & 1);
     forward(st, m);
     if (!st->s->afab) backward(st, m);
   }
@@ -369,6 +374,49 @@ Test(shim_vit, warm_up_moves_nothing) {
   cr_assert_eq(s->applied[0], 0);
   cr_assert_eq(stats.ops[MOCK_ALLTOALLV], 0, "no exchange in warm-up");
   free(s);
+}
+
+/* Every micro-batch kept apart by the gate: no call meets (the close's
+ * checkpoint is the only collective), and every output is exact. */
+Test(shim_vit, calls_kept_apart_meet_nowhere) {
+  for (int afab = 0; afab < 2; afab++) {
+    scenario_t *s = new_scenario(4, 5);
+    s->micro = MAXM;
+    s->afab = afab;
+    s->apart = (1u << MAXM) - 1;
+    mock_stats_t stats;
+    run_and_check(s, &stats, -1, 0);
+    cr_assert_eq(s->applied[0], 0);
+    cr_assert_eq(stats.ops[MOCK_ALLGATHER], 1, "%ld header rounds",
+                 stats.ops[MOCK_ALLGATHER]);
+    cr_assert_eq(stats.ops[MOCK_ALLTOALLV], 0);
+    free(s);
+  }
+}
+
+/* Micro-batches met and kept apart in turn, and all backwards after the
+ * last forward kept apart (afab): a forward that moved images still meets
+ * at its backward, so the outputs stay exact and the ranks in step. */
+Test(shim_vit, a_moved_forward_meets_at_its_backward_though_apart) {
+  int applied = 0;
+  for (uint64_t seed = 1; seed <= 6; seed++)
+    for (int afab = 0; afab < 2; afab++) {
+      scenario_t *s = new_scenario(4, seed);
+      s->micro = MAXM;
+      s->afab = afab;
+      s->apart = afab ? 1u << (MAXM - 1) : 2u;
+      run_and_check(s, NULL, -1, 0);
+      for (int r = 0; r < 4; r++) {
+        cr_assert_eq(s->message[r][0], 0, "rank %d: %s", r, s->message[r]);
+        cr_assert_eq(s->out_of_step[r], 0);
+        cr_assert_eq(s->applied[r], s->applied[0], "plans agree");
+      }
+      cr_assert_gt(s->backs_moved[0], 0, "seed %d afab %d: no moved "
+                   "forward's backward met", (int)seed, afab);
+      applied += s->applied[0];
+      free(s);
+    }
+  cr_assert_gt(applied, 6, "images moved (%d calls)", applied);
 }
 
 Test(shim_vit, a_call_one_rank_cannot_describe_fails_on_every_rank) {

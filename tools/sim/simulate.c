@@ -59,6 +59,7 @@ typedef struct ctx {
   sim_vit_t *vit;   /* "+vit" runs only */
   dpshim_cost_model_t text_model, vit_model; /* "+vit": the shim's fits */
   double *history;  /* [P] */
+  double *before;   /* [P] the step's loads before the hand-off */
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
   double *cost;     /* [P] auto: seconds applying the plan costs each rank */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
@@ -116,6 +117,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->load_now = calloc(p, sizeof *x->load_now);
   x->met = calloc((size_t)c->micro, sizeof *x->met);
   x->history = calloc(p, sizeof *x->history);
+  x->before = calloc(p, sizeof *x->before);
   x->sent = calloc(p, sizeof *x->sent);
   x->received = calloc(p, sizeof *x->received);
   x->kept = calloc(p, sizeof *x->kept);
@@ -128,8 +130,8 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->metas = calloc(p, sizeof *x->metas);
   if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
       x->drawn_vit && x->encoded && x->totals && x->seen_vit &&
-      x->enc_load && x->load_now && x->met && x->history && x->sent &&
-      x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
+      x->enc_load && x->load_now && x->met && x->history && x->before &&
+      x->sent && x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
       x->stamp && x->last_src && x->room && x->metas && set_hosts(x) == 0) {
     set_room(x);
     return 0;
@@ -155,6 +157,7 @@ static void ctx_free(ctx_t *x) {
   free(x->load_now);
   free(x->met);
   free(x->history);
+  free(x->before);
   free(x->sent);
   free(x->cost);
   free(x->received);
@@ -507,35 +510,29 @@ static const char *plan_handoff(ctx_t *x, sim_algo_t a,
 }
 
 /* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
- * calls meet at all, from the LLM-level plan made with the vision terms
- * (x->plan as it stands: applied or not, per why). Meeting splits the
- * micro-batch into the slowest encoder, then the slowest LLM part; the
- * plan evens each rank's sum of both. So the calls meet only where the
- * plan's slowest rank is predicted above (the slowest LLM part + the mean
- * encoder part: the images balanced, optimistically) by more than WORTH
- * times the calls' two rounds; the ViT plan is priced again at the call. */
-static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
-                       const sim_decide_out_t *out) {
-  if (!out->solved) return 0;
+ * calls meet at all, from where the LLM-level plan made with the vision
+ * terms leaves its samples (x->plan.dest where applied, per why), by the
+ * shim's rule (dpshim__policy_meet: meeting pays where it saves more than
+ * WORTH times the calls' two header rounds; x->before holds the step's
+ * loads before the hand-off). The ViT plan is priced again at the call. */
+static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
   const dpshim_cost_model_t *m = &x->model;
-  memset(x->enc_load, 0, (size_t)x->P * sizeof *x->enc_load);
+  double *llm = x->load_now, *enc = x->enc_load;
+  memset(llm, 0, (size_t)x->P * sizeof *llm);
+  memset(enc, 0, (size_t)x->P * sizeof *enc);
   for (int64_t i = 0; i < n; i++) {
     const dpshim_sample_t *smp = &x->samples[i];
-    x->enc_load[why ? smp->origin : x->plan.dest[i]] +=
-        m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
-  }
-  const double *load = why ? x->plan.load_before : x->plan.load_after;
-  double whole = 0, llm = 0, enc_mean = 0;
-  for (int32_t r = 0; r < x->P; r++) {
-    whole = fmax(whole, load[r]);
-    llm = fmax(llm, load[r] - x->enc_load[r]);
-    enc_mean += x->enc_load[r] / x->P;
+    int32_t at = why ? smp->origin : x->plan.dest[i];
+    double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+    enc[at] += e;
+    llm[at] += dpshim_sample_cost(*m, smp) - e;
   }
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
   double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
-  return 1e-6 * (whole - llm - enc_mean) > DPSHIM__POLICY_WORTH * rounds;
+  double saving;
+  return !dpshim__policy_meet(x->before, llm, enc, x->P, rounds, &saving);
 }
 
 /* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
@@ -549,14 +546,14 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   int gated = a.vit && x->c->vit_threshold < 0;
   gather(x, first, n, sim_vision_cost(x->c) && (!a.vit || gated), st);
   st->handoffs++;
+  memcpy(x->before, x->history, (size_t)x->P * sizeof *x->before);
   sim_decide_out_t out;
   const char *why = plan_handoff(
       x, a, a.vit && !gated ? x->text_model : x->model, n, st, &out);
   x->met[m] = (unsigned char)a.vit;
   if (gated && out.rc >= 0)
     x->met[m] = (unsigned char)meet_or_not(
-        x, n, x->w.image_first[first + n] - x->w.image_first[first], why,
-        &out);
+        x, n, x->w.image_first[first + n] - x->w.image_first[first], why);
   if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
     return -1;
