@@ -50,10 +50,15 @@ static int handoff(dpshim_batch_t *batch, const char *invalid) {
   }
   int main = pthread_equal(pthread_self(), st->init_thread);
   if (!st->active || !may_communicate(st, main)) return 0;
-  if (main) dpshim__vit_point(DPSHIM__VIT_HANDOFF);
-  int rc = dpshim__core_handoff(&st->core, batch, main, invalid);
-  if (main && dpshim__core_vit_gate(&st->core))
-    dpshim__vit_gate(dpshim__core_vit_apart(&st->core));
+  /* The encoder calls' checkpoint finds a rank still in one, which would
+   * otherwise wait there while the others gather below. Not needed where
+   * the last hand-off made sure no call meets until this one. */
+  int quiet = 0, gate = main && dpshim__core_vit_gate(&st->core);
+  if (gate) dpshim__core_vit_apart(&st->core, &quiet);
+  if (main && !quiet) dpshim__vit_point(DPSHIM__VIT_HANDOFF);
+  int rc = dpshim__core_handoff(&st->core, batch, main, invalid,
+                                main ? dpshim__vit_moved() : 0);
+  if (gate) dpshim__vit_gate(dpshim__core_vit_apart(&st->core, &quiet));
   return rc;
 }
 

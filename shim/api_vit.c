@@ -95,6 +95,16 @@ void dpshim__vit_gate(int apart) {
   pthread_mutex_unlock(&st->encoder_lock);
 }
 
+int32_t dpshim__vit_moved(void) {
+  dpshim__state_t *st = &dpshim__state;
+  if (!st->vit_on) return 0;
+  pthread_mutex_lock(&st->encoder_lock);
+  dpshim__vit_t *v = dpshim__vit_of(st);
+  int32_t n = v ? dpshim__vit_moved_in_flight(v) : 0;
+  pthread_mutex_unlock(&st->encoder_lock);
+  return n;
+}
+
 void dpshim__vit_point(dpshim__vit_kind_t kind) {
   encoder_op_t op = {.kind = kind};
   if (dpshim__state.vit_on) encoder_call(&op);

@@ -30,6 +30,7 @@ typedef struct header {
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
   double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
+  int32_t vit_moved; /* its forwards in flight whose images moved */
   uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
@@ -730,6 +731,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.price[0] = b->price.fixed_s;
   h.price[1] = b->price.per_byte_s;
   h.meet_s = ho->meet_s;
+  h.vit_moved = ho->vit_moved;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
   if (ho->invalid) {
     snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
@@ -812,9 +814,11 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                          dpshim__balance_report_t *rep) {
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
   double meet_s = 0;
+  int32_t moved = 0;
   for (int32_t r = 0; r < b->size; r++) {
     llm[r] = enc[r] = 0;
     meet_s = fmax(meet_s, b->headers[r].meet_s);
+    moved |= b->headers[r].vit_moved;
   }
   for (int32_t r = 0; r < b->size; r++)
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
@@ -829,6 +833,7 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
   rep->vit_meet_s = meet_s;
   rep->vit_apart = dpshim__policy_meet(before, llm, enc, b->size, meet_s,
                                        &rep->vit_saving_s) != NULL;
+  rep->vit_quiet = rep->vit_apart && !moved;
 }
 
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size) {

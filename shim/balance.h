@@ -55,6 +55,7 @@ typedef struct dpshim__handoff {
    * counts). */
   int gate;
   double meet_s;
+  int32_t vit_moved; /* this rank's forwards in flight whose images moved */
 } dpshim__handoff_t;
 
 typedef struct dpshim__balance_report {
@@ -73,6 +74,9 @@ typedef struct dpshim__balance_report {
    * and the saving meeting would bring against its cost (seconds). */
   int vit_gated, vit_apart;
   double vit_saving_s, vit_meet_s;
+  /* Apart, and no rank has a forward in flight whose images moved: until
+   * the next hand-off no encoder call meets, on any rank. */
+  int vit_quiet;
   /* Applied: this rank's images after the exchange (what the batch's
    * vision array, the caller's and not rewritten, no longer says). */
   dpshim_vision_t held_vision;

@@ -92,18 +92,15 @@ static int alloc_loads(dpshim__handoff_note_t *h, int ranks) {
   return h->load_before && h->load_after ? 0 : DPSHIM_ENOMEM;
 }
 
-/* The balancer's model. Under the ViT gate it plans with the encoder's
- * cost in each sample's (its images are encoded where the sample goes
- * unless the calls meet) and is told the encoder's part. */
+/* The balancer's model; under the ViT gate, the encoder's part of it too.
+ * (The gate's model has the encoder in each sample's cost, as without the
+ * ViT balance: a sample's images are encoded where it goes unless the
+ * calls meet.) */
 static void set_balance_model(dpshim__core_t *c) {
-  dpshim_cost_model_t m = c->model;
-  int gate = dpshim__core_vit_gate(c) && c->vit_settled;
-  if (gate) {
-    m.d += c->vit_model.a;
-    m.e += c->vit_model.b;
-  }
-  dpshim__balancer_set_model(c->balancer, m, c->fitted || c->cfg.have_coefs);
-  dpshim__balancer_set_encoder(c->balancer, c->vit_model, gate);
+  dpshim__balancer_set_model(c->balancer, c->model,
+                             c->fitted || c->cfg.have_coefs);
+  dpshim__balancer_set_encoder(c->balancer, c->vit_model,
+                               dpshim__core_vit_gate(c) && c->vit_settled);
 }
 
 int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
@@ -182,12 +179,14 @@ static int32_t point_slot(const dpshim__core_t *c, int64_t step) {
   return slot;
 }
 
-/* With the ViT balance, what a step's compute holds beyond the LLM's: the
- * encoder calls whole (the encoder, and in calls that meet the header
- * rounds, the exchanges and the waits for the other ranks, which would
- * otherwise fit as LLM cost). */
+/* With the ViT balance, what the LLM-level model leaves out of a step's
+ * compute: the encoder calls' time beyond the encoder (in calls that meet,
+ * the header rounds, the exchanges and the waits for the other ranks,
+ * which would otherwise fit as the samples' cost), and without the gate
+ * the encoder too (its images are balanced apart). */
 static double llm_apart(const dpshim__core_t *c, const dpshim__step_t *s) {
-  return c->cfg.vit ? s->vit_wall : 0;
+  if (!c->cfg.vit) return 0;
+  return dpshim__core_vit_gate(c) ? s->vit_wall - s->vit_time : s->vit_wall;
 }
 
 static void record_point(const dpshim__core_t *c, const dpshim__step_t *s,
@@ -544,7 +543,7 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
 }
 
 int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
-                         const char *invalid) {
+                         const char *invalid, int32_t vit_moved) {
   pthread_mutex_lock(&c->handoff);
   double t0 = c->clock(), note[DPSHIM__NOTES];
   pthread_mutex_lock(&c->lock);
@@ -575,7 +574,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
      * in warm-up, so that steps, the fit and the log still go by. */
     dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
                             noted ? note : NULL, c->peers, invalid,
-                            main, c->meet_s[0] + c->meet_s[1]};
+                            main, c->meet_s[0] + c->meet_s[1], vit_moved};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }
@@ -584,6 +583,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
     c->vit_apart = rc == 0 && rep.vit_gated && rep.vit_apart;
+    c->vit_quiet = c->vit_apart && rep.vit_quiet;
     c->stats.vit_gated += rc == 0 && rep.vit_gated;
     c->stats.vit_apart += c->vit_apart;
     step_leave(&c->step, batch, &rep, rc, t0, t1, arrival);
@@ -680,9 +680,10 @@ int dpshim__core_vit_gate(const dpshim__core_t *c) {
   return c->cfg.vit && c->cfg.vit_threshold < 0;
 }
 
-int dpshim__core_vit_apart(dpshim__core_t *c) {
+int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet) {
   pthread_mutex_lock(&c->lock);
   int apart = c->vit_apart;
+  *quiet = c->vit_quiet;
   pthread_mutex_unlock(&c->lock);
   return apart;
 }

@@ -117,7 +117,7 @@ typedef struct dpshim__core {
   /* The ViT gate: whether the latest main-thread hand-off kept its encoder
    * calls apart (agreed), and what a grouped forward [0] and backward [1]
    * cost this rank beyond the encoder and the waits (seconds, averaged) */
-  int vit_apart;
+  int vit_apart, vit_quiet;
   double meet_s[2];
   int64_t meet_seen[2];
   /* How steps end: the configured mode, or in auto the agreed one
@@ -171,9 +171,10 @@ void dpshim__core_close(dpshim__core_t *c);
  * loader thread. Collective over the DP group (and, until settled, the
  * world). `invalid`, when not NULL, says why this rank's adapter could not
  * describe its batch: the hand-off then fails everywhere with that reason.
+ * vit_moved: this rank's encoder forwards in flight whose images moved.
  * Returns 0 or the DPSHIM_E* code every rank of the group returns. */
 int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
-                         const char *invalid);
+                         const char *invalid, int32_t vit_moved);
 
 /* The gradient sync, on the main thread: begin when the trainer starts
  * waiting for it (a blocking call's entry, the first wait on a request),
@@ -196,9 +197,10 @@ void dpshim__core_noop(dpshim__core_t *c, const char *cause);
  * trigger): hand-offs on the main thread decide whether their micro-batch's
  * encoder calls meet. */
 int dpshim__core_vit_gate(const dpshim__core_t *c);
-/* The latest main-thread hand-off's answer: 1 where its encoder calls stay
- * apart, the same on every rank of the group. */
-int dpshim__core_vit_apart(dpshim__core_t *c);
+/* The latest main-thread hand-off's answer, the same on every rank of the
+ * group: 1 where its encoder calls stay apart; *quiet: and none meets
+ * before the next hand-off (dpshim__balance_report_t's vit_quiet). */
+int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet);
 /* The ViT cost model: 1 and *model once final, 0 in warm-up. */
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model);
 /* An encoder call (dpshim__vit_*) done on this rank: the totals, the

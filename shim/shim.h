@@ -70,6 +70,8 @@ void dpshim__vit_point(dpshim__vit_kind_t kind);
 /* The ViT gate's answer at a main-thread hand-off, for the encoder calls
  * up to the next (dpshim__vit_set_apart). */
 void dpshim__vit_gate(int apart);
+/* This rank's encoder forwards in flight whose images moved. */
+int32_t dpshim__vit_moved(void);
 
 /* ---- setup.c ------------------------------------------------------------------ */
 

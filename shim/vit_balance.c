@@ -147,6 +147,13 @@ int32_t dpshim__vit_ranks(const dpshim__vit_t *v) { return v->size; }
 
 void dpshim__vit_set_apart(dpshim__vit_t *v, int apart) { v->apart = apart; }
 
+int32_t dpshim__vit_moved_in_flight(const dpshim__vit_t *v) {
+  int32_t n = 0;
+  for (int32_t k = 0; k < v->flights.count; k++)
+    n += ((const pass_t *)v->flights.slot[k].data)->moved;
+  return n;
+}
+
 static double now(const dpshim__vit_t *v) {
   return v->cfg.clock ? v->cfg.clock() : 0;
 }

@@ -95,6 +95,8 @@ int32_t dpshim__vit_ranks(const dpshim__vit_t *v);
  * forward whose images did not move; a moved forward's backward still
  * meets (every rank knows which moved). */
 void dpshim__vit_set_apart(dpshim__vit_t *v, int apart);
+/* Forwards in flight whose images moved (their backwards meet). */
+int32_t dpshim__vit_moved_in_flight(const dpshim__vit_t *v);
 /* See dpshim_encoder_forward(), _backward(), _release(). Forwards and
  * backwards are collective over the group while balancing. */
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,

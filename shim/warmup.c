@@ -201,10 +201,11 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
       }
       iters++;
     }
-    /* With the ViT balance the images are encoded apart from their
-     * samples: the LLM's cost leaves them out. */
+    /* With the ViT balance and no gate the images are encoded apart from
+     * their samples: the LLM's cost leaves them out. Under the gate they
+     * are encoded where their samples go, as without the ViT balance. */
     dpshim_fit_input_t in = {iters, ranks, pts, iter_time, DPSHIM_FIT_RANKS,
-                             c->cfg.vit};
+                             c->cfg.vit && !dpshim__core_vit_gate(c)};
     rc = fit_chosen(c, in, out);
     out->kept = rc == 0 && c->settled && c->fitted &&
                 still_predicts(&in, warm, c->fit.model);

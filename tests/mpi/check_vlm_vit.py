@@ -32,7 +32,8 @@ the encoder is asked for patch gradients.
     (auto; the other scenarios set 0.1, so that every call meets): the
     digests, no "out of step" line, and the summary's "ViT gate" line
     counting the hand-offs that decided (some) as the verbose MEET / APART
-    lines do;
+    lines do; and with one rank's extra forward (the extra fault below), no
+    hang and the faulted run's digests;
   - grid fault: at step 5 rank 1 (with TP, world rank N) passes a grid
     whose rows do not add up to its patch rows; every rank then releases
     what that forward gave it and redoes it. Without the shim and with it:
@@ -221,6 +222,16 @@ def scenario_gated(args):
             check(int(m.group(2)) > 0 and int(m.group(2)) == lines,
                   "%s: the summary counts %s decided hand-offs, the verbose "
                   "lines %d" % (what, m.group(2), lines))
+    # One rank's extra forward: kept apart it meets nobody, met it is
+    # found out of step; either way no hang and the faulted run's digests.
+    what = "%s, ViT gate, extra forward on rank %d" % (args.layout,
+                                                       fault_rank(args))
+    extra = ONE_F_ONE_B + fault(args, "extra")
+    faulted = plain(args, extra, what)
+    on, _ = with_shim(args, extra, what, GATED_ENV)
+    if intact(what, faulted, on):
+        same_digests(what, on, faulted, digests_of(args, extra),
+                     than="without the shim, with the fault,")
 
 
 def fault_runs(args, kind, title):

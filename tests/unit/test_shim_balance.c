@@ -234,6 +234,7 @@ typedef struct inst {
   double notes[MAXP][MAXP * DPSHIM__NOTES]; /* as each rank received them */
   int gate;                /* the hand-offs ask the ViT gate */
   double meet_s[MAXP];     /* what meeting costs each rank */
+  int32_t vit_moved[MAXP]; /* each rank's moved forwards in flight */
   mock_stats_t stats;
   int mock_rc;
 } inst_t;
@@ -372,9 +373,9 @@ static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
   dpshim__balance_report_t *rep = &x->rep[rank];
   double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
-  dpshim__handoff_t ho = {x->step, 1,       note,
-                          NULL,    NULL,    x->gate,
-                          x->meet_s[rank]};
+  dpshim__handoff_t ho = {x->step,         1,       note,
+                          NULL,            NULL,    x->gate,
+                          x->meet_s[rank], x->vit_moved[rank]};
   x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch, &ho,
                                 rep);
   if (rep->notes)
@@ -864,7 +865,8 @@ Test(shim_balance, images_enter_the_cost) {
 
 /* images_on_rank0 with every rank gated: the model counts a token and a
  * patch squared alike, the encoder's part is the patches squared. */
-static inst_t *gated_images(double threshold, double meet0, double meet1) {
+static inst_t *gated_images(double threshold, double meet0, double meet1,
+                            int32_t moved1) {
   dpshim__balance_config_t cfg = base_config();
   cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
   cfg.threshold = threshold;
@@ -876,12 +878,14 @@ static inst_t *gated_images(double threshold, double meet0, double meet1) {
   x->gate = 1;
   x->meet_s[0] = meet0;
   x->meet_s[1] = meet1;
+  x->vit_moved[1] = moved1;
   inst_run(x);
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
     cr_assert_eq(x->rep[r].vit_gated, 1, "rank %d not gated", r);
     cr_assert_eq(x->rep[r].vit_apart, x->rep[0].vit_apart, "rank %d", r);
     cr_assert(x->rep[r].vit_saving_s == x->rep[0].vit_saving_s);
+    cr_assert_eq(x->rep[r].vit_quiet, x->rep[0].vit_quiet, "rank %d", r);
   }
   return x;
 }
@@ -891,21 +895,29 @@ static inst_t *gated_images(double threshold, double meet0, double meet1) {
  * calls meet where that pays for the costliest rank's meeting, and only
  * there. */
 Test(shim_balance, encoder_calls_meet_where_it_pays) {
-  inst_t *x = gated_images(1e9, 0, 1e-4);
+  inst_t *x = gated_images(1e9, 0, 1e-4, 0);
   cr_assert_eq(x->rep[0].applied, 0);
   cr_assert_float_eq(x->rep[0].vit_saving_s, 0.9e-3, 1e-12);
   cr_assert_float_eq(x->rep[0].vit_meet_s, 1e-4, 1e-15);
   cr_assert_eq(x->rep[0].vit_apart, 0, "apart where meeting saves 9x its cost");
+  cr_assert_eq(x->rep[0].vit_quiet, 0);
   inst_free(x);
-  x = gated_images(1e9, 1e-3, 0); /* 1.5 ms > 0.9 ms */
+  x = gated_images(1e9, 1e-3, 0, 0); /* 1.5 ms > 0.9 ms */
   cr_assert_eq(x->rep[0].vit_apart, 1, "met where meeting does not pay");
+  cr_assert_eq(x->rep[0].vit_quiet, 1);
+  inst_free(x);
+  /* Apart, but rank 1's moved forward will meet at its backward: every
+   * rank must keep the encoder calls' checkpoint at the next hand-off. */
+  x = gated_images(1e9, 1e-3, 0, 1);
+  cr_assert_eq(x->rep[0].vit_apart, 1);
+  cr_assert_eq(x->rep[0].vit_quiet, 0, "quiet with a moved forward in flight");
   inst_free(x);
 }
 
 /* Applied, the plan gives each rank one image: each rank's sum is even
  * already and the meeting saves nothing, free or not. */
 Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
-  inst_t *x = gated_images(0, 0, 0);
+  inst_t *x = gated_images(0, 0, 0, 0);
   cr_assert_eq(x->rep[0].applied, 1, "skipped: %s", x->rep[0].skip_reason);
   cr_assert_leq(x->rep[0].vit_saving_s, 1e-12);
   cr_assert_eq(x->rep[0].vit_apart, 1);

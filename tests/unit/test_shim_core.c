@@ -243,7 +243,7 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
     else rb.f[0].name = "renamed";
   }
   x->before[rank][call] = id_sum(&rb);
-  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL);
+  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL, 0);
   x->after[rank][call] = id_sum(&rb);
   x->bad[rank] |= !intact(&rb);
   compute(x, b, rank, call);

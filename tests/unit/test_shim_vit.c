@@ -146,6 +146,7 @@ typedef struct scenario {
   int fwd_rc[MAXR][MAXM], bwd_rc[MAXR][MAXM];
   int applied[MAXR], out_of_step[MAXR], off_at_end[MAXR];
   int backs_moved[MAXR]; /* backwards whose gradients moved */
+  int32_t moved_peak[MAXR], moved_end[MAXR]; /* moved forwards in flight */
   char message[MAXR][256];
 } scenario_t;
 
@@ -237,6 +238,8 @@ static void rank_main(dpshim__comm_t *comm, int rank, void *arg) {
   for (int m = 0; m < st->s->micro; m++) {
     dpshim__vit_set_apart(st->v, st->s->apart >> m & 1);
     forward(st, m);
+    int32_t moved = dpshim__vit_moved_in_flight(st->v);
+    if (moved > st->s->moved_peak[rank]) st->s->moved_peak[rank] = moved;
     if (!st->s->afab) backward(st, m);
   }
   if (rank == st->s->handoff_rank) {
@@ -245,6 +248,7 @@ static void rank_main(dpshim__comm_t *comm, int rank, void *arg) {
     note(st, &rep);
   }
   for (int m = st->s->micro - 1; st->s->afab && m >= 0; m--) backward(st, m);
+  st->s->moved_end[rank] = dpshim__vit_moved_in_flight(st->v);
   dpshim__vit_report_t rep;
   dpshim__vit_checkpoint(st->v, DPSHIM__VIT_CLOSE, &rep);
   note(st, &rep);
@@ -413,6 +417,9 @@ Test(shim_vit, a_moved_forward_meets_at_its_backward_though_apart) {
       }
       cr_assert_gt(s->backs_moved[0], 0, "seed %d afab %d: no moved "
                    "forward's backward met", (int)seed, afab);
+      cr_assert_geq(s->moved_peak[0], afab ? s->backs_moved[0] : 1,
+                    "moved forwards in flight not counted");
+      cr_assert_eq(s->moved_end[0], 0, "moved forwards left in flight");
       applied += s->applied[0];
       free(s);
     }
