@@ -23,10 +23,6 @@
 /* DPSHIM_TRIGGER_THRESHOLD=auto: a plan applies where it saves more time
  * than it costs, not above a ratio. */
 #define DPSHIM__THRESHOLD_AUTO (-1.0)
-/* The ViT plan's imbalance ratio under an `auto` ViT trigger (its former
- * default): the gate has priced the meeting, this keeps the exchange for
- * plans that change something. */
-#define DPSHIM__VIT_THRESHOLD_MET 0.1
 
 /* The collectives that can mark a step's gradient sync. */
 enum {
@@ -75,7 +71,7 @@ typedef struct dpshim__config {
   int vit;
   /* DPSHIM__THRESHOLD_AUTO: a micro-batch's encoder calls meet only where
    * the hand-off finds that pays; where they meet, the ViT plan is taken
-   * above DPSHIM__VIT_THRESHOLD_MET. */
+   * above DPSHIM__POLICY_VIT_MET_RATIO. */
   double vit_threshold;
   double vit_max_patch_ratio; /* 0 = none */
   int have_vit_coefs;         /* DPSHIM_VIT_COEFS given: no ViT fit */

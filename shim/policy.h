@@ -66,6 +66,10 @@ const char *dpshim__policy_cannot_pay(const double *load,
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, int32_t ranks,
                                 double meet_s, double *saving_s);
+/* Where the gate lets the calls meet, the ViT plan is taken above this
+ * imbalance (the ratio's former default): the meeting is priced already,
+ * this keeps the exchanges for plans that change something. */
+#define DPSHIM__POLICY_VIT_MET_RATIO 0.1
 /* The model's prediction for one rank's features (p->time is not read),
  * in the model's unit. */
 double dpshim__policy_predict(dpshim_cost_model_t model,

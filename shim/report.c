@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "policy.h"
 
 /* ---- verbose: the original's format ---------------------------------------- */
 
@@ -95,7 +96,7 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
 /* ---- the ViT balance --------------------------------------------------------- */
 
 static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
-  double ratio = c->cfg.vit_threshold < 0 ? DPSHIM__VIT_THRESHOLD_MET
+  double ratio = c->cfg.vit_threshold < 0 ? DPSHIM__POLICY_VIT_MET_RATIO
                                           : c->cfg.vit_threshold;
   block_t b = {"ViT", r->applied, r->skip_reason, ratio,
                r->imbalance_before, r->imbalance_after, r->load_before,

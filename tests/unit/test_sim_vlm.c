@@ -250,16 +250,18 @@ static void check_vit_steps(const sim_options_t *o, const sim_run_t *r,
   }
 }
 
-/* An image-heavy mix at DP 32: with the ViT balance, the straggler wait in
- * the encoder's phase falls well below the LLM balance's and none's, its
- * images move (and come back), and without it nothing of the ViT moves. */
+/* An image-heavy mix at DP 32: with the ViT balance at a ratio (no gate),
+ * the straggler wait in the encoder's phase falls well below the LLM
+ * balance's and none's, its images move (and come back), and without it
+ * nothing of the ViT moves. */
 static void vit_balance_evens_the_encoder(const char *layout,
                                           const char *model,
                                           const char *micro) {
   sim_options_t o = PARSE("--layout", (char *)layout, "--model", (char *)model,
                           "--tp", "model", "--steps", "3", "--warmup-last",
                           "4", "--solve-reps", "1", "--micro-batches",
-                          (char *)micro, "--vit-balance");
+                          (char *)micro, "--vit-balance",
+                          "--vit-threshold", "0.1"); /* every call meets */
   cr_assert_eq(o.nalgos, 5, "--vit-balance: none, seed, default and +vit");
   cr_assert_str_eq(sim_algo_name(o.algos[3]), "seed+vit");
   cr_assert_str_eq(sim_algo_name(o.algos[4]), "default+vit");

@@ -103,9 +103,8 @@ static void usage(void) {
 "  --solve-reps R        timed solves per hand-off, median counts [3]\n"
 "  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
 "                        rank [2]\n"
-"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD: a ratio, or auto (a\n"
-"                        gate modelled here only; see tools/sim/README.md)\n"
-"                        [0.1]\n",
+"  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD: a ratio, or auto (the\n"
+"                        gate; see tools/sim/README.md) [auto]\n",
       stdout);
   /* In two: one string would exceed what C11 compilers must take. */
   fputs(
@@ -485,7 +484,7 @@ static void defaults(sim_options_t *o) {
                           .grad_bytes = 1 << 20, .tp = 1, .micro = 1,
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
                           .threshold = -1, .headroom = 2.0, .solve_reps = 3,
-                          .vit_cap_ratio = 2.0, .vit_threshold = 0.1,
+                          .vit_cap_ratio = 2.0, .vit_threshold = -1,
                           .topology = 1, .model = emu_model_default()};
   o->net = sim_net_default();
   parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);

@@ -37,7 +37,6 @@ struct sim_vit {
   int32_t *dest;               /* [images] the rank that encodes it */
   int64_t *first, *fill;       /* [P + 1] */
   double *sent_in, *recv_in, *sent_out, *recv_out; /* [P] bytes */
-  double *cost; /* [P] auto: seconds the exchange costs each rank */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
   /* With hosts: the inputs' (sent to the encoding rank) and the
    * embeddings' (counted the same way: max(out, in) is the same both
@@ -68,7 +67,6 @@ sim_vit_t *sim_vit_new(const sim_config_t *c, const sim_workload_t *w,
   v->first = calloc(p + 1, sizeof *v->first);
   v->fill = calloc(p + 1, sizeof *v->fill);
   v->sent_in = calloc(p, sizeof *v->sent_in);
-  v->cost = calloc(p, sizeof *v->cost);
   v->recv_in = calloc(p, sizeof *v->recv_in);
   v->sent_out = calloc(p, sizeof *v->sent_out);
   v->recv_out = calloc(p, sizeof *v->recv_out);
@@ -79,7 +77,7 @@ sim_vit_t *sim_vit_new(const sim_config_t *c, const sim_workload_t *w,
   int cross = sim_cross_init(&v->cross_in, ranks, c->ranks_per_host) |
               sim_cross_init(&v->cross_out, ranks, c->ranks_per_host);
   if (v->images && v->image_of && v->dest && v->first && v->fill &&
-      v->sent_in && v->cost && v->recv_in && v->sent_out && v->recv_out &&
+      v->sent_in && v->recv_in && v->sent_out && v->recv_out &&
       v->partners_out && v->partners_in && v->stamp && v->last_src &&
       cross == 0)
     return v;
@@ -96,7 +94,6 @@ void sim_vit_free(sim_vit_t *v) {
   free(v->first);
   free(v->fill);
   free(v->sent_in);
-  free(v->cost);
   free(v->recv_in);
   free(v->sent_out);
   free(v->recv_out);
@@ -249,13 +246,8 @@ static void tally_exchange(sim_vit_t *v) {
     }
 }
 
-/* Rank r's part of the three: the bytes over its link, the bytes it
- * copies in and out of them, its partners. */
-static double rank_io(const sim_vit_t *v, int32_t r) {
-  return fmax(v->sent_in[r], v->recv_in[r]) +
-         2 * fmax(v->sent_out[r], v->recv_out[r]);
-}
-
+/* Rank r's part of the three: the bytes it copies in and out of them, its
+ * partners. */
 static double rank_copy(const sim_vit_t *v, int32_t r) {
   return v->sent_in[r] + v->recv_in[r] + 2 * (v->sent_out[r] + v->recv_out[r]);
 }
@@ -285,30 +277,21 @@ static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
   st->vit_inter_moved_bytes += v->cross_in.moved + 2 * v->cross_out.moved;
 }
 
-/* `auto`: whether the planned moves pay for their exchange, each rank
- * priced by the sweep's network (as the LLM level's, policy.h). */
-static int worth_moving(sim_vit_t *v) {
-  for (int32_t r = 0; r < v->P; r++)
-    v->cost[r] = sim_apply_seconds(&v->c->price_net, v->P, rank_io(v, r),
-                                   rank_copy(v, r), 3.0 * rank_partners(v, r));
-  double saving, cost;
-  return !dpshim__policy_worth(&v->planner.plan, v->cost, v->P, &saving,
-                               &cost);
-}
-
 int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
                  int64_t h, const int32_t *holder, double *encoded,
                  sim_step_t *st, char *err, size_t errlen) {
   int64_t n = gather_images(v, h, holder);
   dpshim__vit_group_t g = {v->P, v->first, v->images};
-  int priced = v->c->vit_threshold < 0;
+  /* auto: the calls meet (the gate said so), the plan taken as the shim
+   * takes it there */
+  double ratio = v->c->vit_threshold < 0 ? DPSHIM__POLICY_VIT_MET_RATIO
+                                         : v->c->vit_threshold;
   dpshim__vit_settings_t s = {.algo = algo, .model = model,
                               .cap_ratio = v->c->vit_cap_ratio,
-                              .threshold = priced ? 0 : v->c->vit_threshold};
+                              .threshold = ratio};
   double solve_s = 0;
   int rc = n > 0 ? timed_plan(v, &g, &s, &solve_s) : 0;
   if (rc == 1) tally_exchange(v);
-  if (rc == 1 && priced && !worth_moving(v)) rc = 0;
   if (rc < 0) {
     snprintf(err, errlen, "%d ranks: ViT plan: %s", (int)v->P,
              rc == DPSHIM_ENOMEM ? "out of memory" : v->planner.plan.message);
