@@ -78,7 +78,7 @@ def gains(model, t, algo):
 
 print(f"default's TGS gain over none (median over {seeds} run seeds), "
       "DPSHIM_TRIGGER_THRESHOLD auto beside fixed ratios; "
-      "default+vit with both levels at auto (the ViT gate: simulated only)")
+      "default+vit with both levels at auto (the ViT gate)")
 print("  rules: auto >= none - 0.3 and >= the best ratio - 0.3; "
       "+vit >= default - 0.3 (points)")
 failed = 0

@@ -16,6 +16,10 @@ from its key, exactly once per step, consumed == produced):
     the encoder's digests present and the same in a second run without it;
   - text-heavy: 5 % of samples with images, so that ranks hold packs
     without any image: the same checks;
+  - prefetch: the loader builds packs ahead in its own thread
+    (--prefetch 2): the consumed and images digests of the run that builds
+    them in the call, with the shim and without it, check_errors 0, plans
+    applied;
   - fitted: no DPSHIM_COEFS, so the warm-up fits the cost; the layout's
     images reach the fit (its summary line gives the error without the
     vision terms beside its own);
@@ -123,6 +127,30 @@ def scenario_balanced(args, name, extra):
         check_plans_applied(read_jsonl(log), 2, what)
 
 
+def scenario_prefetch(args):
+    """The loader building packs ahead in its own thread (--prefetch 2, as
+    a DataLoader's workers): the same packs in the same order, so the
+    digests of the run that builds them in the hand-off, with the shim and
+    without it; check_errors 0; plans applied."""
+    what = "%s, prefetching loader" % args.layout
+    with tempfile.TemporaryDirectory() as tmp:
+        log = tmp + "/steps.jsonl"
+        sync, _ = vlmtrain(args, [], what=what + ", packs built in the call")
+        ahead, _ = vlmtrain(args, ["--prefetch", "2"],
+                            what=what + ", without the shim")
+        on, _ = vlmtrain(args, ["--prefetch", "2"], shim=True, log=log,
+                         what=what)
+        if not sync or not ahead or not on:
+            return
+        for variant, res in (("without the shim", ahead), ("with it", on)):
+            check(res["check_errors"] == 0, "%s, %s: check_errors %d"
+                  % (what, variant, res["check_errors"]))
+            same_digests("%s, %s" % (what, variant), res, sync,
+                         ("consumed_digest", "images_digest"),
+                         than="built in the call")
+        check_plans_applied(read_jsonl(log), 2, what)
+
+
 def scenario_fitted(args):
     what = "%s, fitted cost" % args.layout
     env = {k: v for k, v in SHIM_ENV.items() if k != "DPSHIM_COEFS"}
@@ -167,6 +195,7 @@ def main():
     scenario_balanced(args, "mixed", ["--micro-batches", "2",
                                       "--patch-grads"])
     scenario_balanced(args, "text-heavy", ["--image-fraction", "0.05"])
+    scenario_prefetch(args)
     scenario_fitted(args)
     scenario_malformed(args)
     print("vlm %s: %d failed checks" % (args.layout, len(failures)))

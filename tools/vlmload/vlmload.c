@@ -14,6 +14,7 @@
  * are filled.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +22,36 @@
 #include "internal.h"
 
 #define MAX_SLOTS (INT32_C(1) << (64 - VLMLOAD_SLOT_SHIFT))
+#define MAX_PREFETCH 8
 
 typedef struct sizes { /* what the buffers hold, in rows */
   int64_t tokens, rows, video_rows;
   int32_t samples, grids, video_grids;
 } sizes_t;
 
+/* cfg.prefetch: packs built ahead, into the buffers of loaders of the same
+ * configuration (their own packers unused), a ring read in order: up to
+ * prefetch packs ready and one handed out. */
+typedef struct ahead {
+  int32_t n;
+  vlmload_t *stage[MAX_PREFETCH + 1];
+  int64_t built, taken; /* packs built, and handed back: under lock */
+  vlm_batch_t *out;     /* the pack handed out, not yet back */
+  int quit;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} ahead_t;
+
 struct vlmload {
   vlmload_config_t cfg;
-  vlm_packer_t packer; /* which samples (pack.c), by their shapes */
+  vlm_packer_t packer; /* which samples (pack.c), by their shapes; the
+                        * prefetch thread's alone when there is one */
   int64_t produced, packs;
   sizes_t cap;
   vlm_batch_t batch; /* points into the buffers below */
   void *buf[11];     /* every buffer, for close */
+  ahead_t *ahead;    /* cfg.prefetch's */
 };
 
 static const char *const LAYOUTS[] = {"internvl", "qwen2vl", "qwen3vl"};
@@ -58,6 +76,81 @@ vlmload_config_t vlmload_config_default(vlmload_layout_t layout) {
                             .max_images = 4, .tile_size = 448,
                             .num_image_token = 256, .max_tiles = 12,
                             .max_side = 64, .headroom = 2.0, .slots = 1};
+}
+
+/* ---- prefetch ------------------------------------------------------------ */
+
+static void pack_into(vlmload_t *l, vlm_batch_t *b);
+
+static void *ahead_loop(void *arg) {
+  vlmload_t *l = arg;
+  ahead_t *a = l->ahead;
+  pthread_mutex_lock(&a->lock);
+  for (;;) {
+    while (!a->quit && a->built - a->taken >= a->n)
+      pthread_cond_wait(&a->cond, &a->lock);
+    if (a->quit) break;
+    /* The slot after the ones ready and the one handed out. */
+    vlm_batch_t *b = &a->stage[a->built % a->n]->batch;
+    pthread_mutex_unlock(&a->lock);
+    pack_into(l, b);
+    pthread_mutex_lock(&a->lock);
+    a->built++;
+    pthread_cond_broadcast(&a->cond);
+  }
+  pthread_mutex_unlock(&a->lock);
+  return NULL;
+}
+
+/* The oldest pack built ahead, handed out in its own buffers; the one
+ * handed out before goes back to the thread (the caller is done with it:
+ * "until the next call"). */
+static vlm_batch_t *take_ahead(vlmload_t *l) {
+  ahead_t *a = l->ahead;
+  pthread_mutex_lock(&a->lock);
+  if (a->out) {
+    a->taken++;
+    pthread_cond_broadcast(&a->cond);
+  }
+  while (a->built == a->taken) pthread_cond_wait(&a->cond, &a->lock);
+  a->out = &a->stage[a->taken % a->n]->batch;
+  pthread_mutex_unlock(&a->lock);
+  return a->out;
+}
+
+static void stop_ahead(vlmload_t *l) {
+  ahead_t *a = l->ahead;
+  if (!a) return;
+  pthread_mutex_lock(&a->lock);
+  a->quit = 1;
+  pthread_cond_broadcast(&a->cond);
+  pthread_mutex_unlock(&a->lock);
+  pthread_join(a->thread, NULL);
+  for (int32_t k = 0; k < a->n; k++) vlmload_close(a->stage[k]);
+  pthread_mutex_destroy(&a->lock);
+  pthread_cond_destroy(&a->cond);
+  free(a);
+  l->ahead = NULL;
+}
+
+static int start_ahead(vlmload_t *l) {
+  ahead_t *a = calloc(1, sizeof *a);
+  if (!a) return -1;
+  vlmload_config_t one = l->cfg;
+  one.prefetch = 0;
+  for (a->n = 0; a->n <= l->cfg.prefetch; a->n++)
+    if (!(a->stage[a->n] = vlmload_open(&one, NULL, 0))) break;
+  int ok = a->n == l->cfg.prefetch + 1;
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_cond_init(&a->cond, NULL);
+  l->ahead = a;
+  if (ok && pthread_create(&a->thread, NULL, ahead_loop, l) == 0) return 0;
+  for (int32_t k = 0; k < a->n; k++) vlmload_close(a->stage[k]);
+  pthread_mutex_destroy(&a->lock);
+  pthread_cond_destroy(&a->cond);
+  free(a);
+  l->ahead = NULL;
+  return -1;
 }
 
 /* ---- open / close -------------------------------------------------------- */
@@ -95,6 +188,8 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
   if (!(c->image_headroom == 0 ||
         (c->image_headroom >= 1.0 && c->image_headroom <= 64.0)))
     return fail(err, len, "image_headroom must be 0 or in [1, 64]");
+  if (c->prefetch < 0 || c->prefetch > MAX_PREFETCH)
+    return fail(err, len, "prefetch must be in [0, 8]");
   return 0;
 }
 
@@ -188,11 +283,17 @@ vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
     vlmload_close(l);
     return NULL;
   }
+  if (cfg->prefetch > 0 && start_ahead(l) < 0) {
+    fail(err, errlen, "cannot start the prefetch thread (out of memory?)");
+    vlmload_close(l);
+    return NULL;
+  }
   return l;
 }
 
 void vlmload_close(vlmload_t *l) {
   if (!l) return;
+  stop_ahead(l);
   for (size_t k = 0; k < sizeof l->buf / sizeof l->buf[0]; k++)
     free(l->buf[k]);
   free(l);
@@ -248,16 +349,15 @@ static void counts(const vlm_batch_t *b, int64_t *rows, int32_t *grids,
   *video_rows = grid_rows(&q->videos);
 }
 
-static void place(vlmload_t *l, uint64_t id, const vlm_shape_t *s) {
-  vlm_batch_t *b = &l->batch;
+static void place(const vlmload_config_t *cfg, vlm_batch_t *b, uint64_t id,
+                  const vlm_shape_t *s) {
   int32_t n = b->nsamples, at = b->cu_lengths[n], grids, video_grids;
   int64_t rows, video_rows;
   counts(b, &rows, &grids, &video_rows, &video_grids);
-  vlm_sample_out_t o = out_at(&l->cfg, b, at, rows, grids, video_rows,
+  vlm_sample_out_t o = out_at(cfg, b, at, rows, grids, video_rows,
                               video_grids);
-  vlm__write(&l->cfg, vlm__key(l->cfg.seed, id), s, &o);
+  vlm__write(cfg, vlm__key(cfg->seed, id), s, &o);
   b->keys[n] = id;
-  l->produced++;
   b->cu_lengths[n + 1] = at + (int32_t)s->len;
   b->nsamples = n + 1;
   if (b->layout == VLMLOAD_INTERNVL) {
@@ -269,8 +369,7 @@ static void place(vlmload_t *l, uint64_t id, const vlm_shape_t *s) {
   }
 }
 
-static void reset_batch(vlmload_t *l) {
-  vlm_batch_t *b = &l->batch;
+static void reset_batch(vlm_batch_t *b) {
   b->nsamples = 0;
   b->cu_lengths[0] = 0;
   b->internvl.ntiles = 0;
@@ -289,16 +388,31 @@ static void break_layout(vlm_batch_t *b) {
     b->qwen.images.grid_thw[1] -= 2;
 }
 
+typedef struct target {
+  const vlmload_config_t *cfg;
+  vlm_batch_t *batch;
+} target_t;
+
 /* pack.c's callback: the sample goes into the batch. */
-static void place_sample(void *l, uint64_t id, const vlm_shape_t *s) {
-  place(l, id, s);
+static void place_sample(void *t, uint64_t id, const vlm_shape_t *s) {
+  const target_t *to = t;
+  place(to->cfg, to->batch, id, s);
+}
+
+/* The next pack of l's packer into b. */
+static void pack_into(vlmload_t *l, vlm_batch_t *b) {
+  target_t to = {&l->cfg, b};
+  reset_batch(b);
+  vlm__pack_next(&l->packer, place_sample, &to);
 }
 
 vlm_batch_t *vlmload_next(vlmload_t *l) {
-  reset_batch(l);
-  vlm__pack_next(&l->packer, place_sample, l);
-  if (++l->packs == l->cfg.fault_pack) break_layout(&l->batch);
-  return &l->batch;
+  vlm_batch_t *b = &l->batch;
+  if (l->ahead) b = take_ahead(l);
+  else pack_into(l, b);
+  l->produced += b->nsamples;
+  if (++l->packs == l->cfg.fault_pack) break_layout(b);
+  return b;
 }
 
 /* ---- checking ------------------------------------------------------------ */
@@ -336,6 +450,7 @@ int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
   /* The scratch: a second loader's buffers, one sample's worth. */
   vlmload_config_t one = l->cfg;
   one.headroom = 1.0;
+  one.prefetch = 0;
   vlmload_t *scratch = vlmload_open(&one, NULL, 0);
   if (!scratch) return -1;
   vlm_batch_t *mb = (vlm_batch_t *)b; /* read through out_at's pointers */

@@ -24,7 +24,10 @@
  *   for (;;) { vlm_batch_t *b = vlmload_next(l); ... }
  *
  * The batch lives in the loader's buffers ("headroom" packs) and may be
- * rewritten in place within its capacities until the next call.
+ * rewritten in place within its capacities until the next call. With
+ * cfg.prefetch the packs are built ahead in a thread (the same packs, in
+ * the same order), each in buffers of its own of the same capacities, and
+ * each call hands out the oldest: the pointer changes from call to call.
  */
 #ifndef VLMLOAD_H
 #define VLMLOAD_H
@@ -122,6 +125,11 @@ typedef struct vlmload_config {
   int32_t slot, slots;       /* data-parallel index and size */
   int64_t fault_pack;        /* tests: this pack (1-based) breaks its layout
                                 (a tile flag or a grid row); 0: none */
+  int32_t prefetch;          /* packs built ahead by a thread of the
+                                loader's own, as a DataLoader's workers
+                                do, each in buffers of its own (prefetch
+                                + 1 sets); 0: each pack built in
+                                vlmload_next. At most 8 */
 } vlmload_config_t;
 
 typedef struct vlmload vlmload_t;
@@ -135,7 +143,8 @@ VLMLOAD_EXTERN vlmload_config_t vlmload_config_default(vlmload_layout_t l);
 /* NULL with a one-line reason in err on a bad configuration or no memory. */
 VLMLOAD_EXTERN vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
                                        size_t errlen);
-/* The next pack, in the same buffers each call: the hand-off symbol. */
+/* The next pack, in the same buffers each call (with cfg.prefetch, in
+ * one of prefetch + 1 sets, in turn): the hand-off symbol. */
 VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader);
 VLMLOAD_EXTERN void vlmload_close(vlmload_t *loader);
 

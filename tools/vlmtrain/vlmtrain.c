@@ -142,6 +142,7 @@ static void die(const char *what) {
   "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
+  "[--prefetch N] "                                                         \
   "[--stats-out FILE] [--embed-dim N] [--patch-grads] "                     \
   "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
@@ -155,6 +156,9 @@ static void die(const char *what) {
   "                      rows, InternVL tiles, dummies included)\n"          \
   "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
   "                      rows, X >= 1 (1: no room beyond one pack's)\n"  \
+  "  --prefetch N        the loader builds N packs ahead in a thread of its\n" \
+  "                      own (a DataLoader's workers); 0 (default): each\n" \
+  "                      pack is built in the hand-off call\n"             \
   "  --embed-dim N       floats per embedding row of libvit's encoder\n"  \
   "  --patch-grads       the encoder's backward writes patch gradients\n"   \
   "  --schedule S        1f1b (default): each micro-batch's encoder forward,\n" \
@@ -215,6 +219,7 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
       {"--max-side", 8, 1024, &c->max_side, NULL, NULL},
       {"--max-tiles", 1, 64, &c->max_tiles, NULL, NULL},
       {"--image-rows", 1, 1 << 30, NULL, &c->image_rows, NULL},
+      {"--prefetch", 0, 8, &c->prefetch, NULL, NULL},
       {"--image-headroom", 1, 64, NULL, NULL, &c->image_headroom},
       {"--max-images", 1, 16, &c->max_images, NULL, NULL},
       {"--image-fraction", 0, 1, NULL, NULL, &c->image_fraction},
