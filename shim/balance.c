@@ -30,6 +30,7 @@ typedef struct header {
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
   double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
+  double waited_s; /* its time in the last hand-off's first collective */
   int32_t vit_moved; /* its forwards in flight whose images moved */
   uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
@@ -54,6 +55,7 @@ struct dpshim__balancer {
   dpshim_cost_model_t encoder;
   int gating;
   int gathered; /* this hand-off's metas are in b->samples */
+  double waited_s; /* this rank's time in the last first collective */
   int32_t size; /* group size the per-rank arrays hold */
   double *history;
   double *cost_s; /* [size]: what applying the plan costs each rank (auto) */
@@ -731,6 +733,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.price[0] = b->price.fixed_s;
   h.price[1] = b->price.per_byte_s;
   h.meet_s = ho->meet_s;
+  h.waited_s = b->waited_s;
   h.vit_moved = ho->vit_moved;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
   if (ho->invalid) {
@@ -744,7 +747,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   double arrived = b->cfg.clock ? b->cfg.clock() : 0;
   int rc = comm->ops->allgather(comm, b->post, RECORD(b->slot), b->board);
   if (rc < 0) return rc;
-  if (b->cfg.clock) rep->arrival_wait = b->cfg.clock() - arrived;
+  if (b->cfg.clock) rep->arrival_wait = b->waited_s = b->cfg.clock() - arrived;
   read_board(b);
   rep->notes = b->notes;
   rc = settle(b, comm, msg, rep);
@@ -809,17 +812,22 @@ static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
 
 /* The ViT gate: whether this micro-batch's encoder calls meet, from where
  * its samples end up (policy.h). The same answer everywhere: gathered
- * data, and the costliest rank's meeting. */
+ * data. Meeting costs the costliest rank's own part (what it measured its
+ * grouped calls to cost beyond the waits) and two rounds: a round's
+ * latency is the least any rank waited in the last hand-off's (the last
+ * to arrive waited for nobody). */
 static void gate_encoder(dpshim__balancer_t *b, int applied,
                          dpshim__balance_report_t *rep) {
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
-  double meet_s = 0;
+  double meet_s = 0, round_s = INFINITY;
   int32_t moved = 0;
   for (int32_t r = 0; r < b->size; r++) {
     llm[r] = enc[r] = 0;
     meet_s = fmax(meet_s, b->headers[r].meet_s);
+    round_s = fmin(round_s, b->headers[r].waited_s);
     moved |= b->headers[r].vit_moved;
   }
+  meet_s += 2 * round_s;
   for (int32_t r = 0; r < b->size; r++)
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const dpshim_sample_t *s = &b->samples[i];

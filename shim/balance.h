@@ -51,8 +51,8 @@ typedef struct dpshim__handoff {
   const char *invalid;
   /* The ViT gate (see dpshim__balancer_set_encoder): decide whether this
    * micro-batch's encoder calls meet; meet_s is what meeting costs this
-   * rank, in seconds (its share of the decision: the costliest rank's
-   * counts). */
+   * rank beyond the header rounds and the waits, in seconds (the costliest
+   * rank's counts; the rounds are priced from the hand-offs' own). */
   int gate;
   double meet_s;
   int32_t vit_moved; /* this rank's forwards in flight whose images moved */

@@ -1055,6 +1055,34 @@ Test(shim_balance, auto_learns_the_cost) {
   inst_free(x);
 }
 
+/* The ViT gate prices a meeting's two rounds from the hand-offs' own: the
+ * least any rank waited in the last one's first collective (with a clock
+ * of a second a read, every wait is a second or more), on top of what the
+ * costliest rank measured of its own. */
+Test(shim_balance, meeting_is_priced_with_the_rounds) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
+  cfg.threshold = 1e9;
+  cfg.priced = 1;
+  cfg.clock = slow_clock;
+  inst_t *x = images_on_rank0(&cfg, 30, 3);
+  for (int r = 0; r < 2; r++)
+    dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
+                                 1);
+  x->gate = 1;
+  x->meet_s[1] = 1e-4;
+  inst_run(x);
+  cr_assert_float_eq(x->rep[0].vit_meet_s, 1e-4, 1e-15, "no round seen yet");
+  cr_assert_eq(x->rep[0].vit_apart, 0);
+  inst_run(x); /* skipped: the batches as they were */
+  for (int r = 0; r < 2; r++) {
+    cr_assert_geq(x->rep[r].vit_meet_s, 2 + 1e-4, "rank %d: %g s", r,
+                  x->rep[r].vit_meet_s);
+    cr_assert_eq(x->rep[r].vit_apart, 1, "met for 0.9 ms against 2 s");
+  }
+  inst_free(x);
+}
+
 Test(shim_balance, algo_none_skips) {
   dpshim__balance_config_t cfg = base_config();
   cfg.algo = DPSHIM_ALGO_NONE;
