@@ -819,7 +819,7 @@ static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
 static void gate_encoder(dpshim__balancer_t *b, int applied,
                          dpshim__balance_report_t *rep) {
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
-  double meet_s = 0, round_s = INFINITY;
+  double meet_s = 0, round_s = INFINITY, most = 0;
   int32_t moved = 0;
   for (int32_t r = 0; r < b->size; r++) {
     llm[r] = enc[r] = 0;
@@ -836,11 +836,12 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                  b->encoder.b * (double)s->patches;
       enc[at] += e;
       llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
+      most = fmax(most, e);
     }
   rep->vit_gated = 1;
   rep->vit_meet_s = meet_s;
-  rep->vit_apart = dpshim__policy_meet(before, llm, enc, b->size, meet_s,
-                                       &rep->vit_saving_s) != NULL;
+  rep->vit_apart = dpshim__policy_meet(before, llm, enc, most, b->size,
+                                       meet_s, &rep->vit_saving_s) != NULL;
   rep->vit_quiet = rep->vit_apart && !moved;
 }
 

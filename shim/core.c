@@ -19,8 +19,6 @@
 
 /* The original's ViT cost, L^2 per image: when nothing was fitted. */
 #define VIT_DEFAULT_MODEL ((dpshim_cost_model_t){1, 0, 0, 0, 0})
-/* The weight of the latest encoder call in what meeting costs. */
-#define MEET_WEIGHT 0.25
 
 void dpshim__core_say(const dpshim__core_t *c, const char *fmt, ...) {
   char line[512];
@@ -698,7 +696,7 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
           : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
   if (k < 0 || !r->grouped) return;
   double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
-  c->meet_s[k] = c->meet_seen[k]++ ? c->meet_s[k] + MEET_WEIGHT *
+  c->meet_s[k] = c->meet_seen[k]++ ? c->meet_s[k] + DPSHIM__POLICY_MEET_WEIGHT *
                                          (cost - c->meet_s[k])
                                    : cost;
 }

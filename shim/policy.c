@@ -88,14 +88,16 @@ const char *dpshim__policy_cannot_pay(const double *load,
 }
 
 const char *dpshim__policy_meet(const double *before, const double *llm,
-                                const double *enc, int32_t ranks,
-                                double meet_s, double *saving_s) {
+                                const double *enc, double enc_most,
+                                int32_t ranks, double meet_s,
+                                double *saving_s) {
   double apart = 0, enc_sum = 0;
   for (int32_t r = 0; r < ranks; r++) {
     apart = fmax(apart, before[r] + llm[r] + enc[r]);
     enc_sum += enc[r];
   }
-  double met = max_of(before, ranks) + max_of(llm, ranks) + enc_sum / ranks;
+  double met = max_of(before, ranks) + max_of(llm, ranks) +
+               fmax(enc_sum / ranks, enc_most);
   *saving_s = 1e-6 * (apart - met);
   return *saving_s > DPSHIM__POLICY_WORTH * meet_s ? NULL : "not-worth-it";
 }

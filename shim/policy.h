@@ -57,19 +57,25 @@ const char *dpshim__policy_cannot_pay(const double *load,
 /* The ViT gate (DPSHIM_VIT_TRIGGER_THRESHOLD=auto): whether a micro-batch's
  * encoder calls should meet to balance its images, or NULL. Per rank r, in
  * microseconds: before[r] what the step held before this hand-off, llm[r]
- * and enc[r] the LLM and encoder parts of what it holds from it. Apart,
- * the step ends at max(before + llm + enc); meeting, the ranks wait for
- * each other at the encoder's forward and backward, so at best at
- * max(before) + max(llm) + mean(enc). They meet where that saves more than
- * DPSHIM__POLICY_WORTH times meet_s, what meeting costs (seconds).
+ * and enc[r] the LLM and encoder parts of what it holds from it; enc_most
+ * the encoder part of the costliest sample (which of its images can be
+ * split is not known here, and a video cannot be). Apart, the step ends
+ * at max(before + llm + enc); meeting, the ranks wait for each other at
+ * the encoder's forward and backward, so at best at max(before) +
+ * max(llm) + max(mean(enc), enc_most). They meet where that saves more
+ * than DPSHIM__POLICY_WORTH times meet_s, what meeting costs (seconds).
  * *saving_s gets the saving (< 0: meeting loses). */
 const char *dpshim__policy_meet(const double *before, const double *llm,
-                                const double *enc, int32_t ranks,
-                                double meet_s, double *saving_s);
+                                const double *enc, double enc_most,
+                                int32_t ranks, double meet_s,
+                                double *saving_s);
 /* Where the gate lets the calls meet, the ViT plan is taken above this
  * imbalance (the ratio's former default): the meeting is priced already,
  * this keeps the exchanges for plans that change something. */
 #define DPSHIM__POLICY_VIT_MET_RATIO 0.1
+/* What meeting costs is learnt from the calls that met: a moving average,
+ * the latest call weighing this much. */
+#define DPSHIM__POLICY_MEET_WEIGHT 0.25
 /* The model's prediction for one rank's features (p->time is not read),
  * in the model's unit. */
 double dpshim__policy_predict(dpshim_cost_model_t model,

@@ -8,19 +8,23 @@
 # straggler wait and the bytes each level moves. Builds nothing:
 #
 #   ninja -C build tools/sim/dpshim-sim
-#   tools/sim_vlm.sh [--build DIR] [--out DIR] [-- dpshim-sim args]
+#   tools/sim_vlm.sh [--build DIR] [--out DIR] [--mix M] [-- dpshim-sim args]
 #
-# dpshim-sim args apply to every run (e.g. --ranks 4,64 --pack-tokens 8192);
-# --out keeps each preset's JSON (PRESET.json) there.
+# --mix: default, or encoder-heavy (each layout's: InternVL up to 24 tiles
+# per image, 90 % of samples with images; Qwen larger images, Qwen3-VL long
+# videos; dpshim-sim --mix). dpshim-sim args apply to every run (e.g.
+# --ranks 4,64 --pack-tokens 8192); --out keeps each preset's JSON
+# (PRESET.json) there.
 set -euo pipefail
 
-build=build out="" extra=()
+build=build out="" mix=default extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --mix) mix=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "sim_vlm.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +42,7 @@ for p in "${presets[@]}"; do
   model=${p%%:*} layout=${p##*:}
   start=$SECONDS
   "$sim" --layout "$layout" --model "$model" --tp model --vit-balance \
-    --json "$out/$model.json" "${extra[@]}" >/dev/null
+    --mix "$mix" --json "$out/$model.json" "${extra[@]}" >/dev/null
   echo "  ($model: $((SECONDS - start)) s)" >&2
 done
 

@@ -17,12 +17,13 @@
 #     tools/vit/libdpshim_vit.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
 #                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
-#                      [--vit] [-- vlmtrain args]
-# --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default).
+#                      [--vit] [--mix M] [-- vlmtrain args]
+# --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default);
+# --mix is vlmtrain's (default, or encoder-heavy).
 set -euo pipefail
 
 build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
-scale=0.2 threshold=0.2 vit=0 extra=()
+scale=0.2 threshold=0.2 vit=0 mix=default extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -33,9 +34,10 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --time-scale) scale=$2; shift 2 ;;
     --threshold) threshold=$2; shift 2 ;;
+    --mix) mix=$2; shift 2 ;;
     --vit) vit=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +50,7 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-args=(--layout "$layout" --model "$model" --tp "$tp" --steps "$steps"
+args=(--layout "$layout" --model "$model" --tp "$tp" --steps "$steps" --mix "$mix"
       --time-scale "$scale" --pack-tokens 8192 --max-side 32 "${extra[@]}")
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
      -np "$ranks")

@@ -21,6 +21,7 @@
 #include "hash.h"
 #include "mock_comm.h"
 #include "plan_fixture.h"
+#include "policy.h"
 
 #define MAXP 8
 #define MAXS 64 /* samples one rank may start with */
@@ -912,6 +913,23 @@ Test(shim_balance, encoder_calls_meet_where_it_pays) {
   cr_assert_eq(x->rep[0].vit_apart, 1);
   cr_assert_eq(x->rep[0].vit_quiet, 0, "quiet with a moved forward in flight");
   inst_free(x);
+}
+
+/* The rule itself (us): an encoder phase met is no shorter than its mean,
+ * nor than the costliest sample's images (a video cannot be split), nor
+ * than the step's history before it. */
+Test(shim_balance, meeting_saves_only_what_balance_can_reach) {
+  double before[2] = {0, 0}, llm[2] = {100, 100}, enc[2] = {1800, 0}, s;
+  cr_assert_null(dpshim__policy_meet(before, llm, enc, 900, 2, 0, &s));
+  cr_assert_float_eq(s, 1e-6 * (1900 - 1000), 1e-12);
+  cr_assert_not_null(dpshim__policy_meet(before, llm, enc, 1800, 2, 0, &s),
+                     "one sample's 1800 us: nothing to even");
+  cr_assert_float_eq(s, 0, 1e-12);
+  cr_assert_not_null(dpshim__policy_meet(before, llm, enc, 900, 2, 6e-4, &s),
+                     "0.9 ms saved against 1.5 x 0.6 ms");
+  double late[2] = {0, 900}; /* rank 1 ran 900 us more so far */
+  cr_assert_not_null(dpshim__policy_meet(late, llm, enc, 900, 2, 0, &s));
+  cr_assert_float_eq(s, 1e-6 * (1900 - 1900), 1e-12);
 }
 
 /* Applied, the plan gives each rank one image: each rank's sum is even

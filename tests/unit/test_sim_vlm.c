@@ -437,8 +437,10 @@ Test(sim_vlm, auto_applies_only_plans_that_pay) {
 /* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: a micro-batch's encoder calls meet
  * only where the plan with the vision terms leaves the images more uneven
  * than the calls' rounds cost. Rounds of a second each: no call meets, and
- * every step is default's to the bit; free rounds: some calls meet (8K
- * InternVL packs, where a sample's tiles are a large part of a pack). */
+ * every step is default's to the bit; free rounds and a token cap that
+ * binds (no rank above the mean tokens, so the LLM level cannot even the
+ * encoders' work and the ViT level can): some calls meet (8K InternVL
+ * packs, where a sample's tiles are a large part of a pack). */
 Test(sim_vlm, auto_vit_meets_only_where_it_can_pay) {
   sim_options_t o = PARSE("--layout", "internvl", "--model", "internvl2-8b",
                           "--pack-tokens", "8192", /* a few tiled samples */
@@ -462,6 +464,7 @@ Test(sim_vlm, auto_vit_meets_only_where_it_can_pay) {
   sim_run_free(&runs[1]);
   o.cfg.price_net.latency_s = 0;
   o.cfg.price_net.bandwidth = o.cfg.price_net.memcpy_bps = 1e30;
+  o.cfg.cap_ratio = 1.0;
   cr_assert_eq(sim_simulate(&o.cfg, 8, &algos[1], 1, runs, err, sizeof err),
                0, "%s", err);
   int64_t calls = 0;

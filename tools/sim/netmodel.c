@@ -148,6 +148,11 @@ double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
          cpu_factor(n, ranks) * copy / n->memcpy_bps;
 }
 
+double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
+                       int32_t ranks, const sim_step_t *s) {
+  return vit_seconds(n, span_of(c, ranks), s);
+}
+
 double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
                              int32_t ranks, double bytes) {
   return allgather(n, span_of(c, ranks), bytes) + n->serial_s * ranks;

@@ -15,7 +15,7 @@ enum {
   OPT_WARMUP, OPT_TIME_SCALE, OPT_GRAD_BYTES, OPT_TP, OPT_MICRO, OPT_LATENCY,
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
-  OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_TEXT_COST,
+  OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_MIX, OPT_TEXT_COST,
   OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_RANKS_PER_HOST,
   OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
   OPT_HELP
@@ -28,6 +28,7 @@ static const struct option longopts[] = {
     {"model", required_argument, NULL, OPT_MODEL},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"pack-tokens", required_argument, NULL, OPT_PACK_TOKENS},
+    {"mix", required_argument, NULL, OPT_MIX},
     {"text-cost", no_argument, NULL, OPT_TEXT_COST},
     {"vit-balance", no_argument, NULL, OPT_VIT_BALANCE},
     {"vit-cap-ratio", required_argument, NULL, OPT_VIT_CAP_RATIO},
@@ -81,6 +82,8 @@ static void usage(void) {
 "                        sample's length, the vision encoder's time on the\n"
 "                        rank that holds the sample) [text]\n"
 "  --pack-tokens N       VLM pack tokens, as vlmtrain's [32768]\n"
+"  --mix M               VLM packs: default, or encoder-heavy (vlmtrain's\n"
+"                        --mix: more and larger images, long videos)\n"
 "  --text-cost           VLM packs: the shim's cost and fit without the\n"
 "                        images' terms (tokens alone), for comparison\n"
 "  --vit-balance         VLM packs: also run each shim algo with the\n"
@@ -394,6 +397,11 @@ static int apply_vlm(int code, const char *opt, const char *arg,
     o->pack_tokens = need_int(opt, arg, 256, INT64_C(1) << 24,
                               "an integer in [256, 2^24]");
     return 1;
+  case OPT_MIX:
+    if (strcmp(arg, "default") && strcmp(arg, "encoder-heavy"))
+      bad(opt, "default or encoder-heavy", arg);
+    o->mix = arg;
+    return 1;
   case OPT_TEXT_COST: o->cfg.text_cost = 1; return 1;
   case OPT_VIT_BALANCE: o->vit_balance = 1; return 1;
   case OPT_VIT_CAP_RATIO:
@@ -465,6 +473,7 @@ static void resolve(sim_options_t *o) {
     exit(2);
   }
   const char *vlm_only = o->pack_tokens ? "pack-tokens"
+                         : o->mix ? "mix"
                          : c->text_cost ? "text-cost"
                          : o->vit_balance ? "vit-balance"
                          : has_vit_algo(o) ? "algos" : NULL;
@@ -474,6 +483,7 @@ static void resolve(sim_options_t *o) {
     exit(2);
   }
   if (o->pack_tokens) c->vlm.pack_tokens = o->pack_tokens;
+  if (o->mix) vlmload_config_mix(&c->vlm, o->mix); /* a name checked above */
   if (o->vit_balance) add_vit_algos(o);
   resolve_hosts(o);
 }

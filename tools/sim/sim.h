@@ -209,6 +209,7 @@ typedef struct sim_options {
   const char *png, *json, *calibrate;
   int cores_given, profile_given, lengths_given;
   int64_t pack_tokens; /* --pack-tokens; 0: the loader's */
+  const char *mix;     /* --mix: vlmload_config_mix()'s name, or NULL */
   int vit_balance;     /* --vit-balance: each shim algo also with "+vit" */
   /* --ranks-per-host, --no-topology: given (a sweep's; --calibrate takes
    * them from its file) */
@@ -421,6 +422,10 @@ sim_net_t sim_net_default(void);
  * the shim's time in sim_price_step. */
 double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
                          double copy, double partners);
+/* Seconds of the ViT balance's calls tallied in s (their vit_* fields),
+ * as the step's price counts them. */
+double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
+                       int32_t ranks, const sim_step_t *s);
 /* Seconds of one ViT-level encoder call that moves nothing: its gather of
  * `bytes` (headers and image sizes) over the group. */
 double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,

@@ -60,6 +60,8 @@ typedef struct ctx {
   dpshim_cost_model_t text_model, vit_model; /* "+vit": the shim's fits */
   double *history;  /* [P] */
   double *before;   /* [P] the step's loads before the hand-off */
+  double meet_s;    /* auto ViT: what a met micro-batch cost, learnt */
+  int64_t meet_seen;
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
   double *cost;     /* [P] auto: seconds applying the plan costs each rank */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
@@ -517,7 +519,7 @@ static const char *plan_handoff(ctx_t *x, sim_algo_t a,
  * loads before the hand-off). The ViT plan is priced again at the call. */
 static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
   const dpshim_cost_model_t *m = &x->model;
-  double *llm = x->load_now, *enc = x->enc_load;
+  double *llm = x->load_now, *enc = x->enc_load, most = 0;
   memset(llm, 0, (size_t)x->P * sizeof *llm);
   memset(enc, 0, (size_t)x->P * sizeof *enc);
   for (int64_t i = 0; i < n; i++) {
@@ -526,13 +528,39 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
     double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
+    most = fmax(most, e);
   }
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
-  double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
+  double cost = x->meet_seen ? x->meet_s
+                : 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
   double saving;
-  return !dpshim__policy_meet(x->before, llm, enc, x->P, rounds, &saving);
+  return !dpshim__policy_meet(x->before, llm, enc, most, x->P, cost,
+                              &saving);
+}
+
+/* What a met micro-batch's calls cost (from the step's ViT tallies before
+ * and after them), into the moving average the shim keeps (core.c's
+ * learn_meet). */
+static void learn_meet(ctx_t *x, const sim_step_t *before,
+                       const sim_step_t *after) {
+  sim_step_t d;
+  memset(&d, 0, sizeof d);
+  d.vit_calls = after->vit_calls - before->vit_calls;
+  d.vit_applied = after->vit_applied - before->vit_applied;
+  d.vit_gather_bytes = after->vit_gather_bytes - before->vit_gather_bytes;
+  d.vit_xfer_bytes = after->vit_xfer_bytes - before->vit_xfer_bytes;
+  d.vit_peers = after->vit_peers - before->vit_peers;
+  d.vit_copy_bytes = after->vit_copy_bytes - before->vit_copy_bytes;
+  d.vit_solve_s = after->vit_solve_s - before->vit_solve_s;
+  d.vit_inter_xfer_bytes =
+      after->vit_inter_xfer_bytes - before->vit_inter_xfer_bytes;
+  d.vit_inter_peers = after->vit_inter_peers - before->vit_inter_peers;
+  double s = sim_vit_seconds(&x->c->price_net, x->c, x->P, &d);
+  x->meet_s = x->meet_seen++ ? x->meet_s + DPSHIM__POLICY_MEET_WEIGHT *
+                                               (s - x->meet_s)
+                             : s;
 }
 
 /* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
@@ -600,9 +628,11 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
   for (int32_t m = 0; a.shim && m < c->micro; m++) {
     int64_t h = s * c->micro + m;
     int applied = balance_handoff(x, a, h, m, st, err, errlen);
-    if (applied < 0 || (x->met[m] &&
-                        encoder_call(x, a, h, m, applied, st, err, errlen) < 0))
-      return -1;
+    if (applied < 0) return -1;
+    if (!x->met[m]) continue;
+    sim_step_t before = *st;
+    if (encoder_call(x, a, h, m, applied, st, err, errlen) < 0) return -1;
+    if (x->c->vit_threshold < 0) learn_meet(x, &before, st);
   }
   compute_max(x, x->drawn, s, &st->imb_before);
   if (a.vit) {
@@ -629,6 +659,7 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   if (rc == 0 && any_vit(algos, nalgos)) rc = prepare_vit(&x, err, errlen);
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
+    x.meet_seen = 0;
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
                           algos[a].vit && c->vit_threshold >= 0 ? x.text_model
                                                                 : x.model,

@@ -78,7 +78,8 @@ static void draw_media(const vlmload_config_t *c, lengthgen_rng_t *rng,
   if (c->layout != VLMLOAD_INTERNVL &&
       lengthgen_uniform(rng) < c->video_fraction) {
     s->nvideos = 1;
-    int32_t frames = 2 * (1 + (int32_t)lengthgen_below(rng, 4));
+    int32_t frames =
+        2 * (1 + (int32_t)lengthgen_below(rng, (uint64_t)c->max_frames / 2));
     s->video[0] = qwen_media(rng, frames, c->max_side / 2);
   }
 }

@@ -75,7 +75,24 @@ vlmload_config_t vlmload_config_default(vlmload_layout_t layout) {
                             .image_fraction = 0.7, .video_fraction = 0.1,
                             .max_images = 4, .tile_size = 448,
                             .num_image_token = 256, .max_tiles = 12,
-                            .max_side = 64, .headroom = 2.0, .slots = 1};
+                            .max_side = 64, .max_frames = 8, .headroom = 2.0,
+                            .slots = 1};
+}
+
+int vlmload_config_mix(vlmload_config_t *c, const char *mix) {
+  if (mix && !strcmp(mix, "default")) return 0;
+  if (!mix || strcmp(mix, "encoder-heavy")) return -1;
+  c->image_fraction = 0.9;
+  if (c->layout == VLMLOAD_INTERNVL) {
+    c->max_tiles = 24;
+    return 0;
+  }
+  c->max_side = c->max_side > 512 ? 1024 : 2 * c->max_side;
+  if (c->layout == VLMLOAD_QWEN3VL) {
+    c->video_fraction = 0.5;
+    c->max_frames = 32;
+  }
+  return 0;
 }
 
 /* ---- prefetch ------------------------------------------------------------ */
@@ -183,6 +200,8 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
                           "1, max_tiles in [1, 64]");
   if (c->max_side < 8 || c->max_side % 2 || c->max_side > 1024)
     return fail(err, len, "max_side must be even, in [8, 1024]");
+  if (c->max_frames < 2 || c->max_frames % 2 || c->max_frames > 64)
+    return fail(err, len, "max_frames must be even, in [2, 64]");
   if (c->image_rows < 0 || c->image_rows > (INT64_C(1) << 30))
     return fail(err, len, "image_rows must be in [0, 2^30]");
   if (!(c->image_headroom == 0 ||

@@ -113,6 +113,7 @@ typedef struct vlmload_config {
   int32_t num_image_token;   /* InternVL: tokens per tile (256) */
   int32_t max_tiles;         /* InternVL: tiles per image (12) */
   int32_t max_side;          /* Qwen: patches per image side, even (64) */
+  int32_t max_frames;        /* Qwen: frames per video, even, 2..64 (8) */
   double headroom;           /* buffer capacity in packs, >= 1 */
   int64_t image_rows;        /* image rows one pack holds at most (Qwen
                                 image patch rows, InternVL tiles, dummies
@@ -140,6 +141,13 @@ VLMLOAD_EXTERN int vlmload_layout_from_name(const char *name,
 VLMLOAD_EXTERN const char *vlmload_layout_name(vlmload_layout_t layout);
 
 VLMLOAD_EXTERN vlmload_config_t vlmload_config_default(vlmload_layout_t l);
+/* A named mix over c (its layout's): "default" changes nothing;
+ * "encoder-heavy" makes the encoder's share large: InternVL up to 24 tiles
+ * per image and 90 % of samples with images; Qwen 90 % of samples with
+ * images of twice the sides (max_side doubled, at most 1024), and for
+ * Qwen3-VL half the samples with a video of up to 32 frames. 0, or -1 for
+ * another name. */
+VLMLOAD_EXTERN int vlmload_config_mix(vlmload_config_t *c, const char *mix);
 /* NULL with a one-line reason in err on a bad configuration or no memory. */
 VLMLOAD_EXTERN vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
                                        size_t errlen);

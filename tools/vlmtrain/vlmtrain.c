@@ -109,6 +109,7 @@ typedef struct opts {
   int patch_grads;       /* --patch-grads: ask the encoder for them */
   schedule_t schedule;   /* --schedule */
   vit_fault_t vit_fault; /* --vit-fault */
+  const char *mix;       /* --mix, applied after the other options */
 } opts_t;
 
 /* Per-step figures of this rank, for --stats-out. */
@@ -142,7 +143,7 @@ static void die(const char *what) {
   "[--num-image-token N] [--max-tiles N] [--max-side N] "                    \
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
-  "[--prefetch N] "                                                         \
+  "[--prefetch N] [--mix default|encoder-heavy] [--max-frames N] "         \
   "[--stats-out FILE] [--embed-dim N] [--patch-grads] "                     \
   "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
@@ -156,6 +157,12 @@ static void die(const char *what) {
   "                      rows, InternVL tiles, dummies included)\n"          \
   "  --image-headroom X  with --image-rows: the image buffer holds X * N\n" \
   "                      rows, X >= 1 (1: no room beyond one pack's)\n"  \
+  "  --max-frames N      Qwen: frames per video, even, 2..N (8)\n"         \
+  "  --mix M             default, or encoder-heavy (after the options above:\n" \
+  "                      InternVL 24 tiles per image at most, 90 %% of\n"  \
+  "                      samples with images; Qwen 90 %% with images,\n"  \
+  "                      --max-side doubled; Qwen3-VL half the samples\n"  \
+  "                      with a video of up to 32 frames)\n"              \
   "  --prefetch N        the loader builds N packs ahead in a thread of its\n" \
   "                      own (a DataLoader's workers); 0 (default): each\n" \
   "                      pack is built in the hand-off call\n"             \
@@ -217,6 +224,7 @@ static int parse_one(opts_t *o, const char *name, const char *v) {
       {"--tile-size", 1, 1024, &c->tile_size, NULL, NULL},
       {"--num-image-token", 1, 1 << 16, &c->num_image_token, NULL, NULL},
       {"--max-side", 8, 1024, &c->max_side, NULL, NULL},
+      {"--max-frames", 2, 64, &c->max_frames, NULL, NULL},
       {"--max-tiles", 1, 64, &c->max_tiles, NULL, NULL},
       {"--image-rows", 1, 1 << 30, NULL, &c->image_rows, NULL},
       {"--prefetch", 0, 8, &c->prefetch, NULL, NULL},
@@ -274,6 +282,7 @@ static int parse_vit_fault(const char *v, vit_fault_t *out) {
 
 /* The options with a message of their own: 1 when name is none of them. */
 static int parse_encoder_option(opts_t *o, const char *name, const char *v) {
+  if (!strcmp(name, "--mix")) return (o->mix = v) ? 0 : usage("--mix: a name");
   if (!strcmp(name, "--schedule")) return parse_schedule(v, &o->schedule);
   if (!strcmp(name, "--vit-fault")) return parse_vit_fault(v, &o->vit_fault);
   return 1;
@@ -319,6 +328,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
     i++;
   }
+  if (o->mix && vlmload_config_mix(&o->cfg, o->mix) < 0)
+    return usage("--mix: expected default or encoder-heavy");
   if (o->cfg.image_headroom > 0 && o->cfg.image_rows == 0)
     return usage("--image-headroom: needs --image-rows");
   if (o->vit_fault.kind != VIT_FAULT_NONE && o->vit_fault.step >= o->steps)
