@@ -389,6 +389,42 @@ Test(sim_vlm, layout_options) {
   cr_assert_eq(o.cfg.tp, 1);
 }
 
+Test(sim_vlm, mix_needs_a_layout, .exit_code = 2) {
+  PARSE("--mix", "encoder-heavy");
+}
+Test(sim_vlm, mix_by_name, .exit_code = 2) {
+  PARSE("--layout", "internvl", "--mix", "heavy");
+}
+
+/* --mix encoder-heavy: each layout's heavier images, after --layout's
+ * defaults; and the encoder's share of the work grows (the images' terms
+ * of the drawn samples against their tokens). */
+Test(sim_vlm, encoder_heavy_mix) {
+  sim_options_t o = PARSE("--mix", "encoder-heavy", "--layout", "internvl",
+                          "--pack-tokens", "8192");
+  cr_assert_eq(o.cfg.vlm.max_tiles, 24);
+  cr_assert_float_eq(o.cfg.vlm.image_fraction, 0.9, 1e-12);
+  o = PARSE("--layout", "qwen3vl", "--mix", "encoder-heavy");
+  cr_assert_eq(o.cfg.vlm.max_side, 128, "doubled");
+  cr_assert_eq(o.cfg.vlm.max_frames, 32);
+  cr_assert_float_eq(o.cfg.vlm.video_fraction, 0.5, 1e-12);
+  double share[2];
+  for (int k = 0; k < 2; k++) {
+    o = PARSE("--layout", "qwen3vl", "--pack-tokens", "8192", "--mix",
+              k ? "encoder-heavy" : "default");
+    sim_workload_t w = draw(&o.cfg, 8, 4);
+    double sq = 0, len = 0;
+    for (int64_t i = 0; i < w.first[w.handoffs]; i++) {
+      sq += (double)w.patches_sq[i];
+      len += (double)w.len[i];
+    }
+    share[k] = sq / len;
+    sim_workload_free(&w);
+  }
+  cr_assert_gt(share[1], 2 * share[0], "patches^2 per token %g, default's %g",
+               share[1], share[0]);
+}
+
 /* ---- --threshold auto: plans priced as the shim prices them --------------- */
 
 /* Plans applied; hand-offs skipped as not worth it into *not_worth, and
