@@ -178,9 +178,9 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->post = calloc(1, RECORD(0));
   b->board = calloc((size_t)size, RECORD(0));
   if (b->history && b->cost_s && b->load_now && b->gate && b->headers &&
-      b->counts &&
-      b->bytes && b->first && dpshim__agree_reserve(&b->agree, size) == 0 &&
-      b->checks && b->use && b->room && b->notes && b->post && b->board)
+      b->counts && b->bytes && b->first &&
+      dpshim__agree_reserve(&b->agree, size) == 0 && b->checks && b->use &&
+      b->room && b->notes && b->post && b->board)
     return 0;
   free_rank_arrays(b);
   b->size = 0;
