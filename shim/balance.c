@@ -810,24 +810,43 @@ static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
   return v;
 }
 
+/* What evening the images would copy, at the least: each rank above the
+ * mean encoder work sends that share of its samples' bytes (images and
+ * all: an upper bound on their images'), there and back, at its own
+ * price (price.h). bytes[r]: rank r's samples' bytes where they end up. */
+static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
+                             const double *bytes) {
+  double sum = 0, cost = 0;
+  for (int32_t r = 0; r < b->size; r++) sum += enc[r];
+  double mean = sum / b->size;
+  for (int32_t r = 0; r < b->size; r++) {
+    if (enc[r] <= mean) continue;
+    double sent = bytes[r] * (1 - mean / enc[r]);
+    cost = fmax(cost, 2 * (b->headers[r].price[0] +
+                           b->headers[r].price[1] * sent));
+  }
+  return cost;
+}
+
 /* The ViT gate: whether this micro-batch's encoder calls meet, from where
  * its samples end up (policy.h). The same answer everywhere: gathered
- * data. Meeting costs the costliest rank's own part (what it measured its
- * grouped calls to cost beyond the waits) and two rounds: a round's
- * latency is the least any rank waited in the last hand-off's (the last
- * to arrive waited for nobody). */
+ * data. Meeting costs two rounds (a round's latency is the least any rank
+ * waited in the last hand-off's: the last to arrive waited for nobody)
+ * and the ranks' own part: the costliest rank's measure of its grouped
+ * calls beyond the waits, and no less than the exchange's floor, which is
+ * all there is to go by until calls have met and moved images. */
 static void gate_encoder(dpshim__balancer_t *b, int applied,
                          dpshim__balance_report_t *rep) {
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
+  double *bytes = b->load_now; /* free once decided */
   double meet_s = 0, round_s = INFINITY, most = 0;
   int32_t moved = 0;
   for (int32_t r = 0; r < b->size; r++) {
-    llm[r] = enc[r] = 0;
+    llm[r] = enc[r] = bytes[r] = 0;
     meet_s = fmax(meet_s, b->headers[r].meet_s);
     round_s = fmin(round_s, b->headers[r].waited_s);
     moved |= b->headers[r].vit_moved;
   }
-  meet_s += 2 * round_s;
   for (int32_t r = 0; r < b->size; r++)
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const dpshim_sample_t *s = &b->samples[i];
@@ -836,8 +855,10 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                  b->encoder.b * (double)s->patches;
       enc[at] += e;
       llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
+      bytes[at] += (double)s->bytes;
       most = fmax(most, e);
     }
+  meet_s = fmax(meet_s, exchange_floor(b, enc, bytes)) + 2 * round_s;
   rep->vit_gated = 1;
   rep->vit_meet_s = meet_s;
   rep->vit_apart = dpshim__policy_meet(before, llm, enc, most, b->size,

@@ -817,14 +817,14 @@ Test(shim_balance, token_buffer_full_never_overflows) {
 static dpshim_vision_t vision_of[MAXP][MAXS];
 
 /* Two ranks of two 100-token samples; rank 0's carry images of `patches`
- * patches each, rank 1's none. The batches give their images when `give`
- * has the rank's bit. */
-static inst_t *images_on_rank0(const dpshim__balance_config_t *cfg,
-                               int64_t patches, unsigned give) {
+ * patches each in `rows` pixel rows, rank 1's none. The batches give their
+ * images when `give` has the rank's bit. */
+static inst_t *images_in_rows(const dpshim__balance_config_t *cfg,
+                              int64_t patches, unsigned give, int32_t rows) {
   inst_t *x = inst_new(2, cfg);
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 2; i++) {
-      inst_set(x, 1, r, i, 100, r == 0 ? 2 : 0);
+      inst_set(x, 1, r, i, 100, r == 0 ? rows : 0);
       vision_of[r][i] = r == 0 ? (dpshim_vision_t){patches, patches * patches}
                                : (dpshim_vision_t){0, 0};
     }
@@ -833,6 +833,11 @@ static inst_t *images_on_rank0(const dpshim__balance_config_t *cfg,
   for (int r = 0; r < 2; r++)
     if (give >> r & 1) x->rb[r].batch.vision = vision_of[r];
   return x;
+}
+
+static inst_t *images_on_rank0(const dpshim__balance_config_t *cfg,
+                               int64_t patches, unsigned give) {
+  return images_in_rows(cfg, patches, give, 2);
 }
 
 /* Equal lengths, unequal images: only a cost that sees the images finds the
@@ -866,13 +871,13 @@ Test(shim_balance, images_enter_the_cost) {
 
 /* images_on_rank0 with every rank gated: the model counts a token and a
  * patch squared alike, the encoder's part is the patches squared. */
-static inst_t *gated_images(double threshold, double meet0, double meet1,
-                            int32_t moved1) {
+static inst_t *gated_rows(double threshold, double meet0, double meet1,
+                          int32_t moved1, int32_t rows) {
   dpshim__balance_config_t cfg = base_config();
   cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
   cfg.threshold = threshold;
   cfg.priced = 1;
-  inst_t *x = images_on_rank0(&cfg, 30, 3);
+  inst_t *x = images_in_rows(&cfg, 30, 3, rows);
   for (int r = 0; r < 2; r++)
     dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
                                  1);
@@ -889,6 +894,11 @@ static inst_t *gated_images(double threshold, double meet0, double meet1,
     cr_assert_eq(x->rep[r].vit_quiet, x->rep[0].vit_quiet, "rank %d", r);
   }
   return x;
+}
+
+static inst_t *gated_images(double threshold, double meet0, double meet1,
+                            int32_t moved1) {
+  return gated_rows(threshold, meet0, meet1, moved1, 2);
 }
 
 /* The plan skipped, rank 0 keeps both images: apart the step takes its
@@ -930,6 +940,18 @@ Test(shim_balance, meeting_saves_only_what_balance_can_reach) {
   double late[2] = {0, 900}; /* rank 1 ran 900 us more so far */
   cr_assert_not_null(dpshim__policy_meet(late, llm, enc, 900, 2, 0, &s));
   cr_assert_float_eq(s, 1e-6 * (1900 - 1900), 1e-12);
+}
+
+/* Before any call has met, what meeting costs is no less than what evening
+ * the images copies at the ranks' own price (the prior's 5 GB/s here):
+ * rank 0 would send one of its samples, 1.8 MB of rows, there and back,
+ * 0.72 ms, and 1.5 x that is more than the 0.9 ms meeting saves. */
+Test(shim_balance, meeting_costs_at_least_its_exchange) {
+  inst_t *x = gated_rows(1e9, 0, 0, 0, 600000);
+  cr_assert_float_eq(x->rep[0].vit_saving_s, 0.9e-3, 1e-12);
+  cr_assert_geq(x->rep[0].vit_meet_s, 0.7e-3, "%g s", x->rep[0].vit_meet_s);
+  cr_assert_eq(x->rep[0].vit_apart, 1, "met for an exchange dearer than it");
+  inst_free(x);
 }
 
 /* Applied, the plan gives each rank one image: each rank's sum is even

@@ -511,6 +511,23 @@ static const char *plan_handoff(ctx_t *x, sim_algo_t a,
   return why;
 }
 
+/* As balance.c's exchange_floor(): each rank above the mean encoder work
+ * sends that share of its samples' bytes, there and back, priced as the
+ * sweep's network prices an apply. */
+static double exchange_floor(const ctx_t *x, const double *enc,
+                             const double *held) {
+  double sum = 0, cost = 0;
+  for (int32_t r = 0; r < x->P; r++) sum += enc[r];
+  double mean = sum / x->P;
+  for (int32_t r = 0; r < x->P; r++) {
+    if (enc[r] <= mean) continue;
+    double sent = held[r] * (1 - mean / enc[r]);
+    cost = fmax(cost, 2 * sim_apply_seconds(&x->c->price_net, x->P, sent,
+                                            sent, 1));
+  }
+  return cost;
+}
+
 /* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
  * calls meet at all, from where the LLM-level plan made with the vision
  * terms leaves its samples (x->plan.dest where applied, per why), by the
@@ -519,22 +536,25 @@ static const char *plan_handoff(ctx_t *x, sim_algo_t a,
  * loads before the hand-off). The ViT plan is priced again at the call. */
 static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
   const dpshim_cost_model_t *m = &x->model;
-  double *llm = x->load_now, *enc = x->enc_load, most = 0;
+  double *llm = x->load_now, *enc = x->enc_load, *held = x->cost, most = 0;
   memset(llm, 0, (size_t)x->P * sizeof *llm);
   memset(enc, 0, (size_t)x->P * sizeof *enc);
+  memset(held, 0, (size_t)x->P * sizeof *held);
   for (int64_t i = 0; i < n; i++) {
     const dpshim_sample_t *smp = &x->samples[i];
     int32_t at = why ? smp->origin : x->plan.dest[i];
     double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
+    held[at] += (double)smp->bytes;
     most = fmax(most, e);
   }
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
-  double cost = x->meet_seen ? x->meet_s
-                : 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
+  double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
+  double own = x->meet_seen ? fmax(0, x->meet_s - rounds) : 0;
+  double cost = fmax(own, exchange_floor(x, enc, held)) + rounds;
   double saving;
   return !dpshim__policy_meet(x->before, llm, enc, most, x->P, cost,
                               &saving);
