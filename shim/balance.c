@@ -810,21 +810,18 @@ static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
   return v;
 }
 
-/* What evening the images would copy, at the least: each rank above the
- * mean encoder work sends that share of its samples' bytes (images and
- * all: an upper bound on their images'), there and back, at its own
- * price (price.h). bytes[r]: rank r's samples' bytes where they end up. */
+/* What evening the images would copy, at the least (policy.h; a sample's
+ * bytes, images and all, bound its images'), there and back, each rank at
+ * its own price (price.h). bytes[r]: rank r's samples' bytes where they
+ * end up; overwritten. */
 static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
-                             const double *bytes) {
-  double sum = 0, cost = 0;
-  for (int32_t r = 0; r < b->size; r++) sum += enc[r];
-  double mean = sum / b->size;
-  for (int32_t r = 0; r < b->size; r++) {
-    if (enc[r] <= mean) continue;
-    double sent = bytes[r] * (1 - mean / enc[r]);
-    cost = fmax(cost, 2 * (b->headers[r].price[0] +
-                           b->headers[r].price[1] * sent));
-  }
+                             double *bytes) {
+  double cost = 0;
+  dpshim__policy_vit_sent(enc, bytes, b->size, bytes);
+  for (int32_t r = 0; r < b->size; r++)
+    if (bytes[r] > 0)
+      cost = fmax(cost, 2 * (b->headers[r].price[0] +
+                             b->headers[r].price[1] * bytes[r]));
   return cost;
 }
 

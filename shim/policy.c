@@ -102,6 +102,15 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
   return *saving_s > DPSHIM__POLICY_WORTH * meet_s ? NULL : "not-worth-it";
 }
 
+void dpshim__policy_vit_sent(const double *enc, const double *held,
+                             int32_t ranks, double *sent) {
+  double sum = 0;
+  for (int32_t r = 0; r < ranks; r++) sum += enc[r];
+  double mean = sum / ranks;
+  for (int32_t r = 0; r < ranks; r++)
+    sent[r] = enc[r] > mean ? held[r] * (1 - mean / enc[r]) : 0;
+}
+
 double dpshim__policy_predict(dpshim_cost_model_t model,
                               const dpshim_fit_point_t *p) {
   return model.a * p->sum_len2 + model.b * p->sum_len + model.c * p->count +

@@ -69,6 +69,11 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,
                                 double *saving_s);
+/* The gate's floor on what evening the images copies: rank r, above the
+ * mean of enc[], sends that share of held[r] (its samples' bytes), which
+ * becomes sent[r] (0 at or below the mean; held and sent may be one). */
+void dpshim__policy_vit_sent(const double *enc, const double *held,
+                             int32_t ranks, double *sent);
 /* Where the gate lets the calls meet, the ViT plan is taken above this
  * imbalance (the ratio's former default): the meeting is priced already,
  * this keeps the exchanges for plans that change something. */

@@ -14,14 +14,17 @@
 #     tools/vit/libdpshim_vit.so
 #   tools/trigger_bench.sh [--build DIR] [--models "internvl2-8b qwen2-vl-7b qwen3-vl-8b"]
 #                          [--dp "8 16 32"] [--reps N] [--ratios "0.02 0.05 0.1 0.2"]
-#                          [--out DIR]
+#                          [--vlm-args "..."] [--out DIR]
 #
+# --vlm-args: more vlmtrain options for every run, e.g. "--prefetch 2" (the
+# loader builds its packs ahead in a thread, as DataLoader workers) or
+# "--mix encoder-heavy".
 # About 20 s a run here (2 cores): the defaults, one rep, take ~20 minutes.
 set -euo pipefail
 
 die() { echo "trigger_bench.sh: $*" >&2; exit 2; }
 build=build models="internvl2-8b qwen2-vl-7b qwen3-vl-8b" dps="8 16 32" reps=1
-ratios="0.02 0.05 0.1 0.2" out=""
+ratios="0.02 0.05 0.1 0.2" out="" vlm_args=""
 while (($#)); do
   case $1 in
     --build) build=${2:?--build needs a directory}; shift ;;
@@ -30,6 +33,7 @@ while (($#)); do
     --reps) reps=${2:?--reps needs a number}; shift ;;
     --ratios) ratios=${2:?--ratios needs numbers}; shift ;;
     --out) out=${2:?--out needs a directory}; shift ;;
+    --vlm-args) vlm_args=${2?--vlm-args needs vlmtrain options}; shift ;;
     -h | --help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
@@ -83,7 +87,9 @@ for ((rep = 0; rep < reps; rep++)); do
       for ((k = 0; k < n; k++)); do
         t=${variants[$(((k + rep) % n))]}
         printf '   rep %d %-13s DP %-3s %s\n' "$rep" "$m" "$dp" "$t" >&2
-        run "$out/$m-dp$dp-$t-r$rep" "$dp" "$t" "${args[@]}" --model "$m"
+        # shellcheck disable=SC2086 # vlmtrain's options, split
+        run "$out/$m-dp$dp-$t-r$rep" "$dp" "$t" "${args[@]}" --model "$m" \
+          $vlm_args
       done
     done
   done

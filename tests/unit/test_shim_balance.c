@@ -869,19 +869,29 @@ Test(shim_balance, images_enter_the_cost) {
 
 /* ---- the ViT gate ------------------------------------------------------------ */
 
-/* images_on_rank0 with every rank gated: the model counts a token and a
- * patch squared alike, the encoder's part is the patches squared. */
-static inst_t *gated_rows(double threshold, double meet0, double meet1,
-                          int32_t moved1, int32_t rows) {
+/* images_in_rows for the gate: the model counts a token and a patch squared
+ * alike, the encoder's part (told the balancers when `encoder`) is the
+ * patches squared; the hand-offs ask the gate when `ask`. */
+static inst_t *gate_ready(double threshold, double (*clock)(void),
+                          int32_t rows, int ask, int encoder) {
   dpshim__balance_config_t cfg = base_config();
   cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
   cfg.threshold = threshold;
   cfg.priced = 1;
+  cfg.clock = clock;
   inst_t *x = images_in_rows(&cfg, 30, 3, rows);
   for (int r = 0; r < 2; r++)
     dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
-                                 1);
-  x->gate = 1;
+                                 encoder);
+  x->gate = ask;
+  return x;
+}
+
+/* One gated hand-off with each rank's meeting cost and rank 1's moved
+ * forwards; the answer checked the same on both ranks. */
+static inst_t *gated_rows(double threshold, double meet0, double meet1,
+                          int32_t moved1, int32_t rows) {
+  inst_t *x = gate_ready(threshold, NULL, rows, 1, 1);
   x->meet_s[0] = meet0;
   x->meet_s[1] = meet1;
   x->vit_moved[1] = moved1;
@@ -967,16 +977,8 @@ Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
 /* Not asked, or without the encoder's model: no answer (the calls meet as
  * they always have). */
 Test(shim_balance, the_gate_answers_only_when_asked) {
-  dpshim__balance_config_t cfg = base_config();
-  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
-  cfg.threshold = 1e9;
-  cfg.priced = 1;
   for (int k = 0; k < 2; k++) {
-    inst_t *x = images_on_rank0(&cfg, 30, 3);
-    x->gate = k;
-    for (int r = 0; r < 2; r++)
-      dpshim__balancer_set_encoder(x->bal[r],
-                                   (dpshim_cost_model_t){1, 0, 0, 0, 0}, !k);
+    inst_t *x = gate_ready(1e9, NULL, 2, k, !k);
     inst_run(x);
     cr_assert_eq(x->rc[0], 0, "%s", x->rep[0].message);
     cr_assert_eq(x->rep[0].vit_gated, 0, "gated with gate %d", k);
@@ -1100,16 +1102,7 @@ Test(shim_balance, auto_learns_the_cost) {
  * of a second a read, every wait is a second or more), on top of what the
  * costliest rank measured of its own. */
 Test(shim_balance, meeting_is_priced_with_the_rounds) {
-  dpshim__balance_config_t cfg = base_config();
-  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
-  cfg.threshold = 1e9;
-  cfg.priced = 1;
-  cfg.clock = slow_clock;
-  inst_t *x = images_on_rank0(&cfg, 30, 3);
-  for (int r = 0; r < 2; r++)
-    dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
-                                 1);
-  x->gate = 1;
+  inst_t *x = gate_ready(1e9, slow_clock, 2, 1, 1);
   x->meet_s[1] = 1e-4;
   inst_run(x);
   cr_assert_float_eq(x->rep[0].vit_meet_s, 1e-4, 1e-15, "no round seen yet");

@@ -511,20 +511,15 @@ static const char *plan_handoff(ctx_t *x, sim_algo_t a,
   return why;
 }
 
-/* As balance.c's exchange_floor(): each rank above the mean encoder work
- * sends that share of its samples' bytes, there and back, priced as the
- * sweep's network prices an apply. */
-static double exchange_floor(const ctx_t *x, const double *enc,
-                             const double *held) {
-  double sum = 0, cost = 0;
-  for (int32_t r = 0; r < x->P; r++) sum += enc[r];
-  double mean = sum / x->P;
-  for (int32_t r = 0; r < x->P; r++) {
-    if (enc[r] <= mean) continue;
-    double sent = held[r] * (1 - mean / enc[r]);
-    cost = fmax(cost, 2 * sim_apply_seconds(&x->c->price_net, x->P, sent,
-                                            sent, 1));
-  }
+/* As balance.c's exchange_floor() (policy.h's floor), there and back,
+ * priced as the sweep's network prices an apply. held: overwritten. */
+static double exchange_floor(const ctx_t *x, const double *enc, double *held) {
+  double cost = 0;
+  dpshim__policy_vit_sent(enc, held, x->P, held);
+  for (int32_t r = 0; r < x->P; r++)
+    if (held[r] > 0)
+      cost = fmax(cost, 2 * sim_apply_seconds(&x->c->price_net, x->P,
+                                              held[r], held[r], 1));
   return cost;
 }
 
