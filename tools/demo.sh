@@ -42,7 +42,9 @@
 #   --vlm-time-scale X   emulated GPU time x X (default 0.25)
 #   --vlm-args "..."     vlmtrain's data options (default: the layout's,
 #                        internvl: --pack-tokens 32768 --tile-size 16;
-#                        qwen: --pack-tokens 8192 --max-side 32)
+#                        qwen: --pack-tokens 8192 --max-side 32); add
+#                        --mix encoder-heavy for the encoder-heavy mix
+#                        (the simulator draws it too)
 #   --vlm-shim-env "NAME=VALUE ..."  more DPSHIM_* settings for its runs
 #                        with the shim (e.g. DPSHIM_TRIGGER_THRESHOLD=0.05;
 #                        default: none, the shim's defaults); the simulator
@@ -281,9 +283,9 @@ if [ "$vlm" = 1 ]; then
   vlm_wall=$(( SECONDS - vlm_start ))
 
   # The simulator on the same layout, preset (its TP), seed, warm-up and
-  # measured steps, at DP 4 to 4096: vlmtrain's --pack-tokens and the shim's
-  # thresholds and caps from --vlm-shim-env carry over; its other data
-  # options do not (the simulator draws with vlmload's defaults: 448-px
+  # measured steps, at DP 4 to 4096: vlmtrain's --pack-tokens and --mix and
+  # the shim's thresholds and caps from --vlm-shim-env carry over; its other
+  # data options do not (the simulator draws with vlmload's defaults: 448-px
   # tiles, image sides up to 64 patches).
   sim_args=(--layout "$vlm_layout" --model "$vlm_model" --tp model --seed 7
             --warmup-last "$vlm_warmup_last"
@@ -292,6 +294,7 @@ if [ "$vlm" = 1 ]; then
   [ "$vlm_vit" = 0 ] || sim_args+=(--vit-balance)
   for i in "${!vlm_argv[@]}"; do
     [ "${vlm_argv[$i]}" != --pack-tokens ] || sim_args+=(--pack-tokens "${vlm_argv[$((i + 1))]:-}")
+    [ "${vlm_argv[$i]}" != --mix ] || sim_args+=(--mix "${vlm_argv[$((i + 1))]:-}")
   done
   for kv in "${vlm_envv[@]}"; do
     case ${kv%%=*} in
