@@ -13,6 +13,7 @@
 
 #include "env.h"
 #include "hash.h"
+#include "policy.h"
 
 #define DIGITS "0123456789"
 #define SHOWN_MAX 64   /* characters of a bad value quoted in its message */
@@ -165,6 +166,11 @@ static void format_warmup(const dpshim__config_t *c, text_t *t) {
     sep = ",";
     s = e;
   }
+}
+
+double dpshim__config_vit_ratio(const dpshim__config_t *c) {
+  return c->vit_threshold < 0 ? DPSHIM__POLICY_VIT_MET_RATIO
+                              : c->vit_threshold;
 }
 
 int dpshim__config_is_warmup(const dpshim__config_t *cfg, int64_t step,

@@ -119,6 +119,10 @@ void dpshim__config_dump(const dpshim__config_t *c,
  * agree. */
 uint64_t dpshim__config_hash(const dpshim__config_t *c);
 
+/* The ViT plan's imbalance ratio where the calls meet: the configured one,
+ * or under `auto` DPSHIM__POLICY_VIT_MET_RATIO. */
+double dpshim__config_vit_ratio(const dpshim__config_t *c);
+
 /* Whether `step` is a warm-up step; *first says it is the cold start. */
 int dpshim__config_is_warmup(const dpshim__config_t *cfg, int64_t step,
                              int *first);

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "env.h"
-#include "policy.h"
 
 /* ---- verbose: the original's format ---------------------------------------- */
 
@@ -96,9 +95,8 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
 /* ---- the ViT balance --------------------------------------------------------- */
 
 static void print_vit(const dpshim__core_t *c, const dpshim__vit_report_t *r) {
-  double ratio = c->cfg.vit_threshold < 0 ? DPSHIM__POLICY_VIT_MET_RATIO
-                                          : c->cfg.vit_threshold;
-  block_t b = {"ViT", r->applied, r->skip_reason, ratio,
+  block_t b = {"ViT", r->applied, r->skip_reason,
+               dpshim__config_vit_ratio(&c->cfg),
                r->imbalance_before, r->imbalance_after, r->load_before,
                r->load_after, 0, 0};
   print_block(&b, c->dp->size);

@@ -6,7 +6,6 @@
 
 #include "comm_mpi.h"
 #include "env.h"
-#include "policy.h"
 #include "shim.h"
 
 dpshim__state_t dpshim__state = {.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -120,8 +119,7 @@ static void start_vit(dpshim__state_t *st) {
   dpshim__vit_t *v = dpshim__vit_of(st);
   dpshim__vit_config_t vc = {
       {st->cfg.algo, st->core.vit_model, st->cfg.vit_max_patch_ratio,
-       st->cfg.vit_threshold < 0 ? DPSHIM__POLICY_VIT_MET_RATIO
-                                 : st->cfg.vit_threshold},
+       dpshim__config_vit_ratio(&st->cfg)},
       dpshim__now};
   int rc = v ? dpshim__vit_attach(v, &st->vit_seam) : DPSHIM_ENOMEM;
   if (rc == 0) dpshim__vit_configure(v, &vc);
