@@ -34,14 +34,9 @@ done
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || die "--seeds '$seeds': expected a number >= 1"
 sim=$build/tools/sim/dpshim-sim
 [[ -x $sim ]] || die "no $sim; build it first: ninja -C $build tools/sim/dpshim-sim"
-if [[ -z $out ]]; then
-  out=$(mktemp -d)
-  trap 'rm -rf "$out"' EXIT
-fi
-mkdir -p "$out"
-
-presets=(internvl2-8b:internvl qwen2-vl-7b:qwen2vl qwen2.5-vl-7b:qwen2vl
-         qwen3-vl-8b:qwen3vl)
+# shellcheck source=tools/sim/presets.sh
+. "$(dirname "$0")/sim/presets.sh"
+make_out_dir
 for p in "${presets[@]}"; do
   model=${p%%:*} layout=${p##*:}
   start=$SECONDS

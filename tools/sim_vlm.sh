@@ -30,14 +30,9 @@ while (($#)); do
 done
 sim=$build/tools/sim/dpshim-sim
 [[ -x $sim ]] || { echo "sim_vlm.sh: no $sim; build it first" >&2; exit 2; }
-if [[ -z $out ]]; then
-  out=$(mktemp -d)
-  trap 'rm -rf "$out"' EXIT
-fi
-mkdir -p "$out"
-
-presets=(internvl2-8b:internvl qwen2-vl-7b:qwen2vl qwen2.5-vl-7b:qwen2vl
-         qwen3-vl-8b:qwen3vl)
+# shellcheck source=tools/sim/presets.sh
+. "$(dirname "$0")/sim/presets.sh"
+make_out_dir
 for p in "${presets[@]}"; do
   model=${p%%:*} layout=${p##*:}
   start=$SECONDS
