@@ -32,6 +32,7 @@ typedef struct header {
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
   double waited_s; /* its time in the last hand-off's first collective */
   int32_t vit_moved; /* its forwards in flight whose images moved */
+  int32_t queued;    /* its step-log notes waiting to be sent */
   uint32_t field[DPSHIM__MAX_FIELDS]; /* dpshim__field_signature() */
   double note[DPSHIM__NOTES];
   int64_t capacity_rows[DPSHIM__MAX_FIELDS];
@@ -334,13 +335,16 @@ static void post(dpshim__balancer_t *b, const dpshim_batch_t *batch,
     dpshim__meta_of(batch, l, i, meta + (size_t)i * (size_t)l->width);
 }
 
-static void read_board(dpshim__balancer_t *b) {
+static void read_board(dpshim__balancer_t *b,
+                       dpshim__balance_report_t *rep) {
   for (int32_t r = 0; r < b->size; r++) {
     memcpy(&b->headers[r], b->board + (size_t)r * RECORD(b->slot),
            sizeof(header_t));
     memcpy(b->notes + (size_t)r * DPSHIM__NOTES, b->headers[r].note,
            sizeof b->headers[r].note);
     b->agree.status[r] = b->headers[r].status;
+    if (b->headers[r].queued > rep->queued_max)
+      rep->queued_max = b->headers[r].queued;
   }
 }
 
@@ -735,6 +739,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.meet_s = ho->meet_s;
   h.waited_s = b->waited_s;
   h.vit_moved = ho->vit_moved;
+  h.queued = ho->queued;
   if (ho->note) memcpy(h.note, ho->note, sizeof h.note);
   if (ho->invalid) {
     snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
@@ -748,7 +753,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int rc = comm->ops->allgather(comm, b->post, RECORD(b->slot), b->board);
   if (rc < 0) return rc;
   if (b->cfg.clock) rep->arrival_wait = b->waited_s = b->cfg.clock() - arrived;
-  read_board(b);
+  read_board(b, rep);
   rep->notes = b->notes;
   rc = settle(b, comm, msg, rep);
   if (rc < 0) return rc;
@@ -779,16 +784,26 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   return rc;
 }
 
+/* A skip priced as not worth it (the back-off's cue, core.c). */
+static int priced_out(int rc, const dpshim__balance_report_t *rep) {
+  return rc == 0 && rep->skip_reason &&
+         !strcmp(rep->skip_reason, DPSHIM__POLICY_NOT_WORTH_IT);
+}
+
 /* Groups whose ranks are TP/CP peers hold the same samples and must stay
  * so: each group's outcome goes to its peers, and the least of them (an
- * error, else a skip, else apply) is every peer group's. Collective over
- * the peers, reached once per hand-off whatever the outcome. */
+ * error, else a skip, else apply) is every peer group's; so is whether
+ * every group priced its plan out. Collective over the peers, reached once
+ * per hand-off whatever the outcome. */
 static int agree_peers(dpshim__comm_t *peers, int rc,
                        dpshim__balance_report_t *rep) {
+  rep->backoff_ok = priced_out(rc, rep);
   if (!peers || peers->size < 2) return rc;
-  int64_t v[2] = {rc < 0, rc == 0 && rep->skip_reason != NULL};
-  int prc = peers->ops->max(peers, v, 2);
+  int64_t v[3] = {rc < 0, rc == 0 && rep->skip_reason != NULL,
+                  !rep->backoff_ok};
+  int prc = peers->ops->max(peers, v, 3);
   if (prc < 0) return prc;
+  rep->backoff_ok = !v[2];
   if (rc < 0) return rc;
   if (v[0]) {
     snprintf(rep->message, sizeof rep->message,

@@ -56,6 +56,7 @@ typedef struct dpshim__handoff {
   int gate;
   double meet_s;
   int32_t vit_moved; /* this rank's forwards in flight whose images moved */
+  int32_t queued;    /* this rank's step-log notes waiting to be sent */
 } dpshim__handoff_t;
 
 typedef struct dpshim__balance_report {
@@ -87,6 +88,10 @@ typedef struct dpshim__balance_report {
   /* [size * DPSHIM__NOTES]: every rank's note, in rank order, or NULL when
    * the headers were not gathered. Valid until the next call. */
   const double *notes;
+  int32_t queued_max; /* the most step-log notes a rank has waiting */
+  /* `auto` priced the plan out (not worth it) in this group and in every
+   * TP/CP peer group: the same on all of their ranks. */
+  int backoff_ok;
 } dpshim__balance_report_t;
 
 typedef struct dpshim__balancer dpshim__balancer_t;

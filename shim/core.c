@@ -111,6 +111,8 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
   c->ngroups = s->ngroups;
   c->clock = s->clock;
   c->say = s->say;
+  c->backoff.until = -1;
+  c->backoff.window = 1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->handoff, NULL);
   int vit_fit = c->cfg.vit && !c->cfg.have_vit_coefs;
@@ -540,6 +542,60 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
   s->bytes_total += (double)rep->bytes_total;
 }
 
+/* ---- the back-off -------------------------------------------------------------------- */
+
+/* With `auto`, a group whose plans keep not paying still pays each
+ * hand-off's gather, and in it the wait for the slowest rank's loader
+ * (1.5-4 % of a step on this machine's Qwen runs). After BACKOFF_AFTER
+ * plans in a row priced out on every rank, main-thread hand-offs pass by
+ * without a collective for a window, doubling each time the plan after one
+ * is priced out again (up to BACKOFF_MAX hand-offs), back to one once a
+ * plan pays. Windows count main-thread hand-offs, the one count every rank
+ * shares (steps can differ where a rank's loader runs ahead); a window
+ * that ends inside a step leaves the next plan without the loads of that
+ * step's earlier micro-batches. Not with the ViT level (its encoder calls
+ * follow the hand-offs), on a loader thread, or before the model is
+ * final. */
+#define BACKOFF_AFTER 2
+#define BACKOFF_MAX 8
+
+static int may_back_off(const dpshim__core_t *c) {
+  return c->settled && c->mode != DPSHIM__STEP_AUTO && c->cfg.enabled &&
+         !c->cfg.vit && c->cfg.threshold < 0 &&
+         (c->fitted || c->cfg.have_coefs);
+}
+
+/* Under c->lock: whether this main-thread hand-off passes by. */
+static int backing_off(const dpshim__core_t *c) {
+  return may_back_off(c) && c->main_handoffs <= c->backoff.until;
+}
+
+/* Under c->lock, after a main-thread hand-off that gathered: the next
+ * window, from its agreed outcome. The step log's notes wait while no
+ * hand-off gathers: a window leaves room for them in every rank's queue
+ * (a window of k hand-offs ends at most k + 1 steps). */
+static void learn_backoff(dpshim__core_t *c, int rc,
+                          const dpshim__balance_report_t *rep) {
+  if (!may_back_off(c)) return;
+  if (rc < 0 || !rep->backoff_ok) {
+    c->backoff.streak = 0;
+    c->backoff.window = 1;
+    return;
+  }
+  if (++c->backoff.streak < BACKOFF_AFTER) return;
+  int32_t room = DPSHIM__LOG_QUEUE - 2 - rep->queued_max;
+  int32_t window = c->backoff.window < room ? c->backoff.window : room;
+  if (window <= 0) return;
+  c->backoff.until = c->main_handoffs + window;
+  c->backoff.window = 2 * c->backoff.window < BACKOFF_MAX
+                          ? 2 * c->backoff.window : BACKOFF_MAX;
+  if (c->cfg.verbose && c->world->rank == 0)
+    dpshim__core_say(c, "plans not worth it %d times in a row: the next %d "
+                     "hand-off%s pass by without gathering",
+                     (int)c->backoff.streak, (int)window,
+                     window == 1 ? "" : "s");
+}
+
 int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
                          const char *invalid, int32_t vit_moved) {
   pthread_mutex_lock(&c->handoff);
@@ -553,7 +609,9 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   }
   int64_t step = c->step.index;
   int refit = main && c->step.handoffs == 0 && refit_due(c, step);
-  int noted = dpshim__steplog_note(&c->log, note);
+  int pass = main && backing_off(c);
+  int noted = !pass && dpshim__steplog_note(&c->log, note);
+  int32_t queued = (int32_t)c->log.qlen;
   pthread_mutex_unlock(&c->lock);
 
   int warm = 0, rc = 0;
@@ -567,12 +625,15 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   step = c->step.index; /* hand-off steps may have been taken over */
   if (rc < 0) {
     snprintf(rep.message, sizeof rep.message, "the warm-up agreement failed");
+  } else if (pass) {
+    rep.skip_reason = DPSHIM__BACKED_OFF;
   } else {
     /* The LLM-level balance off (the ViT's alone): gather and agree, as
      * in warm-up, so that steps, the fit and the log still go by. */
     dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
                             noted ? note : NULL, c->peers, invalid,
-                            main, c->meet_s[0] + c->meet_s[1], vit_moved};
+                            main, c->meet_s[0] + c->meet_s[1], vit_moved,
+                            queued};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }
@@ -580,6 +641,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   pthread_mutex_lock(&c->lock);
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
   if (main) {
+    c->stats.backed_off += pass;
+    if (!pass) learn_backoff(c, rc, &rep);
     c->vit_apart = rc == 0 && rep.vit_gated && rep.vit_apart;
     c->vit_quiet = c->vit_apart && rep.vit_quiet;
     c->stats.vit_gated += rc == 0 && rep.vit_gated;

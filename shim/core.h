@@ -67,6 +67,9 @@ typedef struct dpshim__step {
 
 /* Totals for the summary. The balancing ones are the same on every rank of
  * a group; the timing ones are this rank's. */
+/* The skip reason of a main-thread hand-off the back-off passed by. */
+#define DPSHIM__BACKED_OFF "backed-off"
+
 typedef struct dpshim__stats {
   int64_t handoffs, applied, skipped, failed, solved;
   double imbalance_before, imbalance_after; /* sums over solved hand-offs */
@@ -81,6 +84,8 @@ typedef struct dpshim__stats {
   /* Main-thread hand-offs the ViT gate decided, and those whose encoder
    * calls it kept apart (DPSHIM_VIT_TRIGGER_THRESHOLD=auto) */
   int64_t vit_gated, vit_apart;
+  /* Main-thread hand-offs passed by without gathering (the back-off) */
+  int64_t backed_off;
   /* Sync steps after the warm-up: how far this rank's compute was from
    * what the cost model predicted for its samples (relative, summed), and
    * over how many steps */
@@ -133,6 +138,14 @@ typedef struct dpshim__core {
   int64_t main_handoffs; /* this rank's main-thread hand-offs */
   int64_t handoffs_at_sync; /* main_handoffs at the last sync's begin */
   int marked;            /* dpshim_step_end() came: steps follow marks */
+  /* `auto`'s back-off (core.c): main-thread hand-offs up to the `until`th
+   * pass by without gathering; `streak` plans priced out in a row, the
+   * next window `window` hand-offs. The same on every rank: from agreed
+   * outcomes and hand-off counts. */
+  struct {
+    int64_t until;
+    int32_t streak, window;
+  } backoff;
   int said_count;        /* a hand-off count that does not fit, said */
   /* Why nothing is balanced, agreed ("" when something can be): said
    * once by world rank 0 when found, repeated by the summary. */

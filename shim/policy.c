@@ -74,7 +74,7 @@ const char *dpshim__policy_worth(const dpshim_plan_t *plan,
   *saving_s = 1e-6 * (before - after);
   *max_cost_s = max_of(cost_s, ranks);
   return *saving_s > DPSHIM__POLICY_WORTH * *max_cost_s ? NULL
-                                                        : "not-worth-it";
+                                                        : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
 const char *dpshim__policy_cannot_pay(const double *load,
@@ -84,7 +84,9 @@ const char *dpshim__policy_cannot_pay(const double *load,
   for (int32_t r = 0; r < ranks; r++) sum += load[r];
   *saving_s = 1e-6 * (max_of(load, ranks) - sum / ranks);
   *cost_s = max_of(fixed_s, ranks);
-  return *saving_s > DPSHIM__POLICY_WORTH * *cost_s ? NULL : "not-worth-it";
+  return *saving_s > DPSHIM__POLICY_WORTH * *cost_s
+             ? NULL
+             : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
 const char *dpshim__policy_meet(const double *before, const double *llm,
@@ -99,7 +101,9 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
   double met = max_of(before, ranks) + max_of(llm, ranks) +
                fmax(enc_sum / ranks, enc_most);
   *saving_s = 1e-6 * (apart - met);
-  return *saving_s > DPSHIM__POLICY_WORTH * meet_s ? NULL : "not-worth-it";
+  return *saving_s > DPSHIM__POLICY_WORTH * meet_s
+             ? NULL
+             : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
 void dpshim__policy_vit_sent(const double *enc, const double *held,

@@ -41,6 +41,8 @@ const char *dpshim__policy_skip(const dpshim_plan_t *plan,
  * times cost_s[r], what applying it costs rank r in seconds, at its
  * largest. *saving_s and *cost_s say both. */
 #define DPSHIM__POLICY_WORTH 1.5
+/* The reason every priced skip gives. */
+#define DPSHIM__POLICY_NOT_WORTH_IT "not-worth-it"
 const char *dpshim__policy_worth(const dpshim_plan_t *plan,
                                  const double *cost_s, int32_t ranks,
                                  double *saving_s, double *max_cost_s);

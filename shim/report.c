@@ -79,7 +79,8 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
     return;
   }
   if (!c->cfg.verbose || c->dp_group != 0 ||
-      (!rep->applied && !strcmp(rep->skip_reason, "warmup")))
+      (!rep->applied && (!strcmp(rep->skip_reason, "warmup") ||
+                         !strcmp(rep->skip_reason, DPSHIM__BACKED_OFF))))
     return;
   block_t b = {"VLM", rep->applied, rep->skip_reason, c->cfg.threshold,
                rep->imbalance_before, rep->imbalance_after, rep->load_before,
@@ -192,7 +193,8 @@ enum {
   S_VIT_CALLS, S_VIT_APPLIED,
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
-  S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART, S_COUNT
+  S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
+  S_BACKED_OFF, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -213,7 +215,7 @@ static int collect(dpshim__core_t *c, double *v) {
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
       s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs,
       s->predicted_error, s->predicted_steps, group * (double)s->vit_gated,
-      group * (double)s->vit_apart};
+      group * (double)s->vit_apart, group * (double)s->backed_off};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -347,6 +349,10 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    dpshim_algo_name(c->cfg.algo));
   dpshim__core_say(c, "  hand-offs balanced: %.0f applied, %.0f skipped, %.0f "
                    "failed", v[S_APPLIED], v[S_SKIPPED], v[S_FAILED]);
+  if (v[S_BACKED_OFF] > 0)
+    dpshim__core_say(c, "  of the skipped, %.0f passed by without gathering "
+                     "(%s=auto backs off while plans are not worth it)",
+                     v[S_BACKED_OFF], DPSHIM_ENV_THRESHOLD);
   dpshim__core_say(c, "  imbalance %.4f before -> %.4f after (mean of %.0f "
                    "solved); bytes moved %.1f%% of %.4g MB",
                    v[S_IMB_BEFORE] / solved, v[S_IMB_AFTER] / solved,

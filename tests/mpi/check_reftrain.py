@@ -606,6 +606,35 @@ def scenario_shm_chatter_loss(args):
                 ["--chatter", "2", "--loss-allreduce"])
 
 
+def scenario_backoff(args):
+    """auto with plans that never pay (a cost model of picoseconds): after
+    two priced out, hand-offs pass by without gathering, alike on every
+    rank and in both DP groups under TP 2 (a one-sided pass would hang);
+    every sample still consumed once per step, one log line per step."""
+    steps = 16
+    env = dict(SHIM_ENV, DPSHIM_COEFS="1e-9,0,0")
+    with tempfile.TemporaryDirectory() as tmp:
+        plain_ids, ids, log = tmp + "/plain.ids", tmp + "/on.ids", tmp + "/log"
+        plain = plain_run(args, ids=plain_ids, steps=steps)
+        for what, extra, ranks in (("DP 4", [], RANKS), ("TP 2", ["--tp", "2"],
+                                                         2 * RANKS)):
+            run_env = dict(env, DPSHIM_TP_SIZE="2") if extra else env
+            res, err = reftrain(args, ranks, steps, shim=args.preload,
+                                env=run_env, ids=ids, log=log, extra=extra,
+                                timeout=hang_timeout(), what=what)
+            check_same_result(what, res, plain)
+            check_ids_per_step(what, plain_ids, ids)
+            entries = read_jsonl(log)
+            check_one_line_per_step(what, [e for e in entries
+                                           if e.get("group") == 0], steps)
+            passed = [e for e in entries if e.get("reason") == "backed-off"]
+            check(len(passed) >= steps // 3, "%s: %d log lines backed off, "
+                  "expected at least %d" % (what, len(passed), steps // 3))
+            check(lines_naming(err, "passed by without gathering"),
+                  "%s: the summary does not count the back-off" % what)
+            os.remove(log)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario",
@@ -615,7 +644,7 @@ def main():
                             "thread_without_setting", "log_unwritable",
                             "summary_shares", "shm_micro_batches",
                             "shm_chatter", "shm_loss_allreduce",
-                            "shm_chatter_loss"])
+                            "shm_chatter_loss", "backoff"])
     p.add_argument("--preload", required=True,
                    help="libdpshim.so and the adapters, as LD_PRELOAD takes them")
     p.add_argument("--reftrain", required=True)

@@ -376,7 +376,7 @@ static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
   dpshim__handoff_t ho = {x->step,         1,       note,
                           NULL,            NULL,    x->gate,
-                          x->meet_s[rank], x->vit_moved[rank]};
+                          x->meet_s[rank], x->vit_moved[rank], 0};
   x->rc[rank] = dpshim__balance(x->bal[rank], comm, &x->rb[rank].batch, &ho,
                                 rep);
   if (rep->notes)

@@ -165,7 +165,7 @@ typedef struct run {
   uint64_t before[MAXP][MAX_CALLS], after[MAXP][MAX_CALLS];
   int fitted[MAXP], vit_fitted[MAXP];
   dpshim_cost_model_t model[MAXP], vit_model[MAXP];
-  int64_t applied[MAXP], handoffs[MAXP];
+  int64_t applied[MAXP], handoffs[MAXP], backed_off[MAXP];
   int mode[MAXP], from_steps[MAXP], noop[MAXP];
   mock_stats_t stats;
 } run_t;
@@ -279,6 +279,7 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
   dpshim__core_vit_model(&c, &x->vit_model[rank]);
   x->applied[rank] = c.stats.applied;
   x->handoffs[rank] = c.stats.handoffs;
+  x->backed_off[rank] = c.stats.backed_off;
   x->mode[rank] = c.mode;
   x->from_steps[rank] = c.fit_method != DPSHIM_FIT_RANKS;
   x->noop[rank] = c.noop[0] != 0;
@@ -738,5 +739,46 @@ Test(shim_core, a_run_that_balances_says_no_cause) {
   run_t *x = run_new(4, 1, 8);
   run_go(x);
   cr_assert_eq(said_with("nothing is balanced", NULL), 0);
+  free(x);
+}
+
+/* ---- auto's back-off ------------------------------------------------------------------ */
+
+/* A run under given costs: every hand-off returned 0 everywhere, and the
+ * ranks of all groups passed the same hand-offs by. */
+static run_t *priced_run(int ngroups, const char *coefs) {
+  run_t *x = run_new(4, ngroups, 20);
+  extra_env[0][0] = "DPSHIM_COEFS", extra_env[0][1] = coefs;
+  run_go(x);
+  for (int r = 0; r < x->P; r++) {
+    for (int k = 1; k <= x->calls; k++)
+      cr_assert_eq(x->rc[r][k], 0, "rank %d call %d", r, k);
+    cr_assert_eq(x->backed_off[r], x->backed_off[0], "rank %d", r);
+  }
+  return x;
+}
+
+/* Plans that never pay (a cost model of picoseconds): after two priced
+ * out in a row, hand-offs pass by without a collective, in windows that
+ * grow; with TP peers too (two DP groups), alike in both. */
+Test(shim_core, plans_that_never_pay_back_off_the_gathers) {
+  for (int groups = 1; groups <= 2; groups++) {
+    run_t *x = priced_run(groups, "1e-12,0,0");
+    cr_assert_gt(x->backed_off[0], x->calls / 3, "%d groups: %lld", groups,
+                 (long long)x->backed_off[0]);
+    cr_assert_lt(x->stats.ops[MOCK_ALLGATHER],
+                 (int64_t)x->P * x->calls, "gathers not fewer");
+    cr_assert_eq(x->applied[0], 0);
+    cr_assert_eq(said_with("passed by without gathering", NULL), 1);
+    free(x);
+  }
+}
+
+/* Plans that pay: every hand-off gathers. */
+Test(shim_core, plans_that_pay_never_back_off) {
+  run_t *x = priced_run(1, "1,0,0");
+  cr_assert_gt(x->applied[0], 0);
+  cr_assert_eq(x->backed_off[0], 0);
+  cr_assert_eq(said_with("passed by without gathering", NULL), 0);
   free(x);
 }
