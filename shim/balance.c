@@ -868,7 +868,8 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
       enc[at] += e;
       llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
       bytes[at] += (double)s->bytes;
-      most = fmax(most, e);
+      most = fmax(most,
+                  dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
     }
   meet_s = fmax(meet_s, exchange_floor(b, enc, bytes)) + 2 * round_s;
   rep->vit_gated = 1;

@@ -89,6 +89,13 @@ const char *dpshim__policy_cannot_pay(const double *load,
              : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
+double dpshim__policy_vit_unit(double sq, double lin,
+                               const dpshim_sample_t *s) {
+  if (s->patches <= 0) return 0;
+  double block = (double)s->patches_sq / (double)s->patches;
+  return sq * block * block + lin * block;
+}
+
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,

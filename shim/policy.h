@@ -56,12 +56,20 @@ const char *dpshim__policy_cannot_pay(const double *load,
                                       const double *fixed_s, int32_t ranks,
                                       double *saving_s, double *cost_s);
 
+/* The encoder's cost (sq * patches^2 + lin * patches, the model's
+ * vision terms) of sample s's largest unit the ViT plan can place apart:
+ * a block it is attended in, of patches_sq / patches patches (an image;
+ * a tile; a frame of a video attended frame by frame, which adapters show
+ * as one image per frame). Exact for one image or blocks of one size; a
+ * sample of unequal images gets a block between their mean and largest. */
+double dpshim__policy_vit_unit(double sq, double lin, const dpshim_sample_t *s);
+
 /* The ViT gate (DPSHIM_VIT_TRIGGER_THRESHOLD=auto): whether a micro-batch's
  * encoder calls should meet to balance its images, or NULL. Per rank r, in
  * microseconds: before[r] what the step held before this hand-off, llm[r]
  * and enc[r] the LLM and encoder parts of what it holds from it; enc_most
- * the encoder part of the costliest sample (which of its images can be
- * split is not known here, and a video cannot be). Apart, the step ends
+ * the encoder part of the costliest unit the ViT plan can place
+ * (dpshim__policy_vit_unit). Apart, the step ends
  * at max(before + llm + enc); meeting, the ranks wait for each other at
  * the encoder's forward and backward, so at best at max(before) +
  * max(llm) + max(mean(enc), enc_most). They meet where that saves more

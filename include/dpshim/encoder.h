@@ -66,7 +66,12 @@ typedef struct dpshim_encoder_call {
   const int64_t *patches; /* [count]: each image's L, its encoder tokens */
   /* [count], or NULL for patches^2: each image's patches squared, summed
    * over the blocks the encoder attends over at once (a video's frames,
-   * when its frames are attended apart). The cost's a multiplies it. */
+   * when its frames are attended apart). The cost's a multiplies it.
+   * Where an encoder gives a frame the same rows alone as within its
+   * video, show such a video as an image a frame: the balance can then
+   * spread a long video over the group, and the ViT gate (which takes a
+   * block of patches_sq / patches patches as the least it can move)
+   * prices what it can really even. */
   const int64_t *patches_sq;
   int32_t ninputs;        /* 1 .. DPSHIM_ENCODER_MAX_INPUTS */
   dpshim_encoder_buffer_t input[DPSHIM_ENCODER_MAX_INPUTS]; /* read */

@@ -20,6 +20,9 @@ the encoder is asked for patch gradients.
     shim, applied; --stats-out gives every rank's vit_ms (the encoder's
     calls, the shim's exchanges inside them included) at every step,
     within its compute_ms;
+  - frames (qwen3vl): mixed with the qwen3-vl-8b preset, whose encoder
+    attends a video's frames apart, the adapter showing such a video as an
+    image a frame: the same;
   - text-heavy: 5 % of samples with images, so that ranks make encoder
     calls with no image: the same;
   - fitted: mixed without DPSHIM_VIT_COEFS (the shim finds the ViT cost
@@ -49,8 +52,8 @@ the encoder is asked for patch gradients.
     consumed saved, in the afab schedule: the shim refuses it (-1, counted
     in vit_faults_seen: 1) without a collective, exit 0, no "out of step"
     line, the digests of the run without the shim and without the fault.
---only NAME (repeatable) runs those scenarios alone (mixed, text-heavy,
-fitted, schedules, gated, grid, extra, rebackward). Every run is bounded (a hang
+--only NAME (repeatable) runs those scenarios alone (mixed, frames,
+text-heavy, fitted, schedules, gated, grid, extra, rebackward). Every run is bounded (a hang
 is a failed check, its processes killed), and the whole script by a budget
 below meson's timeout. Exit status 0 when every check holds.
 """
@@ -299,8 +302,18 @@ def scenario_rebackward(args):
           % (what, out_of_step_lines(err)))
 
 
+def scenario_frames(args):
+    """Qwen3-VL's encoder (qwen3-vl-8b) attends a video's frames apart, and
+    libdpshim_vit.so shows such a video as an image a frame, so that its
+    frames may be encoded on several ranks: the digests stay exact."""
+    if args.layout == "qwen3vl":
+        scenario_balanced(args, "frames apart", MIXED + ["--model",
+                                                         "qwen3-vl-8b"])
+
+
 SCENARIOS = {
     "mixed": scenario_mixed,
+    "frames": scenario_frames,
     "text-heavy": lambda a: scenario_balanced(a, "text-heavy", TEXT_HEAVY),
     "fitted": scenario_fitted,
     "schedules": scenario_schedules,

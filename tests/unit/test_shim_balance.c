@@ -936,7 +936,7 @@ Test(shim_balance, encoder_calls_meet_where_it_pays) {
 }
 
 /* The rule itself (us): an encoder phase met is no shorter than its mean,
- * nor than the costliest sample's images (a video cannot be split), nor
+ * nor than the costliest unit it can place (the sample's images here), nor
  * than the step's history before it. */
 Test(shim_balance, meeting_saves_only_what_balance_can_reach) {
   double before[2] = {0, 0}, llm[2] = {100, 100}, enc[2] = {1800, 0}, s;
@@ -950,6 +950,20 @@ Test(shim_balance, meeting_saves_only_what_balance_can_reach) {
   double late[2] = {0, 900}; /* rank 1 ran 900 us more so far */
   cr_assert_not_null(dpshim__policy_meet(late, llm, enc, 900, 2, 0, &s));
   cr_assert_float_eq(s, 1e-6 * (1900 - 1900), 1e-12);
+}
+
+/* The costliest unit the ViT plan can place, in the rule above: an image
+ * whole, a video attended frame by frame a frame (adapters show such a
+ * video as an image a frame), nothing for text. */
+Test(shim_balance, a_video_apart_is_placed_a_frame_at_a_time) {
+  dpshim_sample_t image = {.patches = 400, .patches_sq = 400 * 400};
+  dpshim_sample_t video = {.patches = 400, .patches_sq = 4 * 100 * 100};
+  dpshim_sample_t text = {.len = 10};
+  cr_assert_float_eq(dpshim__policy_vit_unit(2, 3, &image),
+                     2.0 * 400 * 400 + 3 * 400, 1e-9);
+  cr_assert_float_eq(dpshim__policy_vit_unit(2, 3, &video),
+                     2.0 * 100 * 100 + 3 * 100, 1e-9);
+  cr_assert(dpshim__policy_vit_unit(2, 3, &text) == 0);
 }
 
 /* Before any call has met, what meeting costs is no less than what evening

@@ -399,6 +399,31 @@ Test(sim_vlm, mix_by_name, .exit_code = 2) {
 /* --mix encoder-heavy: each layout's heavier images, after --layout's
  * defaults; and the encoder's share of the work grows (the images' terms
  * of the drawn samples against their tokens). */
+/* A Qwen3-VL video, its frames attended apart, is an image a frame for the
+ * ViT balance (as libdpshim_vit.so shows it): each image one block, and
+ * they add up to the sample's patches and patches^2. */
+Test(sim_vlm, a_qwen3vl_video_is_an_image_a_frame) {
+  sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
+                          "--mix", "encoder-heavy", "--pack-tokens", "8192");
+  sim_workload_t w = draw(&o.cfg, 4, 2);
+  int64_t videos = 0;
+  for (int64_t i = 0; i < w.first[w.handoffs]; i++) {
+    int64_t patches = 0, sq = 0;
+    for (int64_t j = w.image_first[i]; j < w.image_first[i + 1]; j++) {
+      const sim_image_t *im = &w.image[j];
+      cr_assert_eq(im->patches_sq, im->patches * im->patches);
+      patches += im->patches;
+      sq += im->patches_sq;
+    }
+    cr_assert_eq(patches, w.patches[i]);
+    cr_assert_eq(sq, w.patches_sq[i]);
+    videos += w.patches_sq[i] < w.patches[i] * w.patches[i] &&
+              w.image_first[i + 1] - w.image_first[i] > 1;
+  }
+  cr_assert_gt(videos, 0, "no sample with a video of several frames");
+  sim_workload_free(&w);
+}
+
 Test(sim_vlm, encoder_heavy_mix) {
   sim_options_t o = PARSE("--mix", "encoder-heavy", "--layout", "internvl",
                           "--pack-tokens", "8192");

@@ -276,6 +276,47 @@ Test(vit, bad_config_refused) {
   cr_assert(strstr(err, "model") && !strchr(err, '\n'), "%s", err);
 }
 
+/* Where frames are attended apart (qwen3-vl-8b), a video and its frames
+ * shown as images of one frame each give the same embeddings, patch and
+ * parameter gradients: the shim may encode a long video's frames on
+ * several ranks. With the whole video attended at once they differ. */
+static void check_frames(const char *model, int alike) {
+  const int32_t video[] = {3}; /* GRIDS[3]: 3 frames of 2 x 2 */
+  call_t whole = make_call(VIT_QWEN, video, 1), parts = whole;
+  int32_t frames[9] = {1, 2, 2, 1, 2, 2, 1, 2, 2};
+  parts.in.count = 3;
+  parts.in.grid_thw = frames;
+  vit_config_t cfg = vit_config_default(VIT_QWEN);
+  cfg.row_floats = ROW_FLOATS;
+  cfg.params = PARAMS;
+  cfg.embed_dim = EMBED;
+  cfg.time_scale = 0;
+  cfg.model = model;
+  char err[200];
+  vit_t *v = vit_open(&cfg, err, sizeof err);
+  cr_assert(v, "vit_open: %s", err);
+  cr_assert_eq(vit_frames_apart(v), alike);
+  int64_t pw[PARAMS] = {0}, pp[PARAMS] = {0};
+  result_t rw = run_call(v, VIT_QWEN, &whole, pw, 1);
+  result_t rp = run_call(v, VIT_QWEN, &parts, pp, 1);
+  cr_assert_eq(rw.emb_floats, rp.emb_floats);
+  int same = !memcmp(rw.emb, rp.emb, (size_t)rw.emb_floats * 4) &&
+             !memcmp(rw.patch_grad, rp.patch_grad,
+                     (size_t)rw.patch_floats * 4) &&
+             !memcmp(pw, pp, sizeof pw);
+  cr_assert_eq(same, alike, "%s: frames alike %d, expected %d", model, same,
+               alike);
+  free_result(&rw);
+  free_result(&rp);
+  free_call(&whole);
+  vit_close(v);
+}
+
+Test(vit, frames_apart_encode_alike_in_parts) {
+  check_frames("qwen3-vl-8b", 1);
+  check_frames("qwen2-vl-7b", 0);
+}
+
 /* The halves together charge what emu_vit_seconds() models for the images,
  * times the scale (accounting, not a timed assertion). */
 static void check_charged(vit_layout_t layout) {

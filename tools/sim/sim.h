@@ -247,8 +247,8 @@ typedef struct sim_workload {
 } sim_workload_t;
 
 /* One image as the encoder takes it (the ViT balance's unit): InternVL a
- * tile (dummies included), Qwen an image or a video (Qwen3-VL's frames
- * attended apart, in its seconds, but one image for the plan). */
+ * tile (dummies included), Qwen an image or a video, a Qwen3-VL video's
+ * frames apart (an image a frame, as libdpshim_vit.so shows them). */
 typedef struct sim_image {
   int64_t patches;    /* L: the encoder's tokens before any merge */
   int64_t patches_sq; /* L^2, per frame for a video attended frame by frame */

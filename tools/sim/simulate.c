@@ -542,7 +542,7 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
     held[at] += (double)smp->bytes;
-    most = fmax(most, e);
+    most = fmax(most, dpshim__policy_vit_unit(m->d, m->e, smp));
   }
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;

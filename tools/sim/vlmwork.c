@@ -16,8 +16,8 @@
  *            image, a video (Qwen3-VL: each of its frames);
  *   bytes    what the sample takes in the layout's buffers (vlmload's);
  *   images   one by one for the ViT balance (sim_image_t): each tile, or
- *            each image and video, with its patches and encoder seconds;
- *            they sum to patches and vit. */
+ *            each image and video (a Qwen3-VL video's frames apart), with
+ *            its patches and encoder seconds; they sum to patches and vit. */
 #include "../vlmload/internal.h"
 #include "sim.h"
 
@@ -50,6 +50,8 @@ static void internvl_vision(draw_t *d, const vlm_shape_t *s,
   for (int64_t k = 0; k < s->rows; k++) push_image(d, tile, tile * tile, one);
 }
 
+/* An image or video whole; a Qwen3-VL video's frames apart, each an image
+ * for the ViT balance as libdpshim_vit.so shows them. */
 static void qwen_medium(draw_t *d, const vlm_media_t *m, int video,
                         sim_vision_t *out) {
   int64_t frame = (int64_t)m->h * m->w, all = m->t * frame;
@@ -60,8 +62,13 @@ static void qwen_medium(draw_t *d, const vlm_media_t *m, int video,
   out->patches_sq += sq;
   out->vit += vit;
   out->images++;
-  out->units++;
-  push_image(d, all, sq, vit);
+  out->units += apart ? m->t : 1;
+  if (!apart) {
+    push_image(d, all, sq, vit);
+    return;
+  }
+  double one = emu_vit_seconds(&d->c->model, 1, m->h, m->w);
+  for (int32_t t = 0; t < m->t; t++) push_image(d, frame, frame * frame, one);
 }
 
 static void place(void *arg, uint64_t id, const vlm_shape_t *s) {

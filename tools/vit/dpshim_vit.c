@@ -10,6 +10,7 @@
  * at load: a process without libvit.so never calls these. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dpshim/adapter.h"
 #include "dpshim/encoder.h"
@@ -77,36 +78,64 @@ static void release(void *p, void *saved) {
   if (f) f(saved);
 }
 
-/* The per-image arrays of one call. */
+/* The per-image arrays of one call as the shim sees it, and the grid rows
+ * of its images: a video whose frames are attended apart is shown as one
+ * image per frame, so the balance can spread a long video's frames over
+ * the group (libvit gives a frame the same rows either way). */
 typedef struct image_rows {
+  int32_t count;
   int64_t *patches, *sq, *grid, *px, *out;
+  int32_t *thw; /* [3 * count] */
 } image_rows_t;
 
-static int alloc_rows(image_rows_t *r, int32_t n) {
-  int64_t *all = calloc(5 * (size_t)n + 1, sizeof *all);
-  *r = (image_rows_t){all, all + n, all + 2 * n, all + 3 * n, all + 4 * n};
-  return all ? 0 : -1;
+static int32_t images_shown(const vit_config_t *cfg, int apart,
+                            const vit_input_t *in, int32_t k) {
+  return cfg->layout == VIT_QWEN && apart ? in->grid_thw[3 * (size_t)k] : 1;
 }
 
-/* Qwen: an image or video of t x h x w patch rows, a grid row; InternVL: a
- * tile of 4 x tile_tokens patches (before the pixel shuffle). */
+static int alloc_rows(image_rows_t *r, const vit_config_t *cfg, int apart,
+                      const vit_input_t *in) {
+  int64_t n = 0;
+  for (int32_t k = 0; k < in->count; k++) n += images_shown(cfg, apart, in, k);
+  if (n > INT32_MAX) return -1;
+  int64_t *all = calloc(5 * (size_t)n + 1, sizeof *all);
+  int32_t *thw = calloc(3 * (size_t)n + 1, sizeof *thw);
+  *r = (image_rows_t){(int32_t)n, all, all + n, all + 2 * n, all + 3 * n,
+                      all + 4 * n, thw};
+  return all && thw ? 0 : -1;
+}
+
+static void free_rows(image_rows_t *r) {
+  free(r->patches);
+  free(r->thw);
+}
+
+/* Qwen: an image or video of t x h x w patch rows, a grid row (a frame
+ * apart: t = 1); InternVL: a tile of 4 x tile_tokens patches (before the
+ * pixel shuffle). */
 static void fill_rows(const vit_config_t *cfg, int apart,
                       const vit_input_t *in, image_rows_t *r) {
-  for (int32_t i = 0; i < in->count; i++) {
+  int32_t i = 0;
+  for (int32_t k = 0; k < in->count; k++) {
     if (cfg->layout == VIT_INTERNVL) {
       r->patches[i] = 4 * (int64_t)cfg->tile_tokens;
       r->sq[i] = r->patches[i] * r->patches[i];
       r->px[i] = 1;
-      r->out[i] = cfg->tile_tokens;
+      r->out[i++] = cfg->tile_tokens;
       continue;
     }
-    const int32_t *g = in->grid_thw + 3 * (size_t)i;
+    const int32_t *g = in->grid_thw + 3 * (size_t)k;
+    int32_t shown = images_shown(cfg, apart, in, k), t = g[0] / shown;
     int64_t frame = (int64_t)g[1] * g[2];
-    r->patches[i] = g[0] * frame;
-    r->sq[i] = apart ? g[0] * frame * frame : r->patches[i] * r->patches[i];
-    r->grid[i] = 1;
-    r->px[i] = r->patches[i];
-    r->out[i] = r->patches[i] / ((int64_t)cfg->merge * cfg->merge);
+    for (int32_t part = 0; part < shown; part++, i++) {
+      memcpy(r->thw + 3 * (size_t)i, (int32_t[3]){t, g[1], g[2]},
+             3 * sizeof(int32_t));
+      r->patches[i] = t * frame;
+      r->sq[i] = apart ? t * frame * frame : r->patches[i] * r->patches[i];
+      r->grid[i] = 1;
+      r->px[i] = r->patches[i];
+      r->out[i] = r->patches[i] / ((int64_t)cfg->merge * cfg->merge);
+    }
   }
 }
 
@@ -117,7 +146,7 @@ static dpshim_encoder_call_t describe(const vit_config_t *cfg,
   dpshim_encoder_buffer_t px = {"patches", (void *)(uintptr_t)in->rows, row,
                                 r->px};
   dpshim_encoder_call_t call = {
-      .count = in->count, .patches = r->patches, .patches_sq = r->sq,
+      .count = r->count, .patches = r->patches, .patches_sq = r->sq,
       .output = {"embeddings", emb, (size_t)cfg->embed_dim * sizeof(float),
                  r->out}};
   if (cfg->layout == VIT_INTERNVL) {
@@ -126,9 +155,8 @@ static dpshim_encoder_call_t describe(const vit_config_t *cfg,
     call.grad_input = 0;
   } else {
     call.ninputs = 2;
-    call.input[0] = (dpshim_encoder_buffer_t){
-        "grid_thw", (void *)(uintptr_t)in->grid_thw, 3 * sizeof(int32_t),
-        r->grid};
+    call.input[0] = (dpshim_encoder_buffer_t){"grid_thw", r->thw,
+                                              3 * sizeof(int32_t), r->grid};
     call.input[1] = px;
     call.grad_input = 1;
   }
@@ -161,7 +189,7 @@ VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
   dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
   const char *why = refused(vit, in);
   image_rows_t r = {0};
-  if (!why && alloc_rows(&r, in->count) < 0) why = "out of memory";
+  if (!why && alloc_rows(&r, &cfg, apart(vit), in) < 0) why = "out of memory";
   dpshim_encoder_call_t call = {.invalid = why};
   if (!why) {
     fill_rows(&cfg, apart(vit), in, &r);
@@ -169,7 +197,7 @@ VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
   }
   uint64_t key = 0;
   int rc = dpshim_encoder_forward(&enc, &call, &key);
-  free(r.patches);
+  free_rows(&r);
   *saved = (vit_saved_t *)(uintptr_t)key;
   return to_vit_rc(rc);
 }

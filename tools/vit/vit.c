@@ -26,14 +26,15 @@ struct vit {
   char err[200];
 };
 
-/* One image as the backward needs it. */
+/* One block (an image, or a frame attended apart) as the backward needs
+ * it. */
 typedef struct saved_image {
   uint64_t hash;
   int64_t rows, tokens; /* patch rows (or 1 tile), embedding rows */
 } saved_image_t;
 
 struct vit_saved {
-  int32_t count;
+  int64_t count; /* blocks */
   double backward_s; /* modelled, unscaled */
   saved_image_t image[];
 };
@@ -159,7 +160,19 @@ int64_t vit_embed_rows(vit_t *v, const vit_input_t *in) {
   return rows / ((int64_t)v->cfg.merge * v->cfg.merge);
 }
 
-/* Image k's hash, rows and embedding rows; *row is its first patch row. */
+/* The blocks image k is attended in: each frame of a Qwen video where
+ * frames are apart (Qwen3-VL), else the image whole. A block's embeddings
+ * depend on its own rows alone, as in a real encoder whose attention and
+ * positions stay within a frame, so a video encoded in parts of whole
+ * frames gives the very rows it gives whole. */
+static int32_t blocks_of(const vit_t *v, const vit_input_t *in, int32_t k) {
+  return v->cfg.layout == VIT_QWEN && vit_frames_apart(v)
+             ? in->grid_thw[3 * (size_t)k]
+             : 1;
+}
+
+/* A block of image k (blocks_of), all alike: its hash, rows and
+ * embedding rows; `row` is its first patch row. */
 static saved_image_t describe(const vit_t *v, const vit_input_t *in,
                               int32_t k, int64_t row) {
   size_t f = (size_t)v->cfg.row_floats;
@@ -167,9 +180,10 @@ static saved_image_t describe(const vit_t *v, const vit_input_t *in,
                      .tokens = v->cfg.tile_tokens};
   if (v->cfg.layout == VIT_QWEN) {
     const int32_t *g = in->grid_thw + 3 * (size_t)k;
-    s.rows = (int64_t)g[0] * g[1] * g[2];
+    int32_t grid[3] = {blocks_of(v, in, k) > 1 ? 1 : g[0], g[1], g[2]};
+    s.rows = (int64_t)grid[0] * grid[1] * grid[2];
     s.tokens = s.rows / ((int64_t)v->cfg.merge * v->cfg.merge);
-    s.hash = dpshim__tool_hash(s.hash, g, 3 * sizeof *g);
+    s.hash = dpshim__tool_hash(s.hash, grid, sizeof grid);
   }
   s.hash = dpshim__tool_hash(s.hash, in->rows + (size_t)row * f,
                              (size_t)s.rows * f * sizeof(float));
@@ -219,17 +233,21 @@ int vit_forward(vit_t *v, const vit_input_t *in, float *embeddings,
   int64_t tokens = vit_embed_rows(v, in);
   if (tokens < 0) return -1;
   if (tokens > 0 && !embeddings) return fail(v, "vit: embeddings is NULL");
-  vit_saved_t *sv = malloc(sizeof *sv + (size_t)in->count *
+  int64_t blocks = 0;
+  for (int32_t k = 0; k < in->count; k++) blocks += blocks_of(v, in, k);
+  vit_saved_t *sv = malloc(sizeof *sv + (size_t)blocks *
                                             sizeof(saved_image_t));
   if (!sv) return fail(v, "vit_forward: out of memory");
-  sv->count = in->count;
+  sv->count = 0;
   int64_t row = 0, out = 0;
-  for (int32_t k = 0; k < in->count; k++) {
-    sv->image[k] = describe(v, in, k, row);
-    embed_image(v, &sv->image[k], embeddings + out * v->cfg.embed_dim);
-    row += sv->image[k].rows;
-    out += sv->image[k].tokens;
-  }
+  for (int32_t k = 0; k < in->count; k++)
+    for (int32_t t = 0; t < blocks_of(v, in, k); t++) {
+      saved_image_t *s = &sv->image[sv->count++];
+      *s = describe(v, in, k, row);
+      embed_image(v, s, embeddings + out * v->cfg.embed_dim);
+      row += s->rows;
+      out += s->tokens;
+    }
   double modelled = modelled_seconds(v, in);
   sv->backward_s = modelled * (1.0 - FORWARD_SHARE);
   sleep_modelled(v, modelled * FORWARD_SHARE, since);
@@ -289,7 +307,7 @@ int vit_backward(vit_t *v, vit_saved_t *saved, const float *emb_grad,
   }
   memset(param, 0, (size_t)v->cfg.params * sizeof *param);
   int64_t row = 0, token = 0, e = v->cfg.embed_dim;
-  for (int32_t k = 0; k < saved->count && rc == 0; k++) {
+  for (int64_t k = 0; k < saved->count && rc == 0; k++) {
     const saved_image_t *s = &saved->image[k];
     rc = image_param_grads(v, s, emb_grad + token * e, param);
     if (rc == 0 && patch_grad)
