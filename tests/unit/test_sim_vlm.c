@@ -533,3 +533,35 @@ Test(sim_vlm, auto_vit_meets_only_where_it_can_pay) {
   cr_expect_gt(calls, 0, "free rounds, and no call met");
   sim_run_free(&runs[0]);
 }
+
+/* The ViT level's ceiling: no rank's compute below its own LLM part nor the
+ * mean, so the floor is within [mean, max]; a Qwen3-VL mix of long videos
+ * leaves default's slowest rank well above it, and images divisible at
+ * will would leave nothing to win where no sample has an image. */
+static double ceiling_of(sim_options_t *o, int32_t ranks) {
+  sim_algo_t algo = {DPSHIM_ALGO_DEFAULT, 1, 0};
+  sim_run_t run;
+  char err[256] = "";
+  cr_assert_eq(sim_simulate(&o->cfg, ranks, &algo, 1, &run, err, sizeof err),
+               0, "%s", err);
+  double held = 0, floor_s = 0;
+  for (int64_t k = 0; k < run.nsteps; k++) {
+    const sim_step_t *st = &run.step[k];
+    cr_assert_leq(st->vit_floor_s, st->held_max_s * (1 + 1e-12));
+    cr_assert_gt(st->vit_floor_s, 0);
+    held += st->held_max_s;
+    floor_s += st->vit_floor_s;
+  }
+  sim_run_free(&run);
+  return held / floor_s - 1;
+}
+
+Test(sim_vlm, the_vit_ceiling_is_what_the_llm_part_leaves) {
+  sim_options_t o = PARSE("--layout", "qwen3vl", "--model", "qwen3-vl-8b",
+                          "--tp", "model", "--mix", "encoder-heavy",
+                          "--steps", "4", "--warmup-last", "4",
+                          "--solve-reps", "1");
+  cr_expect_gt(ceiling_of(&o, 64), 0.01, "long videos leave nothing to win");
+  o.cfg.vlm.image_fraction = o.cfg.vlm.video_fraction = 0;
+  cr_expect_lt(ceiling_of(&o, 64), 1e-12, "no image, yet a ceiling");
+}

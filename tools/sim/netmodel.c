@@ -189,7 +189,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
                       .ranks_per_host = c->ranks_per_host,
                       .hosts = sim_hosts(c, r->ranks),
                       .topology = c->topology};
-  double tokens = 0, k = (double)r->nsteps;
+  double tokens = 0, k = (double)r->nsteps, held = 0, vit_floor = 0;
   for (int64_t i = 0; i < r->nsteps; i++) {
     const sim_step_t *s = &r->step[i];
     sim_price_t p = sim_price_step(n, c, r->ranks, s);
@@ -207,12 +207,15 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     res.vit_shim_s += p.vit_shim_s;
     res.vit_solve_s += s->vit_solve_s;
     res.vit_bytes_moved += s->vit_moved_bytes;
+    held += s->held_max_s;
+    vit_floor += s->vit_floor_s;
     res.imb_before += s->imb_before;
     res.imb_after += s->imb_after;
     count_decisions(&res, s);
   }
   double gpus = (double)r->ranks * c->tp;
   res.tgs = res.step_s > 0 ? tokens / gpus / res.step_s : 0;
+  res.vit_ceiling = vit_floor > 0 ? held / vit_floor - 1 : 0;
   res.step_s /= k;
   res.shim_s /= k;
   res.allreduce_s /= k;

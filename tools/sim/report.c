@@ -48,11 +48,11 @@ static void print_fields(FILE *f, const sim_result_t *r) {
   fprintf(f, ",\"vit_balance\":%d,\"vit_ms\":%.3f,\"vit_wait_ms\":%.3f,"
           "\"vit_shim_ms\":%.4f,\"vit_solve_ms\":%.4f,"
           "\"vit_bytes_moved_per_step\":%.0f,"
-          "\"vit_calls\":%lld,\"vit_applied\":%lld",
+          "\"vit_calls\":%lld,\"vit_applied\":%lld,\"vit_ceiling\":%.4f",
           r->algo.vit, 1e3 * r->vit_s, 1e3 * r->vit_wait_s,
           1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved,
-          (long long)r->vit_calls,
-          (long long)r->vit_applied);
+          (long long)r->vit_calls, (long long)r->vit_applied,
+          r->vit_ceiling);
   print_hosts(f, r);
   fputc('}', f);
 }
@@ -124,6 +124,18 @@ void sim_print_summary(FILE *f, const sim_result_t *res, int n,
             "step (target <= 1%%): %s\n", (int)top, 1e3 * d->shim_s,
             100 * d->shim_s / d->step_s, 1e3 * d->step_s,
             d->shim_s <= 0.01 * d->step_s ? "met" : "NOT met");
+  if (c->vision) {
+    fputs("  the most an encoder balance could cut default's compute by (to "
+          "the slowest rank's LLM part, or the mean):", f);
+    const char *sep = "";
+    for (int i = 0; i < n; i++)
+      if (!strcmp(sim_algo_name(res[i].algo), "default")) {
+        fprintf(f, "%s DP %d %.1f%%", sep, (int)res[i].ranks,
+                100 * (1 - 1 / (1 + res[i].vit_ceiling)));
+        sep = ",";
+      }
+    fputc('\n', f);
+  }
   if (d && c->ranks_per_host > 0)
     fprintf(f, "  default at DP %d on %d hosts: %.4g of %.4g MB moved per "
             "step cross hosts\n", (int)top, (int)d->hosts,

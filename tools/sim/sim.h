@@ -166,6 +166,11 @@ typedef struct sim_step {
   double vit_moved_bytes, vit_solve_s;
   /* With hosts, the ViT balance's three alltoallvs as inter_* above. */
   double vit_inter_xfer_bytes, vit_inter_peers, vit_inter_moved_bytes;
+  /* VLM packs, without noise: the slowest rank's compute where the
+   * LLM-level plans leave the samples, and the least any encoder balance
+   * could bring it to (encoder work divisible at will, exchanges free):
+   * no rank below its own LLM part, nor below the mean. */
+  double held_max_s, vit_floor_s;
 } sim_step_t;
 
 typedef struct sim_run {
@@ -190,6 +195,9 @@ typedef struct sim_result {
    * it, the ViT balance's share of shim_s and bytes that change rank. */
   double vit_s, vit_wait_s, vit_shim_s, vit_solve_s, vit_bytes_moved;
   int64_t vit_calls, vit_applied; /* over all steps */
+  /* sum held_max_s / sum vit_floor_s - 1 (sim_step_t): the most an encoder
+   * balance could gain on this run's compute; 0 for text. */
+  double vit_ceiling;
   /* The hosts (ranks_per_host 0: one host, none of the below reported);
    * bytes that change host per step, the LLM level's and the ViT's. */
   int32_t ranks_per_host, hosts;

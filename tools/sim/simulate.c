@@ -626,6 +626,26 @@ static int encoder_call(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
 
 /* ---- one step --------------------------------------------------------------- */
 
+/* What an encoder balance could reach at best, without noise (sim_step_t's
+ * held_max_s and vit_floor_s), from where the LLM-level plans left the
+ * step's samples. */
+static void vit_ceiling(const ctx_t *x, sim_step_t *st) {
+  double most = 0, llm_most = 0, sum = 0;
+  for (int32_t d = 0; d < x->P; d++) {
+    double all = 0, vit = 0;
+    for (int32_t m = 0; m < x->c->micro; m++) {
+      size_t k = (size_t)m * (size_t)x->P + (size_t)d;
+      all += x->held[k];
+      vit += x->held_vit[k];
+    }
+    most = fmax(most, all);
+    llm_most = fmax(llm_most, all - vit);
+    sum += all;
+  }
+  st->held_max_s = most;
+  st->vit_floor_s = fmax(llm_most, sum / x->P);
+}
+
 static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
                          char *err, size_t errlen) {
   const sim_config_t *c = x->c;
@@ -650,6 +670,7 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
     if (x->c->vit_threshold < 0) learn_meet(x, &before, st);
   }
   compute_max(x, x->drawn, s, &st->imb_before);
+  vit_ceiling(x, st);
   if (a.vit) {
     gated_compute(x, s, st);
     return 0;
