@@ -30,6 +30,7 @@ typedef struct header {
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
   double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
+  double wire_per_patch; /* bytes a meeting moves per patch (the gate) */
   double waited_s; /* its time in the last hand-off's first collective */
   int32_t vit_moved; /* its forwards in flight whose images moved */
   int32_t queued;    /* its step-log notes waiting to be sent */
@@ -737,6 +738,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.price[0] = b->price.fixed_s;
   h.price[1] = b->price.per_byte_s;
   h.meet_s = ho->meet_s;
+  h.wire_per_patch = ho->wire_per_patch;
   h.waited_s = b->waited_s;
   h.vit_moved = ho->vit_moved;
   h.queued = ho->queued;
@@ -825,10 +827,11 @@ static dpshim_vision_t held_vision(const dpshim__balancer_t *b, int32_t r) {
   return v;
 }
 
-/* What evening the images would copy, at the least (policy.h; a sample's
- * bytes, images and all, bound its images'), there and back, each rank at
- * its own price (price.h). bytes[r]: rank r's samples' bytes where they
- * end up; overwritten. */
+/* What evening the images would copy, at the least (policy.h), there and
+ * back, each rank at its own price (price.h). bytes[r]: one way's bytes of
+ * rank r's samples where they end up (a sample's, images and all, or half
+ * of what meeting moves for its patches where the calls so far tell:
+ * inputs one way, embeddings and their gradients the other); overwritten. */
 static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
                              double *bytes) {
   double cost = 0;
@@ -851,11 +854,12 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                          dpshim__balance_report_t *rep) {
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
   double *bytes = b->load_now; /* free once decided */
-  double meet_s = 0, round_s = INFINITY, most = 0;
+  double meet_s = 0, round_s = INFINITY, most = 0, wire = 0;
   int32_t moved = 0;
   for (int32_t r = 0; r < b->size; r++) {
     llm[r] = enc[r] = bytes[r] = 0;
     meet_s = fmax(meet_s, b->headers[r].meet_s);
+    wire = fmax(wire, b->headers[r].wire_per_patch);
     round_s = fmin(round_s, b->headers[r].waited_s);
     moved |= b->headers[r].vit_moved;
   }
@@ -867,7 +871,7 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                  b->encoder.b * (double)s->patches;
       enc[at] += e;
       llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
-      bytes[at] += (double)s->bytes;
+      bytes[at] += fmax((double)s->bytes, 0.5 * wire * (double)s->patches);
       most = fmax(most,
                   dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
     }

@@ -55,6 +55,10 @@ typedef struct dpshim__handoff {
    * rank's counts; the rounds are priced from the hand-offs' own). */
   int gate;
   double meet_s;
+  /* Bytes its encoder calls meeting move per patch (inputs, embeddings and
+   * their gradients), or 0 when it has not seen one: the floor of what
+   * meeting costs counts the group's largest. */
+  double wire_per_patch;
   int32_t vit_moved; /* this rank's forwards in flight whose images moved */
   int32_t queued;    /* this rank's step-log notes waiting to be sent */
 } dpshim__handoff_t;

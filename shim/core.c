@@ -612,6 +612,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   int pass = main && backing_off(c);
   int noted = !pass && dpshim__steplog_note(&c->log, note);
   int32_t queued = (int32_t)c->log.qlen;
+  double wire = c->wire_per_patch;
   pthread_mutex_unlock(&c->lock);
 
   int warm = 0, rc = 0;
@@ -632,8 +633,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
      * in warm-up, so that steps, the fit and the log still go by. */
     dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
                             noted ? note : NULL, c->peers, invalid,
-                            main, c->meet_s[0] + c->meet_s[1], vit_moved,
-                            queued};
+                            main, c->meet_s[0] + c->meet_s[1], wire,
+                            vit_moved, queued};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
   }
@@ -813,6 +814,9 @@ void dpshim__core_vit_call(dpshim__core_t *c, const dpshim__vit_report_t *rep,
   c->stats.vit_arrival += rep->arrival_s;
   add_vit_call(s, rep, seconds);
   learn_meet(c, rep, seconds);
+  if (rep->own_patches > 0)
+    c->wire_per_patch =
+        fmax(c->wire_per_patch, rep->own_wire / rep->own_patches);
   if (c->mode == DPSHIM__STEP_AUTO) add_vit_call(&c->shadow, rep, seconds);
   pthread_mutex_unlock(&c->lock);
   dpshim__report_vit(c, rep);

@@ -125,6 +125,10 @@ typedef struct dpshim__core {
   int vit_apart, vit_quiet;
   double meet_s[2];
   int64_t meet_seen[2];
+  /* The most bytes a meeting moved per patch of this rank's own images in
+   * any forward so far (inputs, embeddings and their gradients); 0 before
+   * its first forward with an image. */
+  double wire_per_patch;
   /* How steps end: the configured mode, or in auto the agreed one
    * (DPSHIM__STEP_AUTO until agreed). */
   dpshim__step_mode_t mode;

@@ -60,6 +60,9 @@ typedef struct dpshim__vit_report {
   const double *load_before, *load_after; /* [size] until the next call */
   int64_t own_images;
   double own_patches, own_patches_sq;
+  /* Their bytes in their inputs, embeddings and the embeddings' gradients
+   * (what a meeting moves for them; patch gradients only when asked). */
+  double own_wire;
   double encode_s; /* this rank's seconds in the real encoder */
   /* Seconds waiting for the other ranks: in the header round (to reach the
    * call) and right after the real encoder (for the slowest encoder):

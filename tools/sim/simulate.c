@@ -62,6 +62,10 @@ typedef struct ctx {
   double *before;   /* [P] the step's loads before the hand-off */
   double meet_s;    /* auto ViT: what a met micro-batch cost, learnt */
   int64_t meet_seen;
+  /* auto ViT: the most bytes a meeting moves per patch of an image
+   * (inputs, embeddings and their gradients), as the shim learns it from
+   * its warm-up's encoder calls */
+  double wire_per_patch;
   double *sent, *received, *kept; /* [P] bytes, one hand-off */
   double *cost;     /* [P] auto: seconds applying the plan costs each rank */
   int32_t *partners_out, *partners_in, *stamp, *last_src; /* [P] */
@@ -349,6 +353,14 @@ static int prepare_vit(ctx_t *x, char *err, size_t errlen) {
   }
   x->text_model = fit_model(x, 1);
   x->vit_model = sim_vit_fit(x->vit);
+  for (int64_t j = 0; j < x->w.image_first[x->w.first[x->w.handoffs]]; j++) {
+    const sim_image_t *im = &x->w.image[j];
+    int64_t in = 0, out = 0;
+    sim_image_bytes(x->c, im->patches, &in, &out);
+    if (im->patches > 0)
+      x->wire_per_patch = fmax(x->wire_per_patch,
+                               (double)(in + 2 * out) / (double)im->patches);
+  }
   return 0;
 }
 
@@ -541,7 +553,8 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
     double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
-    held[at] += (double)smp->bytes;
+    held[at] += fmax((double)smp->bytes,
+                     0.5 * x->wire_per_patch * (double)smp->patches);
     most = fmax(most, dpshim__policy_vit_unit(m->d, m->e, smp));
   }
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
