@@ -706,7 +706,8 @@ static void own_sums(const dpshim_encoder_call_t *call,
         call->patches_sq ? (double)call->patches_sq[i] : l * l;
     dpshim__wire_t w = dpshim__call_wire(call, i);
     rep->own_wire += 2 * (double)w.out;
-    for (int32_t k = 0; k < call->ninputs; k++) rep->own_wire += (double)w.in[k];
+    for (int32_t k = 0; k < call->ninputs; k++)
+      rep->own_wire += (double)w.in[k];
   }
 }
 
