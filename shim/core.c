@@ -648,6 +648,10 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     c->vit_quiet = c->vit_apart && rep.vit_quiet;
     c->stats.vit_gated += rc == 0 && rep.vit_gated;
     c->stats.vit_apart += c->vit_apart;
+    if (rc == 0 && rep.vit_gated && !rep.vit_apart) {
+      c->stats.vit_met_saving += rep.vit_saving_s;
+      c->stats.vit_met_cost += rep.vit_meet_s;
+    }
     step_leave(&c->step, batch, &rep, rc, t0, t1, arrival);
     if (c->mode == DPSHIM__STEP_AUTO)
       step_leave(&c->shadow, batch, &rep, rc, t0, t1, arrival);
@@ -760,6 +764,7 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
           : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
   if (k < 0 || !r->grouped) return;
   double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
+  if (c->stats.vit_gated > 0) c->stats.vit_met_took += cost;
   c->meet_s[k] = c->meet_seen[k]++ ? c->meet_s[k] + DPSHIM__POLICY_MEET_WEIGHT *
                                          (cost - c->meet_s[k])
                                    : cost;

@@ -84,6 +84,12 @@ typedef struct dpshim__stats {
   /* Main-thread hand-offs the ViT gate decided, and those whose encoder
    * calls it kept apart (DPSHIM_VIT_TRIGGER_THRESHOLD=auto) */
   int64_t vit_gated, vit_apart;
+  /* Of those it let meet: the savings it predicted and the costs it
+   * priced meeting at (seconds, summed) */
+  double vit_met_saving, vit_met_cost;
+  /* What this rank's grouped calls took beyond the encoder and the waits
+   * once the gate decided (seconds, summed) */
+  double vit_met_took;
   /* Main-thread hand-offs passed by without gathering (the back-off) */
   int64_t backed_off;
   /* Sync steps after the warm-up: how far this rank's compute was from

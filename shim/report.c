@@ -194,7 +194,7 @@ enum {
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
-  S_BACKED_OFF, S_COUNT
+  S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -215,7 +215,8 @@ static int collect(dpshim__core_t *c, double *v) {
       group * s->vit.imbalance_after, group * s->vit.bytes_moved,
       s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs,
       s->predicted_error, s->predicted_steps, group * (double)s->vit_gated,
-      group * (double)s->vit_apart, group * (double)s->backed_off};
+      group * (double)s->vit_apart, group * (double)s->backed_off,
+      group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -263,6 +264,18 @@ static void say_fit(const dpshim__core_t *c) {
                      "or not possible): linear cost");
 }
 
+/* Where the gate let the calls meet: what it predicted against what the
+ * grouped calls then took beyond the encoder and the waits, per met
+ * hand-off (a rank's mean). */
+static void say_met(const dpshim__core_t *c, const double *v, double met) {
+  double groups = (double)c->world->size / c->dp->size;
+  dpshim__core_say(c, "  ViT gate: a met hand-off was predicted to save "
+                   "%.3g ms against %.3g ms of meeting; meeting took %.3g ms "
+                   "a rank", 1e3 * v[S_VIT_MET_SAVING] / met,
+                   1e3 * v[S_VIT_MET_COST] / met,
+                   1e3 * v[S_VIT_MET_TOOK] / c->world->size / (met / groups));
+}
+
 static void say_vit(const dpshim__core_t *c, const double *v) {
   double solved = v[S_VIT_SOLVED] > 0 ? v[S_VIT_SOLVED] : 1;
   double steps = v[S_STEPS] + v[S_STEPS_FIT];
@@ -292,12 +305,14 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
   else
     dpshim__core_say(c, "  ViT: no fitted cost model: patches^2 per image");
   if (!dpshim__core_vit_gate(c)) return;
+  double met = v[S_VIT_GATED] - v[S_VIT_APART];
   if (v[S_VIT_GATED] > 0)
     dpshim__core_say(c, "  ViT gate (%s=auto): the encoder calls met at %.0f "
                      "of %.0f hand-offs, kept apart where meeting would not "
-                     "pay", DPSHIM_ENV_VIT_THRESHOLD,
-                     v[S_VIT_GATED] - v[S_VIT_APART], v[S_VIT_GATED]);
-  else
+                     "pay", DPSHIM_ENV_VIT_THRESHOLD, met, v[S_VIT_GATED]);
+  if (met > 0)
+    say_met(c, v, met);
+  if (v[S_VIT_GATED] <= 0)
     dpshim__core_say(c, "  ViT gate (%s=auto): no hand-off decided (the "
                      "warm-up, a loader thread's hand-offs or the LLM level "
                      "off): the encoder calls met at every call",

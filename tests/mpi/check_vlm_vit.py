@@ -35,7 +35,10 @@ the encoder is asked for patch gradients.
     (auto; the other scenarios set 0.1, so that every call meets): the
     digests, no "out of step" line, and the summary's "ViT gate" line
     counting the hand-offs that decided (some) as the verbose MEET / APART
-    lines do; and with one rank's extra forward (the extra fault below), no
+    lines do; 1f1b again with the images' term dominating the cost
+    (DPSHIM_COEFS=1,0,0,1000,0): some calls meet, and the summary's line of
+    what was predicted for them (saving > 1.5 x cost) and what meeting
+    took; and with one rank's extra forward (the extra fault below), no
     hang and the faulted run's digests;
   - grid fault: at step 5 rank 1 (with TP, world rank N) passes a grid
     whose rows do not add up to its patch rows; every rank then releases
@@ -201,30 +204,55 @@ def scenario_schedules(args):
         scenario_balanced(args, "3 micro-batches, " + name, extra)
 
 
+def check_gate_summary(what, err, must_meet=False):
+    """The summary's gate line counts as many decided hand-offs as the
+    verbose MEET / APART lines, some; where some met, its prediction line
+    (a saving above 1.5 x the cost, and what meeting took) is there, and
+    only then."""
+    m = re.search(r"ViT gate \(DPSHIM_VIT_TRIGGER_THRESHOLD=auto\): the "
+                  r"encoder calls met at (\d+) of (\d+) hand-offs", err)
+    lines = len(re.findall(r"^\[DP Balance\]\[ViT\] (?:MEET|APART) ",
+                           err, re.M))
+    if not check(m is not None, "%s: no 'ViT gate (...=auto): the encoder "
+                 "calls met at M of N hand-offs' in the summary" % what):
+        return
+    check(int(m.group(2)) > 0 and int(m.group(2)) == lines,
+          "%s: the summary counts %s decided hand-offs, the verbose lines %d"
+          % (what, m.group(2), lines))
+    met = re.search(r"ViT gate: a met hand-off was predicted to save "
+                    r"([0-9.e+-]+) ms against ([0-9.e+-]+) ms of meeting; "
+                    r"meeting took ([0-9.e+-]+) ms a rank", err)
+    check(int(m.group(1)) > 0 or not must_meet,
+          "%s: no hand-off met where the encoder's cost dominates" % what)
+    check((met is not None) == (int(m.group(1)) > 0),
+          "%s: %s hand-offs met, and the summary's prediction line is %s"
+          % (what, m.group(1), "there" if met else "missing"))
+    if met:
+        check(float(met.group(1)) > 1.5 * float(met.group(2)),
+              "%s: met where the saving %s ms was below 1.5 x the cost %s ms"
+              % (what, met.group(1), met.group(2)))
+
+
 def scenario_gated(args):
     """The default `auto` ViT trigger: each hand-off decides whether its
     micro-batch's encoder calls meet. Both schedules (afab's backwards come
     after later hand-offs' decisions): the digests of the runs without the
-    shim, no out-of-step line, and the summary's gate line counting as many
-    decided hand-offs as the verbose MEET / APART lines, some."""
-    for name, extra in (("1f1b", ONE_F_ONE_B), ("afab", AFAB)):
+    shim, no out-of-step line and the summary's gate lines
+    (check_gate_summary); and 1f1b with a cost model whose images' term
+    dominates (DPSHIM_COEFS=1,0,0,1000,0), where some calls must meet."""
+    heavy = dict(GATED_ENV, DPSHIM_COEFS="1,0,0,1000,0")
+    for name, extra, env in (("1f1b", ONE_F_ONE_B, GATED_ENV),
+                             ("afab", AFAB, GATED_ENV),
+                             ("1f1b, images dominating", ONE_F_ONE_B, heavy)):
         what = "%s, ViT gate, 3 micro-batches, %s" % (args.layout, name)
         base = plain(args, extra, what)
-        on, err = with_shim(args, extra, what, GATED_ENV)
+        on, err = with_shim(args, extra, what, env)
         if not intact(what, base, on):
             continue
         same_digests(what, on, base, digests_of(args, extra))
         check(not out_of_step_lines(err), "%s: the calls fell out of step: "
               "%r" % (what, out_of_step_lines(err)))
-        m = re.search(r"ViT gate \(DPSHIM_VIT_TRIGGER_THRESHOLD=auto\): the "
-                      r"encoder calls met at (\d+) of (\d+) hand-offs", err)
-        lines = len(re.findall(r"^\[DP Balance\]\[ViT\] (?:MEET|APART) ",
-                               err, re.M))
-        if check(m is not None, "%s: no 'ViT gate (...=auto): the encoder "
-                 "calls met at M of N hand-offs' in the summary" % what):
-            check(int(m.group(2)) > 0 and int(m.group(2)) == lines,
-                  "%s: the summary counts %s decided hand-offs, the verbose "
-                  "lines %d" % (what, m.group(2), lines))
+        check_gate_summary(what, err, must_meet=env is heavy)
     # One rank's extra forward: kept apart it meets nobody, met it is
     # found out of step; either way no hang and the faulted run's digests.
     what = "%s, ViT gate, extra forward on rank %d" % (args.layout,
