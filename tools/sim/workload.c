@@ -151,8 +151,9 @@ static void put_sample(sim_workload_t *w, int64_t k, const sim_drawn_list_t *l,
   w->patches_sq[k] = v->patches_sq;
   w->vit[k] = v->vit;
   w->images += v->images;
-  memcpy(w->image + w->image_first[k], l->image + image_at[j],
-         (size_t)v->units * sizeof *w->image);
+  if (v->units > 0) /* with no image drawn at all, l->image is NULL */
+    memcpy(w->image + w->image_first[k], l->image + image_at[j],
+           (size_t)v->units * sizeof *w->image);
   w->image_first[k + 1] += v->units;
 }
 
