@@ -53,9 +53,12 @@ PY = "/usr/bin/python3"
 # Five warm-up steps, not three: three step times fit the three cost terms
 # exactly, and on a loaded machine the noise then often leaves only the
 # linear term, which sees nothing to balance in equal packs.
+# A warm-up of 8 steps: the step-time fit of torch's timings on a busy
+# 2-core machine, from 5 steps, found no len^2 term in 1 run of 4 (a linear
+# cost: packs of equal tokens, no plan to apply).
 SHIM = ["--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters", "2", "3",
-        "4", "5", "6", "--trigger-threshold", "0"]
-STEPS, PACK = 10, 1024  # train.py: 4 steps balanced after the warm-up
+        "4", "5", "6", "7", "8", "9", "--trigger-threshold", "0"]
+STEPS, PACK = 13, 1024  # train.py: 4 steps balanced after the warm-up
 
 
 def launch(args, flags, cmd, ranks, env=None, timeout=300):
