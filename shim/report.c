@@ -306,17 +306,17 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
     dpshim__core_say(c, "  ViT: no fitted cost model: patches^2 per image");
   if (!dpshim__core_vit_gate(c)) return;
   double met = v[S_VIT_GATED] - v[S_VIT_APART];
-  if (v[S_VIT_GATED] > 0)
+  if (v[S_VIT_GATED] > 0) {
     dpshim__core_say(c, "  ViT gate (%s=auto): the encoder calls met at %.0f "
                      "of %.0f hand-offs, kept apart where meeting would not "
                      "pay", DPSHIM_ENV_VIT_THRESHOLD, met, v[S_VIT_GATED]);
-  if (met > 0)
-    say_met(c, v, met);
-  if (v[S_VIT_GATED] <= 0)
+    if (met > 0) say_met(c, v, met);
+  } else {
     dpshim__core_say(c, "  ViT gate (%s=auto): no hand-off decided (the "
                      "warm-up, a loader thread's hand-offs or the LLM level "
                      "off): the encoder calls met at every call",
                      DPSHIM_ENV_VIT_THRESHOLD);
+  }
 }
 
 /* How steps were told apart. */

@@ -50,12 +50,10 @@ from mpitest import (MPIRUN, check, check_plans_applied, outcome,
                      read_jsonl, run)
 
 PY = "/usr/bin/python3"
-# Five warm-up steps, not three: three step times fit the three cost terms
-# exactly, and on a loaded machine the noise then often leaves only the
-# linear term, which sees nothing to balance in equal packs.
-# A warm-up of 8 steps: the step-time fit of torch's timings on a busy
-# 2-core machine, from 5 steps, found no len^2 term in 1 run of 4 (a linear
-# cost: packs of equal tokens, no plan to apply).
+# Eight warm-up steps: three step times fit the three cost terms exactly,
+# and on a loaded machine the noise then often leaves only the linear term,
+# which sees nothing to balance in equal packs; five still found no len^2
+# term in 1 run of 4 of torch's timings on a busy 2-core machine.
 SHIM = ["--use-vlm-dp-balance", "--vlm-dp-balance-warmup-iters", "2", "3",
         "4", "5", "6", "7", "8", "9", "--trigger-threshold", "0"]
 STEPS, PACK = 13, 1024  # train.py: 4 steps balanced after the warm-up

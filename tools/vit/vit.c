@@ -180,7 +180,7 @@ static saved_image_t describe(const vit_t *v, const vit_input_t *in,
                      .tokens = v->cfg.tile_tokens};
   if (v->cfg.layout == VIT_QWEN) {
     const int32_t *g = in->grid_thw + 3 * (size_t)k;
-    int32_t grid[3] = {blocks_of(v, in, k) > 1 ? 1 : g[0], g[1], g[2]};
+    int32_t grid[3] = {vit_frames_apart(v) ? 1 : g[0], g[1], g[2]};
     s.rows = (int64_t)grid[0] * grid[1] * grid[2];
     s.tokens = s.rows / ((int64_t)v->cfg.merge * v->cfg.merge);
     s.hash = dpshim__tool_hash(s.hash, grid, sizeof grid);
