@@ -12,6 +12,7 @@
 #include "hash.h"
 #include "policy.h"
 #include "price.h"
+#include "repack.h"
 
 #define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define RECORD(slot) (sizeof(header_t) + (slot))
@@ -83,6 +84,7 @@ struct dpshim__balancer {
   int64_t *use;     /* [size * (MAX_FIELDS + 1)]: samples and rows per rank */
   int64_t *room;    /* the same shape: what each rank's buffers hold */
   int32_t *recv_meta;
+  dpshim__repack_t repack;
   unsigned char *sendbuf, *recvbuf;
   size_t meta_cap, samples_cap, order_cap, recv_meta_cap, send_cap, recv_cap;
 };
@@ -133,6 +135,7 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
   free(b->meta);
   free(b->samples);
   free(b->order);
+  dpshim__repack_free(&b->repack);
   free(b->recv_meta);
   free(b->sendbuf);
   free(b->recvbuf);
@@ -225,6 +228,7 @@ static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
   }
   if (grow(&b->order, &b->order_cap, (size_t)batch->nsamples,
            sizeof(int32_t)) < 0 ||
+      dpshim__repack_reserve(&b->repack, batch->nsamples) < 0 ||
       grow(&b->recv_meta, &b->recv_meta_cap,
            (size_t)batch->capacity_samples * (size_t)l->width,
            sizeof(int32_t)) < 0) {
@@ -504,17 +508,23 @@ static int reserve_exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
   return agree(b, comm, rc, "out of memory for the exchange buffers", rep);
 }
 
-/* Samples that stay are not sent: they are compacted in place, and the
- * samples received are appended after them, by source rank then index. */
+/* Samples that stay are not sent: they are repacked in place (repack.h),
+ * and the samples received are appended after them, by source rank then
+ * index. */
 static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim_batch_t *batch, const dpshim__layout_t *l,
-                    int32_t *nsent, int32_t *nrecv) {
+                    int32_t *nsent, int32_t *nrecv,
+                    dpshim__balance_report_t *rep) {
   int32_t me = comm->rank, n = 0, kept = 0, received = 0;
+  double t0 = b->cfg.clock ? b->cfg.clock() : 0;
   const int32_t *dest = b->plan.dest + b->first[me];
   for (int32_t to = 0; to < b->size; to++)
     for (int32_t i = 0; i < batch->nsamples; i++)
       if (dest[i] == to && to != me) b->order[n++] = i;
   dpshim__batch_pack(batch, l, b->order, n, b->sendbuf);
+  for (int32_t i = 0; i < batch->nsamples; i++)
+    if (dest[i] == me) b->order[n + kept++] = i;
+  dpshim__repack_plan(&b->repack, batch, l, b->order + n, kept);
   for (int64_t i = 0; i < b->first[b->size]; i++) {
     if (b->plan.dest[i] != me || b->samples[i].origin == me) continue;
     memcpy(b->recv_meta + (size_t)received * (size_t)l->width,
@@ -525,10 +535,13 @@ static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int rc = comm->ops->alltoallv(comm, b->sendbuf, b->counts + b->size,
                                 b->recvbuf, b->counts + 2 * b->size);
   if (rc < 0) return rc;
-  for (int32_t i = 0; i < batch->nsamples; i++)
-    if (dest[i] == me) b->order[n + kept++] = i;
-  dpshim__batch_keep(batch, l, b->order + n, kept);
+  double t1 = b->cfg.clock ? b->cfg.clock() : 0;
+  dpshim__repack_apply(&b->repack, batch, l);
+  double t2 = b->cfg.clock ? b->cfg.clock() : 0;
   dpshim__batch_append(batch, l, b->recvbuf, received, b->recv_meta);
+  rep->exchange_s = (b->cfg.clock ? b->cfg.clock() : 0) - t0 - (t2 - t1);
+  rep->repack_s = t2 - t1;
+  rep->repack_bytes = b->repack.copied;
   *nsent = n;
   *nrecv = received;
   return 0;
@@ -606,17 +619,24 @@ static const char *skip_reason(dpshim__balancer_t *b,
   return plan_counts(b, me) ? NULL : "exchange-too-large";
 }
 
-/* The bytes rank r copies to apply the plan: what it sends and receives
- * (b->bytes), and the samples it keeps behind the first it sends, which
- * closing the hole moves. */
-static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
-  int64_t shifted = 0;
+/* The bytes rank r's samples behind the first it sends: what closing its
+ * holes by shifting copies. */
+static int64_t behind_first_hole(const dpshim__balancer_t *b, int32_t r) {
+  int64_t behind = 0;
   int hole = 0;
   for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
     if (b->plan.dest[i] != r) hole = 1;
-    else if (hole) shifted += b->samples[i].bytes;
+    else if (hole) behind += b->samples[i].bytes;
   }
-  return (double)(b->bytes[r] + b->bytes[b->size + r] + shifted);
+  return behind;
+}
+
+/* The bytes rank r copies to apply the plan, as priced: what it sends and
+ * receives (b->bytes), and what closing its holes moves (repack.h). */
+static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
+  int64_t sent = b->bytes[r];
+  return (double)(sent + b->bytes[b->size + r] +
+                  dpshim__repack_priced(sent, behind_first_hole(b, r)));
 }
 
 /* `auto`: whether the plan pays for what applying it costs, each rank
@@ -903,11 +923,14 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int32_t nsent = 0, nrecv = 0;
   if (!rep->skip_reason) {
     double t0 = b->cfg.clock ? b->cfg.clock() : 0;
-    rc = exchange(b, comm, batch, &l, &nsent, &nrecv);
+    rc = exchange(b, comm, batch, &l, &nsent, &nrecv, rep);
     if (rc < 0) return rc;
+    /* Learnt on the bytes as priced, so that the line takes in how far
+     * they are from what the repack copies. */
     if (b->cfg.clock)
       dpshim__price_learn(&b->price, copied_bytes(b, comm->rank),
                           b->cfg.clock() - t0);
+    rep->shift_bytes = behind_first_hole(b, comm->rank);
     rep->applied = 1;
     rep->held_vision = held_vision(b, comm->rank);
     loads = b->plan.load_after;

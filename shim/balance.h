@@ -85,6 +85,11 @@ typedef struct dpshim__balance_report {
   /* Applied: this rank's images after the exchange (what the batch's
    * vision array, the caller's and not rewritten, no longer says). */
   dpshim_vision_t held_vision;
+  /* Applied: this rank's seconds in the exchange (the samples' copies in
+   * and out, and the alltoallv) and in the repack, the bytes the repack
+   * copied, and what closing the holes by shifting would have copied. */
+  double exchange_s, repack_s;
+  int64_t repack_bytes, shift_bytes;
   /* Seconds in the first collective: waiting for the other ranks to reach
    * the hand-off, time they would otherwise have waited at the sync. */
   double arrival_wait;

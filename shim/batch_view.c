@@ -197,40 +197,6 @@ void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
   }
 }
 
-/* One past the last row of sample i in field f. */
-static int64_t rows_end(const dpshim_batch_t *b, const dpshim__layout_t *l,
-                        int32_t f, int32_t i) {
-  return l->kind[f] == DPSHIM__ROWS_ONE ? i + 1 : b->fields[f].offsets[i + 1];
-}
-
-void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
-                        const int32_t *keep, int32_t n) {
-  /* keep[] ascends, so every sample moves towards the front: a forward
-   * pass never overwrites what it has still to read, offsets included. */
-  int64_t at[DPSHIM__MAX_FIELDS] = {0};
-  for (int32_t k = 0; k < n; k++) {
-    int32_t i = keep[k];
-    int64_t end[DPSHIM__MAX_FIELDS];
-    for (int32_t f = 0; f < l->nfields; f++) {
-      int64_t first = first_row(b, l, f, i);
-      end[f] = rows_end(b, l, f, i);
-      unsigned char *data = b->fields[f].data;
-      size_t bytes = (size_t)(end[f] - first) * l->row_bytes[f];
-      if (bytes && at[f] != first)
-        memmove(data + (size_t)at[f] * l->row_bytes[f],
-                data + (size_t)first * l->row_bytes[f], bytes);
-      end[f] = at[f] + (end[f] - first);
-    }
-    int32_t len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
-    b->cu_seqlens[k + 1] = b->cu_seqlens[k] + len;
-    for (int32_t f = 0; f < l->nfields; f++) {
-      if (l->kind[f] == DPSHIM__ROWS_OWN) b->fields[f].offsets[k + 1] = (int32_t)end[f];
-      at[f] = end[f];
-    }
-  }
-  b->nsamples = n;
-}
-
 void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
                           const unsigned char *in, int32_t n,
                           const int32_t *meta) {

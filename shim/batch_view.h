@@ -54,11 +54,9 @@ dpshim_vision_t dpshim__meta_vision(const dpshim__layout_t *l,
 /* Copies samples order[0 .. n) as records, back to back, into out. */
 void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
                         const int32_t *order, int32_t n, unsigned char *out);
-/* Keeps only samples keep[0 .. n) (ascending), moved to the front in order. */
-void dpshim__batch_keep(dpshim_batch_t *b, const dpshim__layout_t *l,
-                        const int32_t *keep, int32_t n);
-/* Appends the n records in `in`, whose metas are meta[k * l->width ...].
- * The caller has checked every capacity. */
+/* Appends the n records in `in`, whose metas are meta[k * l->width ...],
+ * after the samples the repack kept (repack.h). The caller has checked
+ * every capacity. */
 void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
                           const unsigned char *in, int32_t n,
                           const int32_t *meta);

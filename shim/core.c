@@ -510,8 +510,15 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
     return;
   }
   if (warm) return;
-  if (rep->applied) s->applied++;
-  else s->skipped++;
+  if (rep->applied) {
+    s->applied++;
+    s->exchange_time += rep->exchange_s;
+    s->repack_time += rep->repack_s;
+    s->repack_bytes += (double)rep->repack_bytes;
+    s->shift_bytes += (double)rep->shift_bytes;
+  } else {
+    s->skipped++;
+  }
   if (!rep->load_before) return; /* skipped before solving */
   size_t bytes = (size_t)c->dp->size * sizeof(double);
   last->solved = 1;

@@ -92,6 +92,9 @@ typedef struct dpshim__stats {
   double vit_met_took;
   /* Main-thread hand-offs passed by without gathering (the back-off) */
   int64_t backed_off;
+  /* This rank's applied hand-offs: seconds in the exchange and the repack,
+   * the bytes the repack copied, and those shifting would have copied */
+  double exchange_time, repack_time, repack_bytes, shift_bytes;
   /* Sync steps after the warm-up: how far this rank's compute was from
    * what the cost model predicted for its samples (relative, summed), and
    * over how many steps */

@@ -194,7 +194,8 @@ enum {
   S_VIT_SKIPPED, S_VIT_FAILED, S_VIT_SOLVED, S_VIT_IMB_BEFORE,
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
-  S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK, S_COUNT
+  S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
+  S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -216,7 +217,8 @@ static int collect(dpshim__core_t *c, double *v) {
       s->vit_time, s->vit_shim, s->vit_arrival, (double)s->handoffs,
       s->predicted_error, s->predicted_steps, group * (double)s->vit_gated,
       group * (double)s->vit_apart, group * (double)s->backed_off,
-      group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took};
+      group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took,
+      s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -352,6 +354,18 @@ static void check_handoffs(dpshim__core_t *c, double handoffs) {
                     "dpshim-run");
 }
 
+/* What applying a plan took a rank, on average over the group's ranks. */
+static void say_apply(dpshim__core_t *c, const double *v) {
+  double n = v[S_APPLIED] * c->dp->size; /* rank-hand-offs */
+  if (n <= 0) return;
+  dpshim__core_say(c, "  applying a plan took a rank %.1f ms in the exchange "
+                   "and %.1f ms in the repack, which copied %.2f MB where "
+                   "shifting what stays would have copied %.2f MB (means "
+                   "over ranks and applied hand-offs)",
+                   1e3 * v[S_EXCHANGE] / n, 1e3 * v[S_REPACK] / n,
+                   v[S_REPACK_BYTES] / n / 1e6, v[S_SHIFT_BYTES] / n / 1e6);
+}
+
 void dpshim__report_summary(dpshim__core_t *c) {
   double v[S_COUNT] = {0};
   if (collect(c, v) < 0 || c->world->rank != 0) return;
@@ -391,6 +405,7 @@ void dpshim__report_summary(dpshim__core_t *c) {
   dpshim__core_say(c, "  shim time %.2f%% of wall time, plus %.2f%% waiting "
                    "at the hand-off for the other ranks",
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
+  say_apply(c, v);
   say_fit(c);
   if (v[S_PRED_STEPS] > 0)
     dpshim__core_say(c, "  after the warm-up, each rank's compute within "

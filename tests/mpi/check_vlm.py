@@ -108,14 +108,29 @@ def check_encoder_digests(what, first, second, extra):
                  than="in the first run")
 
 
+def check_repack_line(what, err):
+    """The summary says what applying took and what the repack copied:
+    no more than shifting what stays would have (the ranks' means)."""
+    m = re.search(r"applying a plan took a rank [0-9.]+ ms in the exchange "
+                  r"and [0-9.]+ ms in the repack, which copied ([0-9.]+) MB "
+                  r"where shifting what stays would have copied ([0-9.]+) MB",
+                  err)
+    check(m, "%s: no 'applying a plan took' line: %r" % (what, err[-600:]))
+    if m:
+        copied, shift = float(m.group(1)), float(m.group(2))
+        check(copied <= shift + 0.01, "%s: the repack copied %.2f MB, "
+              "shifting %.2f MB" % (what, copied, shift))
+
+
 def scenario_balanced(args, name, extra):
     what = "%s, %s" % (args.layout, name)
     with tempfile.TemporaryDirectory() as tmp:
         log = tmp + "/steps.jsonl"
         plain, _ = vlmtrain(args, extra, what=what + ", without the shim")
-        on, _ = vlmtrain(args, extra, shim=True, log=log, what=what)
+        on, err = vlmtrain(args, extra, shim=True, log=log, what=what)
         if not plain or not on:
             return
+        check_repack_line(what, err)
         if "--patch-grads" in extra:
             again, _ = vlmtrain(args, extra, what=what + ", again")
             check_encoder_digests(what, plain, again, extra)

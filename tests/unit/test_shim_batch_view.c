@@ -1,12 +1,14 @@
 /* The batch view: dpshim__layout_of() checks (each message names the field
- * and what was expected), kinds and metas, the signature ranks compare, and
- * pack / unpack round trips. */
+ * and what was expected), kinds and metas, the signature ranks compare,
+ * pack / unpack round trips, and the exchange's in-place repack (repack.h):
+ * what it keeps, and that it copies what moves. */
 #include <criterion/criterion.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "batch_view.h"
+#include "repack.h"
 
 /* A batch of 4 samples: tokens (int32, token-aligned), ids (uint64, one per
  * sample) and patches (5-byte rows, own offsets). */
@@ -53,7 +55,11 @@ static char msg[256];
 
 static void setup(void) { fixture_init(&fx, 1); }
 
-TestSuite(shim_batch_view, .init = setup);
+static dpshim__repack_t repack;
+
+static void teardown(void) { dpshim__repack_free(&repack); }
+
+TestSuite(shim_batch_view, .init = setup, .fini = teardown);
 
 static void expect_ok(void) {
   int rc = dpshim__layout_of(&fx.b, &layout, msg, sizeof msg);
@@ -350,7 +356,7 @@ Test(shim_batch_view, signature_of_same_row_sizes_in_other_order) {
  * keeps none of its own samples. */
 static void unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
                    const unsigned char *in, int32_t n, const int32_t *meta) {
-  dpshim__batch_keep(b, l, NULL, 0);
+  b->nsamples = 0;
   dpshim__batch_append(b, l, in, n, meta);
 }
 
@@ -478,13 +484,35 @@ Test(shim_batch_view, round_trip_with_a_null_empty_field) {
 
 /* ---- keep / append: the exchange's in-place repack ------------------------- */
 
+/* Repacks fx keeping which[0 .. n) (ascending): every kept sample once, in
+ * the order the repack chose, and a valid batch again. */
 static void keep(const int32_t *which, int32_t n) {
   expect_ok();
   fixture_t before = fx;
-  dpshim__batch_keep(&fx.b, &layout, which, n);
-  assert_samples(&fx, &before, which, n);
+  cr_assert_eq(dpshim__repack_reserve(&repack, fx.b.nsamples), 0);
+  dpshim__repack_plan(&repack, &fx.b, &layout, which, n);
+  cr_assert_eq(repack.n, n);
+  for (int32_t k = 0; k < n; k++) {
+    int hits = 0;
+    for (int32_t j = 0; j < n; j++) hits += repack.order[j] == which[k];
+    cr_assert_eq(hits, 1, "kept sample %d placed %d times", which[k], hits);
+  }
+  dpshim__repack_apply(&repack, &fx.b, &layout);
+  assert_samples(&fx, &before, repack.order, n);
   dpshim__layout_t l2;
   cr_assert_eq(dpshim__layout_of(&fx.b, &l2, msg, sizeof msg), 0, "%s", msg);
+}
+
+/* fx as n samples of these tokens and patch rows, contents by index. */
+static void reshape(const int32_t *len, const int32_t *np, int32_t n) {
+  for (int i = 0; i < n; i++) {
+    fx.cu[i + 1] = fx.cu[i] + len[i];
+    fx.poff[i + 1] = fx.poff[i] + np[i];
+    fx.ids[i] = 500u + (uint64_t)i;
+  }
+  for (int t = 0; t < CAP_T; t++) fx.tokens[t] = 3 * t + 1;
+  for (int p = 0; p < CAP_P * PATCH; p++) fx.patches[p] = (unsigned char)(p * 13);
+  fx.b.nsamples = n;
 }
 
 Test(shim_batch_view, keep_all_changes_nothing) {
@@ -524,16 +552,91 @@ Test(shim_batch_view, keep_overlapping_moves) {
   /* Long samples shifted by a short one: source and destination overlap. */
   static const int32_t len[6] = {1, 20, 15, 1, 9, 12};
   static const int32_t np[6] = {1, 5, 6, 0, 4, 6};
-  for (int i = 0; i < 6; i++) {
-    fx.cu[i + 1] = fx.cu[i] + len[i];
-    fx.poff[i + 1] = fx.poff[i] + np[i];
-    fx.ids[i] = 500u + (uint64_t)i;
-  }
-  for (int t = 0; t < CAP_T; t++) fx.tokens[t] = 3 * t + 1;
-  for (int p = 0; p < CAP_P * PATCH; p++) fx.patches[p] = (unsigned char)(p * 13);
-  fx.b.nsamples = 6;
+  reshape(len, np, 6);
   const int32_t which[4] = {1, 2, 4, 5};
   keep(which, 4);
+}
+
+Test(shim_batch_view, a_hole_is_filled_from_the_end) {
+  /* Patch rows outweigh tokens; sample 0 leaves 3 patch rows, as many as
+   * the last sample holds: it fills them, and samples 1-4 keep their patch
+   * rows where they are. Shifting them would copy 18 patch rows. */
+  static const int32_t len[6] = {4, 6, 3, 5, 2, 3};
+  static const int32_t np[6] = {3, 5, 2, 7, 1, 3};
+  reshape(len, np, 6);
+  fixture_t before = fx;
+  const int32_t which[5] = {1, 2, 3, 4, 5};
+  keep(which, 5);
+  cr_assert_eq(repack.order[0], 5);
+  for (int32_t k = 1; k < 5; k++)
+    cr_assert_eq(fx.poff[k], before.poff[k], "sample %d's patch rows moved", k);
+  /* Sample 5's patches, tokens and id, and the 16 tokens shifted by one. */
+  int64_t want = 3 * PATCH + (3 + 16) * (int64_t)sizeof(int32_t) +
+                 (int64_t)sizeof(uint64_t);
+  cr_assert_eq(repack.copied, want);
+}
+
+Test(shim_batch_view, moves_in_a_ring_put_one_aside) {
+  /* The last sample fills sample 0's patch rows, but its 5 tokens go where
+   * sample 1's are, whose go where sample 2's are, whose go where the last
+   * sample's are: one of them waits in the stash, and is copied twice. */
+  static const int32_t len[4] = {2, 3, 2, 5};
+  static const int32_t np[4] = {3, 2, 4, 3};
+  reshape(len, np, 4);
+  const int32_t which[3] = {1, 2, 3};
+  keep(which, 3);
+  cr_assert_eq(repack.order[0], 3);
+  /* Patch rows: sample 3's 3; tokens: all 10, and sample 3's 5 again; its
+   * id: samples 1 and 2 keep their rows. */
+  int64_t want = 3 * PATCH + 15 * (int64_t)sizeof(int32_t) +
+                 (int64_t)sizeof(uint64_t);
+  cr_assert_eq(repack.copied, want, "copied %lld, expected %lld",
+               (long long)repack.copied, (long long)want);
+}
+
+Test(shim_batch_view, a_hole_grows_by_the_next_sample_until_it_fills) {
+  /* Sample 0's 2 patch rows: no later samples add up to them, but with
+   * sample 1's 4 (moved to the end) the last sample's 6 do; samples 2 and 3
+   * keep their patch rows. */
+  static const int32_t len[5] = {1, 1, 1, 1, 1};
+  static const int32_t np[5] = {2, 4, 5, 3, 6};
+  reshape(len, np, 5);
+  fixture_t before = fx;
+  const int32_t which[4] = {1, 2, 3, 4};
+  keep(which, 4);
+  const int32_t want[4] = {4, 2, 3, 1};
+  for (int32_t k = 0; k < 4; k++) cr_assert_eq(repack.order[k], want[k]);
+  cr_assert_eq(fx.poff[1], before.poff[2]);
+  cr_assert_eq(fx.poff[2], before.poff[3]);
+}
+
+Test(shim_batch_view, holes_no_sum_fills_are_shifted) {
+  /* Sample 0's 4 patch rows: no later samples add up to them, nor to them
+   * and the next ones'. */
+  static const int32_t len[4] = {1, 2, 3, 2};
+  static const int32_t np[4] = {4, 3, 6, 5};
+  reshape(len, np, 4);
+  const int32_t which[3] = {1, 2, 3};
+  keep(which, 3);
+  for (int32_t k = 0; k < 3; k++) cr_assert_eq(repack.order[k], which[k]);
+}
+
+Test(shim_batch_view, random_repacks_keep_every_sample) {
+  /* Any lengths, any subset: every kept sample intact, once. */
+  uint32_t x = 12345;
+  for (int round = 0; round < 2000; round++) {
+    setup();
+    int32_t n = 1 + (int32_t)((x = x * 1103515245u + 12345u) >> 16) % CAP_S;
+    int32_t len[CAP_S], np[CAP_S], which[CAP_S], kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+      x = x * 1103515245u + 12345u;
+      len[i] = (int32_t)((x >> 8) % (CAP_T / CAP_S + 1));
+      np[i] = (int32_t)((x >> 16) % (CAP_P / CAP_S + 1));
+      if ((x >> 24) % 3) which[kept++] = i;
+    }
+    reshape(len, np, n);
+    keep(which, kept);
+  }
 }
 
 Test(shim_batch_view, keep_then_append) {
@@ -550,7 +653,7 @@ Test(shim_batch_view, keep_then_append) {
   dpshim__batch_pack(&other.b, &lo, send, 2, buf);
 
   const int32_t kept[2] = {1, 3};
-  dpshim__batch_keep(&fx.b, &layout, kept, 2);
+  keep(kept, 2);
   dpshim__batch_append(&fx.b, &layout, buf, 2, metas);
   cr_assert_eq(fx.b.nsamples, 4);
   assert_sample(&fx, 0, &before, 1);
@@ -569,7 +672,7 @@ Test(shim_batch_view, append_to_an_empty_batch) {
   unsigned char buf[512];
   packed_bytes(&other.b, &layout, send, N, metas);
   dpshim__batch_pack(&other.b, &layout, send, N, buf);
-  dpshim__batch_keep(&fx.b, &layout, NULL, 0);
+  keep(NULL, 0);
   dpshim__batch_append(&fx.b, &layout, buf, N, metas);
   assert_samples(&fx, &other, send, N);
 }

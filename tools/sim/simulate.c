@@ -37,6 +37,7 @@
 #include "balance.h"
 #include "dpshim/fit.h"
 #include "policy.h"
+#include "repack.h"
 #include "sim.h"
 
 typedef struct ctx {
@@ -382,7 +383,7 @@ static void tally_exchange(ctx_t *x, int64_t n) {
     int32_t from = x->samples[i].origin, to = x->plan.dest[i];
     double b = (double)x->samples[i].bytes;
     if (from == to) {
-      x->kept[from] += b;
+      if (x->sent[from] > 0) x->kept[from] += b; /* behind a hole */
       continue;
     }
     x->sent[from] += b;
@@ -393,10 +394,12 @@ static void tally_exchange(ctx_t *x, int64_t n) {
   }
 }
 
-/* Rank r's copies: pack what leaves, compact what stays once anything
- * left, append what arrives. */
+/* Rank r's copies: pack what leaves, close its holes (priced as the shim
+ * prices them, repack.h), append what arrives. */
 static double rank_copy(const ctx_t *x, int32_t r) {
-  return x->sent[r] + x->received[r] + (x->sent[r] > 0 ? x->kept[r] : 0);
+  return x->sent[r] + x->received[r] +
+         (double)dpshim__repack_priced((int64_t)x->sent[r],
+                                       (int64_t)x->kept[r]);
 }
 
 static int32_t rank_partners(const ctx_t *x, int32_t r) {
