@@ -7,8 +7,9 @@
 /* Kept samples from the pack's end a hole may be filled from: the subset
  * sum over them costs candidates x hole rows. */
 #define CANDIDATES 48
-/* Holes above this many rows are closed by shifting. */
-#define MAX_HOLE_ROWS (1 << 22)
+/* Subset-sum cells (candidates x hole units) a plan may spend on all its
+ * holes: a few milliseconds at most; the holes after it shift. */
+#define FILL_BUDGET (1 << 23)
 /* Kept samples a hole may grow by, one at a time, before they shift. */
 #define DEFER 8
 
@@ -83,9 +84,10 @@ static int fill(dpshim__repack_t *r, const int32_t *off, const int32_t *later,
     unit = gcd(unit, w);
   }
   int64_t units = hole / unit; /* patch rows come in multiples of a merge */
-  if (sum < hole || units > MAX_HOLE_ROWS ||
+  if (sum < hole || c * units > r->budget ||
       grow(&r->reach, &r->reach_cap, (size_t)units + 1, 1) < 0)
     return 0;
+  r->budget -= c * units;
   /* reach[s]: 1 + the candidate that completes a subset of s units (the
    * rest from candidates before it); 0: none; reach[0] = -1. */
   memset(r->reach, 0, (size_t)units + 1);
@@ -245,6 +247,7 @@ void dpshim__repack_plan(dpshim__repack_t *r, const dpshim_batch_t *b,
                          const dpshim__layout_t *l, const int32_t *keep,
                          int32_t n) {
   r->n = n;
+  r->budget = FILL_BUDGET;
   choose_order(r, b, offsets_of(b, l, heaviest(b, l)), keep, n);
   r->copied = count_copies(r, b, l);
   if (r->copied >= 0) return;

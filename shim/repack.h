@@ -36,6 +36,7 @@ typedef struct dpshim__repack {
   int32_t n;        /* kept samples */
   int32_t *order;   /* [n] the kept samples in their new order */
   int64_t copied;   /* bytes the repack copies (rows put aside twice) */
+  int64_t budget;   /* subset-sum cells left to this plan */
   /* scratch, kept between hand-offs */
   dpshim__repack_move_t *moves;
   uint8_t *state, *taken;
