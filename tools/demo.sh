@@ -31,9 +31,10 @@
 # DPSHIM_VIT_BALANCE=1, its cost fitted in the warm-up) on the same data
 # (seed 7) at each DP size, warm-up 2-6; digests checked equal.
 # Then dpshim-sim on the same layout and preset, --vit-balance, at DP 4 to
-# 4096. About 8 minutes here (--quick: DP 8, 10 steps, about a minute).
-# Into the tables, results.json ("vlm", "vlm_sim"), vlm_tgs_vs_dp.png and
-# vlm_sim_tgs_vs_dp.png.
+# 4096, and again on the encoder-heavy mix (--mix encoder-heavy) unless the
+# runs drew it. About 8 minutes here (--quick: DP 8, 10 steps, about a
+# minute). Into the tables, results.json ("vlm", "vlm_sim",
+# "vlm_sim_encoder_heavy"), vlm_tgs_vs_dp.png and vlm_sim_tgs_vs_dp.png.
 #   --vlm-layout L       internvl (default), qwen2vl or qwen3vl
 #   --vlm-model M        a tools/emu preset (default: the layout's,
 #                        internvl2-8b, qwen2-vl-7b, qwen3-vl-8b)
@@ -310,18 +311,30 @@ if [ "$vlm" = 1 ]; then
     --png "$out/vlm_sim_tgs_vs_dp.png" 2> "$out/vlm_sim_summary.txt" > /dev/null ||
     { cat "$out/vlm_sim_summary.txt" >&2; die "dpshim-sim failed on the VLM workload (${sim_args[*]})"; }
   echo "   ($(( SECONDS - sim_start )) s; its summary: $out/vlm_sim_summary.txt)"
+  # The encoder-heavy mix beside it (where an encoder balance can win at
+  # all), unless the runs drew that mix already.
+  heavy_args=()
+  if [[ " ${sim_args[*]} " != *" --mix encoder-heavy "* ]]; then
+    heavy_args=("${sim_args[@]}" --mix encoder-heavy)
+    echo "== the simulator on the encoder-heavy mix (dpshim-sim ${heavy_args[*]})"
+    build/tools/sim/dpshim-sim "${heavy_args[@]}" \
+      --json "$out/vlm-runs/sim_encoder_heavy.json" \
+      2> "$out/vlm_sim_heavy_summary.txt" > /dev/null ||
+      { cat "$out/vlm_sim_heavy_summary.txt" >&2; die "dpshim-sim failed on the encoder-heavy mix (${heavy_args[*]})"; }
+  fi
 
   python3 - "$out/vlm-runs/setup.json" "$vlm_layout" "$vlm_model" "$vlm_steps" \
     "$vlm_warmup" "$vlm_scale" "$vlm_wall" "$vlm_env" "$vlm_variants" \
-    "${sim_args[*]}" "${vlm_argv[@]}" <<'PY'
+    "${sim_args[*]}" "${heavy_args[*]}" "${vlm_argv[@]}" <<'PY'
 import json, sys
-path, layout, model, steps, warmup, scale, wall, env, variants, sim, *args = \
-    sys.argv[1:]
+path, layout, model, steps, warmup, scale, wall, env, variants, sim, heavy, \
+    *args = sys.argv[1:]
 json.dump({"layout": layout, "model": model, "seed": 7, "steps": int(steps),
            "warmup": warmup, "warmup_last": int(warmup.split("-")[-1]),
            "time_scale": float(scale), "args": args, "tp": 1,
            "shim_env": env.split(), "wall_s": int(wall),
-           "variants": variants.split(), "sim_args": sim.split()},
+           "variants": variants.split(), "sim_args": sim.split(),
+           "sim_heavy_args": heavy.split()},
           open(path, "w"), indent=1)
 PY
 fi

@@ -49,6 +49,10 @@ leaves out the vision encoder), and:
   vit MB     the ViT-level balance's bytes moved per step (default+vit,
              the shim's log's "vit" bytes_moved: the moved images' inputs,
              embeddings and embedding gradients)
+  ViT adds / saves   (default+vit) the ViT balance's own time per step (its
+             share of wall time in the shim's summary, times the step)
+             against the encoder's straggler wait it took away (default's
+             vit wait less its own), in ms
   digests    consumed, images, embeddings and vit_grad digests equal across
              the variants
 It goes to results.json's "vlm" and OUT/vlm_tgs_vs_dp.png.
@@ -108,7 +112,7 @@ def shim_summary(err_path):
     [mean, max]}, the step times each fit predicted). None where it does
     not say."""
     r = {"steps_by": None, "fit_from": None, "fit_method": None,
-         "step_error_pct": {}}
+         "step_error_pct": {}, "vit_own_pct": None}
     if not os.path.exists(err_path):
         return r
     with open(err_path) as f:
@@ -118,6 +122,10 @@ def shim_summary(err_path):
         r["steps_by"] = ("marks" if "dpshim_step_end" in m.group(1) else
                          "hand-offs" if "hand-off" in m.group(1) else
                          "the sync" if "gradient sync" in m.group(1) else None)
+    m = re.search(r"^dpshim:\s+ViT: encoder time [0-9.]+% of wall time, "
+                  r"the balance's own ([0-9.]+)%", err, re.M)
+    if m:
+        r["vit_own_pct"] = float(m.group(1))
     m = re.search(r"^dpshim:\s+fit from (step times|per-rank times) "
                   r"\(([a-z]+)(?:, [^)]*)?\)(.*)$", err, re.M)
     if m:
@@ -188,6 +196,19 @@ def sizes_in(out, runs_dir):
         return []
     return sorted({int(n[2:].split("_")[0]) for n in os.listdir(path)
                    if re.match(r"dp[0-9]+_", n)})
+
+
+def vit_adds_saves(vit, base):
+    """What the ViT level adds to a step (the balance's own time in the
+    encoder calls, its share of wall time times the step) against what it
+    saves (the encoder's straggler wait of the run without it, less its
+    own), in ms; None where a figure is missing."""
+    own = vit.get("vit_own_pct")
+    adds = own / 100 * vit["step_ms_balanced"] if own is not None else None
+    saves = (base["vit_wait_ms"] - vit["vit_wait_ms"]
+             if base and base.get("vit_wait_ms") is not None and
+             vit.get("vit_wait_ms") is not None else None)
+    return {"adds_ms": adds, "saves_ms": saves}
 
 
 def vlm_section(out):
@@ -279,15 +300,18 @@ def vlm_section(out):
                 if v.endswith("+vit")},
             "vit_plans": {v: r["vit_plans"] for v, r in at.items()
                           if v.endswith("+vit")},
+            "vit_adds_saves": {v: vit_adds_saves(r, at.get(v[:-4]))
+                               for v, r in at.items() if v.endswith("+vit")},
             "runs": [at[v] for v in variants if v in at],
         })
     return dict(setup, variants=list(variants), per_dp=per_dp)
 
 
-def vlm_sim_section(out, vlm):
+def vlm_sim_section(out, vlm, name="sim.json"):
     """dpshim-sim's figures on the VLM section's workload, from
-    OUT/vlm-runs/sim.json; None without it."""
-    path = os.path.join(out, "vlm-runs", "sim.json")
+    OUT/vlm-runs/NAME (sim_encoder_heavy.json: its encoder-heavy mix);
+    None without it."""
+    path = os.path.join(out, "vlm-runs", name)
     if not vlm or not os.path.exists(path):
         return None
     with open(path) as f:
@@ -311,8 +335,15 @@ def vlm_sim_section(out, vlm):
                                      for a, x in row.items() if a != "none"},
             "shim_share": {a: x["shim_share"] for a, x in row.items()
                            if a != "none"},
+            # the ViT level's own time per step against the encoder's
+            # straggler wait it took away from the algo without it
+            "vit_adds_saves": {
+                a: {"adds_ms": x.get("vit_shim_ms"),
+                    "saves_ms": row[a[:-4]]["vit_wait_ms"] - x["vit_wait_ms"]
+                    if a[:-4] in row else None}
+                for a, x in row.items() if a.endswith("+vit")},
         })
-    args = vlm.get("sim_args", [])
+    args = vlm.get("sim_args" if name == "sim.json" else "sim_heavy_args", [])
     scale = args[args.index("--time-scale") + 1] \
         if "--time-scale" in args[:-1] else "1"
     return {"layout": vlm["layout"], "model": vlm["model"],
@@ -320,16 +351,17 @@ def vlm_sim_section(out, vlm):
             "per_dp": per_dp}
 
 
-def print_vlm_sim(sim):
+def print_vlm_sim(sim, mix=""):
     vit = "default+vit" if "default+vit" in sim["algos"] else "default"
-    print("\nSimulated (dpshim-sim %s): TGS gain over none by DP size; the "
+    print("\nSimulated%s (dpshim-sim %s): TGS gain over none by DP size; the "
           "ViT phase's straggler wait, ms per step (none -> %s); the bytes "
-          "the ViT level moves per step, GB over the group (%s)"
-          % (" ".join(sim["args"]), vit, vit))
+          "the ViT level moves per step, GB over the group (%s); what the "
+          "ViT level adds to a step against the encoder wait it saves, ms "
+          "(%s)" % (mix, " ".join(sim["args"]), vit, vit, vit))
     gains = [a for a in sim["algos"] if a != "none"]
     print("  %-5s %9s" % ("DP", "none TGS") +
-          "".join(" %12s" % a for a in gains) + " %18s %10s" % (
-              "ViT wait ms", "ViT GB"))
+          "".join(" %12s" % a for a in gains) + " %18s %10s %16s" % (
+              "ViT wait ms", "ViT GB", "ViT adds/saves"))
     for d in sim["per_dp"]:
         wait = d["vit_wait_ms"]
         print("  %-5d %9s" % (d["dp"], fmt(d["tgs"].get("none"), ".0f")) +
@@ -342,7 +374,13 @@ def print_vlm_sim(sim):
                                 fmt(wait.get(vit), ".1f")),
                   fmt(d["vit_bytes_moved_per_step"].get(vit) and
                       d["vit_bytes_moved_per_step"][vit] / 1e9,
-                      ".2f")))
+                      ".2f")) +
+              " %16s" % adds_saves(d["vit_adds_saves"].get(vit, {})))
+
+
+def adds_saves(ab):
+    return "%s / %s" % (fmt(ab.get("adds_ms"), ".1f"),
+                        fmt(ab.get("saves_ms"), ".1f"))
 
 
 def vlm_label(vlm):
@@ -369,6 +407,8 @@ def print_vlm_table(vlm):
                 plans += "; ViT %d / %d calls%s" % (
                     vp.get("applied", 0), vp.get("calls", 0),
                     ", %d failed" % vp["failed"] if vp.get("failed") else "")
+                plans += "; ViT adds / saves %s ms a step" % adds_saves(
+                    d["vit_adds_saves"].get(r["variant"], {}))
             print("  %-11s %9.0f %6.1f%% %8.1f %5.1f%% %7.3f %8.2f %8s %7s "
                   "%5.2f%%  %s" % (
                       r["variant"], r["tgs"], 100 * (r["gain"] - 1),
@@ -667,6 +707,7 @@ def main():
             doc["handoff"] = handoff_summary(runs, args.warmup_last)
     doc.pop("vlm", None)
     doc.pop("vlm_sim", None)
+    doc.pop("vlm_sim_encoder_heavy", None)
     if vlm:
         doc["vlm"] = vlm
         print_vlm_table(vlm)
@@ -675,6 +716,10 @@ def main():
     if sim:
         doc["vlm_sim"] = sim
         print_vlm_sim(sim)
+    heavy = vlm_sim_section(args.out, vlm, "sim_encoder_heavy.json")
+    if heavy:
+        doc["vlm_sim_encoder_heavy"] = heavy
+        print_vlm_sim(heavy, ", the encoder-heavy mix")
     with open(results, "w") as f:
         json.dump(doc, f, indent=1)
     wrote = ["results.json"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """tools/demo_report.py --vlm-only on made-up VLM runs (no MPI, no build):
-the default+vit variant's columns and results.json fields, the digests
-compared with none's, and "vlm_sim" from a dpshim-sim JSON; then the same
-without default+vit (demo.sh --no-vlm-vit, or a setup.json from before it).
+the default+vit variant's columns and results.json fields (what the ViT
+level adds to a step against what it saves among them), the digests
+compared with none's, and "vlm_sim" and "vlm_sim_encoder_heavy" from
+dpshim-sim JSONs; then the same without default+vit (demo.sh --no-vlm-vit,
+or a setup.json from before it).
 
 Then tools/demo_report.py on made-up text runs (reftrain's: none, seed,
 default at DP 4 and 8) with the hand-off row (default@handoff at DP 8,
@@ -63,7 +65,11 @@ def make_run(runs, variant, step_ms, vit_max, digests):
                                 step_ms_mean=step_ms, check_errors=0,
                                 vit_seconds_max=1.0,
                                 vit_seconds_mean=0.5)) + "\n")
-    open(base + ".err", "w").close()
+    with open(base + ".err", "w") as f:
+        if variant.endswith("+vit"):
+            f.write("dpshim:   ViT: encoder time 5.00% of wall time, the "
+                    "balance's own 1.00%, plus 0.50% waiting at the "
+                    "encoder's calls for the other ranks\n")
 
 
 def make_out(out, variants, vit_digests=DIGESTS):
@@ -73,7 +79,9 @@ def make_out(out, variants, vit_digests=DIGESTS):
              "steps": STEPS, "warmup": "2-%d" % LAST, "warmup_last": LAST,
              "time_scale": 0.25, "args": [], "tp": 1, "shim_env": [],
              "wall_s": 1, "sim_args": ["--layout", "internvl",
-                                       "--time-scale", "1"]}
+                                       "--time-scale", "1"],
+             "sim_heavy_args": ["--layout", "internvl", "--time-scale", "1",
+                                "--mix", "encoder-heavy"]}
     if variants:
         setup["variants"] = variants
     with open(os.path.join(runs, "setup.json"), "w") as f:
@@ -93,9 +101,14 @@ def make_out(out, variants, vit_digests=DIGESTS):
                         "shim_share": 0.01, "vit_wait_ms": 2.0 if "+vit"
                         in algo else 30.0,
                         "vit_bytes_moved_per_step": 3e9 if "+vit" in algo
-                        else 0})
+                        else 0, "vit_shim_ms": 1.5 if "+vit" in algo
+                        else 0.0})
     with open(os.path.join(runs, "sim.json"), "w") as f:
         json.dump(sim, f)
+    if variants:  # the encoder-heavy mix beside it (demo.sh's second run)
+        with open(os.path.join(runs, "sim_encoder_heavy.json"), "w") as f:
+            json.dump([dict(x, vit_wait_ms=x["vit_wait_ms"] + 10)
+                       for x in sim], f)
 
 
 def report(out):
@@ -321,6 +334,22 @@ def main():
                "vlm_sim per DP 4: %s" % s4)
         check("+5.0%" in text and "30.0 -> 2.0" in text,
                "the simulated table:\n" + text)
+        # What the ViT level adds against what it saves: the run's (its
+        # share of wall time x 950 ms; default's vit wait 30 less its 3)
+        # and the simulator's (vit_shim_ms; 30 less 2, heavy 40 less 12).
+        check(d["vit_adds_saves"]["default+vit"] ==
+               {"adds_ms": 9.5, "saves_ms": 27.0} and
+               "ViT adds / saves 9.5 / 27.0 ms a step" in text,
+               "the run's ViT adds / saves: %s\n%s"
+               % (d["vit_adds_saves"], text))
+        check(s4["vit_adds_saves"]["default+vit"] ==
+               {"adds_ms": 1.5, "saves_ms": 28.0} and "1.5 / 28.0" in text,
+               "the simulated ViT adds / saves: %s" % s4["vit_adds_saves"])
+        heavy = doc.get("vlm_sim_encoder_heavy")
+        check(heavy and heavy["args"][-1] == "encoder-heavy" and
+               heavy["per_dp"][0]["vit_wait_ms"]["none"] == 40.0 and
+               "Simulated, the encoder-heavy mix (dpshim-sim" in text,
+               "the encoder-heavy table: %s\n%s" % (heavy, text))
 
         out = os.path.join(tmp, "differ")
         make_out(out, ["none", "seed", "default", "default+vit"],
