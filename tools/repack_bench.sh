@@ -80,8 +80,8 @@ def steps(model, i):
             e = json.loads(line)
             if e["step"] > 6:
                 yield e
-APPLY = re.compile(r"applying a plan took a rank ([0-9.]+) ms in the exchange "
-                   r"and ([0-9.]+) ms in the repack, which copied ([0-9.]+) MB "
+APPLY = re.compile(r"applying a plan: ([0-9.]+) ms in the exchange and "
+                   r"([0-9.]+) ms in the repack, which copied ([0-9.]+) MB "
                    r"where shifting what stays would have copied ([0-9.]+) MB")
 def split(model, i):
     runs = [APPLY.search(open(p).read())
