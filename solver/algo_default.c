@@ -186,6 +186,29 @@ static void shed(dpshim__dstate_t *s) {
 
 /* ---- driver ------------------------------------------------------------- */
 
+
+/* The trades' per-rank cache (default_state.h): each rank's slot sized to
+ * what it holds and half again; the pools room for every sample about
+ * twice before they are reset. */
+static int trade_cache_init(dpshim__dstate_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  struct dpshim__trade_cache *c = &s->cache;
+  c->size = 2 * (ctx->nsamples + ctx->ranks);
+  c->used = 0;
+  c->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->at = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->room = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->key = DPSHIM__ALLOC(ctx, uint64_t, c->size);
+  c->cost = DPSHIM__ALLOC(ctx, double, c->size);
+  c->tokens = DPSHIM__ALLOC(ctx, int64_t, c->size);
+  c->rows = DPSHIM__ALLOC(ctx, int64_t, c->size);
+  if (!c->version || !c->at || !c->room || !c->key || !c->cost ||
+      !c->tokens || !c->rows)
+    return DPSHIM_ENOMEM;
+  for (int32_t r = 0; r < ctx->ranks; r++) c->version[r] = -1, c->room[r] = 0;
+  return 0;
+}
+
 int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   *s = (dpshim__dstate_t){.ctx = ctx,
                           .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
@@ -223,15 +246,8 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   }
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
   s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  s->trade_lo = -1;
-  s->trade_key = DPSHIM__ALLOC(ctx, uint64_t, ctx->nsamples);
-  s->trade_cost = DPSHIM__ALLOC(ctx, double, ctx->nsamples + 1);
-  s->trade_tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
-  s->trade_rows = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
-  s->trade_price = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples + 1);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!s->version || !s->trade_key || !s->trade_cost || !s->trade_tokens ||
-      !s->trade_rows || !s->trade_price || !s->viable)
+  if (!s->version || !s->viable || trade_cache_init(s) < 0)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return 0;

@@ -98,31 +98,66 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* lo's samples shortest first in trade_key (low half: the index), and the
- * running sums of what handing back the first m of them to hi would move.
- * Kept while neither rank changes: the repair asks again and again. */
-static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo, int32_t hi) {
-  if (s->trade_lo == lo && s->trade_hi == hi &&
-      s->trade_version == s->version[lo] + s->version[hi])
-    return s->trade_n;
-  int64_t n = 0;
-  for (int64_t j = s->head[lo]; j >= 0; j = s->next[j])
-    s->trade_key[n++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
-  qsort(s->trade_key, (size_t)n, sizeof *s->trade_key, cmp_u64);
-  s->trade_cost[0] = 0;
-  s->trade_tokens[0] = s->trade_rows[0] = s->trade_price[0] = 0;
-  for (int64_t m = 0; m < n; m++) {
-    int64_t j = (int64_t)(s->trade_key[m] & UINT32_MAX);
-    s->trade_cost[m + 1] = s->trade_cost[m] + s->ctx->cost[j];
-    s->trade_tokens[m + 1] = s->trade_tokens[m] + s->ctx->samples[j].len;
-    s->trade_rows[m + 1] = s->trade_rows[m] + s->ctx->samples[j].rows;
-    s->trade_price[m + 1] =
-        s->trade_price[m] + dpshim__dstate_extra_price(s, j, hi);
+/* A rank holds a few dozen samples: insertion sort beats qsort's calls
+ * there (the repair sorts one rank's samples per receiver it tries). The
+ * keys are distinct, so both give the same order. */
+static void sort_keys(uint64_t *key, int64_t n) {
+  if (n > 64) {
+    qsort(key, (size_t)n, sizeof *key, cmp_u64);
+    return;
   }
-  s->trade_lo = lo;
-  s->trade_hi = hi;
-  s->trade_version = s->version[lo] + s->version[hi];
-  return s->trade_n = n;
+  for (int64_t i = 1; i < n; i++) {
+    uint64_t k = key[i];
+    int64_t j = i;
+    for (; j > 0 && key[j - 1] > k; j--) key[j] = key[j - 1];
+    key[j] = k;
+  }
+}
+
+/* Rank r's slot filled: its samples shortest first, and the running sums. */
+static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
+  struct dpshim__trade_cache *c = &s->cache;
+  if (c->room[r] < n + 1) {
+    int64_t room = n + 1 + n / 2;
+    if (c->used + room > c->size) { /* full: every slot is given up */
+      for (int32_t k = 0; k < s->ctx->ranks; k++) c->version[k] = -1, c->room[k] = 0;
+      c->used = 0;
+    }
+    c->at[r] = c->used;
+    c->room[r] = room;
+    c->used += room;
+  }
+  int64_t at = c->at[r], m = 0;
+  uint64_t *key = c->key + at;
+  for (int64_t j = s->head[r]; j >= 0; j = s->next[j])
+    key[m++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
+  sort_keys(key, n);
+  double *cost = c->cost + at;
+  int64_t *tokens = c->tokens + at, *rows = c->rows + at;
+  cost[0] = 0;
+  tokens[0] = rows[0] = 0;
+  for (m = 0; m < n; m++) {
+    int64_t j = (int64_t)(key[m] & UINT32_MAX);
+    cost[m + 1] = cost[m] + s->ctx->cost[j];
+    tokens[m + 1] = tokens[m] + s->ctx->samples[j].len;
+    rows[m + 1] = rows[m] + s->ctx->samples[j].rows;
+  }
+  c->version[r] = s->version[r];
+}
+
+/* lo's samples shortest first in trade_key (low half: the index), and the
+ * running sums of what handing back the first m of them moves: cost,
+ * tokens, rows. Returns how many. */
+static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo) {
+  struct dpshim__trade_cache *c = &s->cache;
+  int64_t n = s->count[lo];
+  if (c->version[lo] != s->version[lo]) fill_slot(s, lo, n);
+  int64_t at = c->at[lo];
+  s->trade_key = c->key + at;
+  s->trade_cost = c->cost + at;
+  s->trade_tokens = c->tokens + at;
+  s->trade_rows = c->rows + at;
+  return n;
 }
 
 /* The position in trade_key (lo's samples by cost ascending) of the last
@@ -147,7 +182,7 @@ static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
    * With lo's samples sorted by cost, each of hi's needs only the partners
    * next to three costs: the one that just takes hi within U, the one that
    * just fills lo to U, and the one that evens the pair. */
-  int64_t n = index_shortest(s, lo, hi);
+  int64_t n = index_shortest(s, lo);
   double need = s->load[hi] - s->target, room = s->target - s->load[lo];
   double even = (s->load[hi] - s->load[lo]) / 2;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
@@ -184,6 +219,17 @@ static int trade_rows_fit(const dpshim__dstate_t *s, int64_t i, int32_t from,
                                       s->ctx->samples[i].rows - s->trade_rows[m]);
 }
 
+/* Priced bytes added by sending i to lo and lo's m shortest (trade_key)
+ * to x. */
+static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
+                           int32_t x, int64_t m) {
+  int64_t price = dpshim__dstate_extra_price(s, i, lo);
+  for (int64_t k = 0; k < m; k++)
+    price += dpshim__dstate_extra_price(
+        s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
+  return price;
+}
+
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
  * Returns the best such trade; *back is how many samples go back. */
@@ -191,7 +237,7 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
                               int64_t *back) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  int64_t n = index_shortest(s, lo, hi);
+  int64_t n = index_shortest(s, lo);
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
     int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
@@ -199,7 +245,7 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
     if (!trade_rows_fit(s, i, hi, lo, m)) continue;
     exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    dpshim__dstate_extra_price(s, i, lo) + s->trade_price[m]};
+                    trade_price(s, i, lo, hi, m)};
     if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) continue;
     candidate_t c = rate(s, hi, lo, x);
     if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
@@ -212,21 +258,10 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
 
 static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
                         int64_t give, int64_t back) {
-  int64_t n = index_shortest(s, lo, hi);
+  int64_t n = index_shortest(s, lo);
   dpshim__dstate_relocate(s, give, lo);
   for (int64_t m = 0; m < back && m < n; m++)
     dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
-}
-
-/* Priced bytes added by sending i to lo and lo's m shortest (trade_key)
- * to x. */
-static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
-                           int32_t x, int64_t m) {
-  int64_t price = dpshim__dstate_extra_price(s, i, lo);
-  for (int64_t k = 0; k < m; k++)
-    price += dpshim__dstate_extra_price(
-        s, (int64_t)(s->trade_key[k] & UINT32_MAX), x);
-  return price;
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -239,7 +274,7 @@ static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
 static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
-  int64_t n = index_shortest(s, lo, lo);
+  int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks; x++) {

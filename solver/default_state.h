@@ -24,14 +24,22 @@ typedef struct dpshim__dstate {
   int64_t *start, *group; /* order bucketed by origin (CSR) */
   int64_t *head, *next, *prev; /* per-rank doubly linked sample lists */
   dpshim__rank_tree_t tree;
-  /* Trades: a rank's samples shortest first, with running sums; valid for
-   * (trade_lo, trade_hi) while version[trade_lo] == trade_version. */
   int64_t *version; /* [ranks] bumped whenever a rank's samples change */
-  int32_t trade_lo, trade_hi;
-  int64_t trade_version, trade_n;
-  uint64_t *trade_key;
-  double *trade_cost;
-  int64_t *trade_tokens, *trade_rows, *trade_price;
+  /* Trades: each rank's samples shortest first, with running sums of their
+   * cost, tokens and rows, kept in a slot of the pools while the rank's
+   * version is the slot's (the repair asks for many ranks, again and
+   * again, while one or two change). */
+  struct dpshim__trade_cache {
+    int64_t *version, *at, *room; /* [ranks]; version -1: no slot */
+    int64_t used, size;           /* of the pools */
+    uint64_t *key;
+    double *cost;
+    int64_t *tokens, *rows;
+  } cache;
+  /* The rank last asked for: its slot's arrays (key[0 .. n), sums [0 .. n]) */
+  const uint64_t *trade_key;
+  const double *trade_cost;
+  const int64_t *trade_tokens, *trade_rows;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
 } dpshim__dstate_t;
 
