@@ -202,10 +202,13 @@ static int trade_cache_init(dpshim__dstate_t *s) {
   c->cost = DPSHIM__ALLOC(ctx, double, c->size);
   c->tokens = DPSHIM__ALLOC(ctx, int64_t, c->size);
   c->rows = DPSHIM__ALLOC(ctx, int64_t, c->size);
+  c->longest = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->longest_version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   if (!c->version || !c->at || !c->room || !c->key || !c->cost ||
-      !c->tokens || !c->rows)
+      !c->tokens || !c->rows || !c->longest || !c->longest_version)
     return DPSHIM_ENOMEM;
-  for (int32_t r = 0; r < ctx->ranks; r++) c->version[r] = -1, c->room[r] = 0;
+  for (int32_t r = 0; r < ctx->ranks; r++)
+    c->version[r] = c->longest_version[r] = -1, c->room[r] = 0;
   return 0;
 }
 

@@ -264,6 +264,18 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
+/* Rank r's longest sample's tokens, kept while r is unchanged: unlock()
+ * asks for every rank, and most have none long enough. */
+static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
+  struct dpshim__trade_cache *c = &s->cache;
+  if (c->longest_version[r] == s->version[r]) return c->longest[r];
+  int64_t longest = 0;
+  for (int64_t i = s->head[r]; i >= 0; i = s->next[i])
+    if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
+  c->longest_version[r] = s->version[r];
+  return c->longest[r] = longest;
+}
+
 /* When the least-loaded rank is full up to the token cap with short
  * samples, nothing hi hands it fits. A rank x holding longer samples can
  * trade one of them for enough of lo's shortest: lo rises at equal tokens,
@@ -278,7 +290,7 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks; x++) {
-    if (x == lo) continue;
+    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap) continue;
     for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
       int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
       if (need <= 0) continue;
@@ -296,11 +308,8 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
 }
 
 /* Whether the token cap keeps lo from taking hi's longest sample. */
-static int cap_binds(const dpshim__dstate_t *s, int32_t hi, int32_t lo) {
-  int64_t longest = 0;
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i])
-    if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
-  return s->tokens[lo] + longest > s->ctx->cap;
+static int cap_binds(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
+  return s->tokens[lo] + longest_on(s, hi) > s->ctx->cap;
 }
 
 /* The first position in order[] (cost descending) costing <= c. */
@@ -377,8 +386,11 @@ static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
  * taking hi's longest sample (a rank at U or above cannot fit one). */
 static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
+  int64_t longest = longest_on(s, hi);
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
-    if (r == hi || s->load[r] >= s->target || !cap_binds(s, hi, r)) continue;
+    if (r == hi || s->load[r] >= s->target ||
+        s->tokens[r] + longest <= s->ctx->cap)
+      continue;
     int64_t back = 0;
     candidate_t t = best_trade(s, hi, r, &back);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))

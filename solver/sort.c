@@ -73,26 +73,66 @@ static void index_pass(const uint64_t *key, const uint32_t *src, uint32_t *dst,
     dst[count[(key[src[k]] >> shift) & (DIGITS - 1)]++] = src[k];
 }
 
-/* Sorts the indices in *a by key, stably, in as many passes as the largest
- * key needs; *a then holds the result (a and b swap). */
-static void sort_indices(const uint64_t *key, uint32_t **a, uint32_t **b,
-                         int64_t n, uint32_t *count) {
-  uint64_t max = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (key[i] > max) max = key[i];
-  for (unsigned shift = 0; shift < 64 && (shift == 0 || max >> shift);
-       shift += DIGIT_BITS) {
-    index_pass(key, *a, *b, n, shift, count);
-    uint32_t *t = *a;
-    *a = *b;
-    *b = t;
+/* (cost bits, length, index) ascending. */
+static int before(const uint64_t *bits, const uint64_t *len, uint32_t x,
+                  uint32_t y) {
+  if (bits[x] != bits[y]) return bits[x] < bits[y];
+  return len[x] != len[y] ? len[x] < len[y] : x < y;
+}
+
+/* Runs up to here are put in order by insertion, longer ones by radix
+ * passes (each clears DIGITS counters). */
+#define SHORT_RUN 256
+
+/* a[0 .. k), alike in the costs' high half and in index order, put in
+ * (cost bits, length, index) order: most are already (samples of one
+ * length and no images cost alike), the rest by insertion or stably by the
+ * length and then the low half. tmp: k entries of scratch. */
+static void order_run(const uint64_t *bits, const uint64_t *len, uint32_t *a,
+                      uint32_t *tmp, int64_t k, uint32_t *count) {
+  int64_t i = 1;
+  while (i < k && before(bits, len, a[i - 1], a[i])) i++;
+  if (i >= k) return;
+  if (k <= SHORT_RUN) {
+    for (int64_t i = 1; i < k; i++) {
+      uint32_t x = a[i];
+      int64_t j = i;
+      for (; j > 0 && before(bits, len, x, a[j - 1]); j--) a[j] = a[j - 1];
+      a[j] = x;
+    }
+    return;
+  }
+  uint64_t longest = 0;
+  for (int64_t i = 0; i < k; i++) longest = len[a[i]] > longest ? len[a[i]] : longest;
+  uint32_t *src = a, *dst = tmp, *t;
+  for (unsigned shift = 0; shift < 64 && (shift == 0 || longest >> shift);
+       shift += DIGIT_BITS, t = src, src = dst, dst = t)
+    index_pass(len, src, dst, k, shift, count);
+  for (unsigned shift = 0; shift < 32; shift += DIGIT_BITS, t = src, src = dst, dst = t)
+    index_pass(bits, src, dst, k, shift, count);
+  if (src != a) memcpy(a, src, (size_t)k * sizeof *a);
+}
+
+/* The indices a[0 .. n) in (cost bits, length, index) order: three radix
+ * passes on the costs' high half (their sign, exponent and first 20
+ * mantissa bits), then each run alike there on the rest. b: scratch. */
+static void order_by_cost(const uint64_t *bits, const uint64_t *len,
+                          uint32_t *a, uint32_t *b, int64_t n,
+                          uint32_t *count) {
+  uint32_t *src = a, *dst = b, *t;
+  for (unsigned shift = 32; shift < 64; shift += DIGIT_BITS, t = src, src = dst, dst = t)
+    index_pass(bits, src, dst, n, shift, count);
+  if (src != a) memcpy(a, src, (size_t)n * sizeof *a);
+  for (int64_t lo = 0, hi; lo < n; lo = hi) {
+    for (hi = lo + 1; hi < n && bits[a[hi]] >> 32 == bits[a[lo]] >> 32; hi++) {}
+    order_run(bits, len, a + lo, b + lo, hi - lo, count);
   }
 }
 
 /* Without vision terms cost is non-decreasing in length (in floating point
  * too), so the length is the size, and (cost, length) orders as it does.
- * With them: (cost, length) ascending by two radix sorts (length, then the
- * costs' bits, which order as the costs do, being >= 0), ranked densely. */
+ * With them: (cost, length) ascending by the costs' bits, which order as
+ * the costs do, being >= 0 (order_by_cost), ranked densely. */
 int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size) {
   int64_t n = ctx->nsamples;
   if (!ctx->vision) {
@@ -111,8 +151,7 @@ int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size) {
     memcpy(&bits[i], &cost, sizeof cost);
     a[i] = (uint32_t)i;
   }
-  sort_indices(len, &a, &b, n, count);
-  sort_indices(bits, &a, &b, n, count);
+  order_by_cost(bits, len, a, b, n, count);
   int64_t rank = 0;
   for (int64_t k = 0; k < n; k++) {
     if (k > 0 && (bits[a[k]] != bits[a[k - 1]] || len[a[k]] != len[a[k - 1]]))
