@@ -154,31 +154,63 @@ static void choose_order(dpshim__repack_t *r, const dpshim_batch_t *b,
 /* ---- the moves ------------------------------------------------------------ */
 
 /* r->moves[] of field f under r->order: where each moving sample's rows are
- * (from) and go (to), and how many. Returns how many move. */
+ * (from) and go (to), and how many; r->by_from: the moves by where their
+ * rows are, and r->next the pending ones among them (see pending_from()).
+ * Returns how many move. */
 static int32_t list_moves(dpshim__repack_t *r, const int32_t *off) {
   int32_t m = 0;
   int64_t to = 0;
   for (int32_t p = 0; p < r->n; p++) {
     int64_t from = start_of(off, r->order[p]), rows = rows_of(off, r->order[p]);
     if (from != to && rows > 0) {
-      r->moves[m] = (dpshim__repack_move_t){from, to, rows};
-      r->state[m++] = PENDING;
+      r->moves[m] = (dpshim__repack_move_t){from, to, rows, 0};
+      r->state[m] = PENDING;
+      r->by_from[m] = m;
+      m++;
     }
     to += rows;
   }
+  /* Insertion sort: in pack order but for the fills and the deferred. */
+  for (int32_t i = 1; i < m; i++) {
+    int32_t q = r->by_from[i], j = i;
+    for (; j > 0 && r->moves[r->by_from[j - 1]].from > r->moves[q].from; j--)
+      r->by_from[j] = r->by_from[j - 1];
+    r->by_from[j] = q;
+  }
+  for (int32_t i = 0; i < m; i++) r->rank[r->by_from[i]] = i;
+  for (int32_t i = 0; i <= m; i++) r->next[i] = i;
   return m;
 }
 
-/* Whether a sample still in place has rows where move q goes. */
-static int blocked(const dpshim__repack_t *r, int32_t m, int32_t q) {
-  const dpshim__repack_move_t *a = &r->moves[q];
-  for (int32_t j = 0; j < m; j++) {
-    const dpshim__repack_move_t *o = &r->moves[j];
-    if (j != q && r->state[j] == PENDING && a->to < o->from + o->rows &&
-        o->from < a->to + a->rows)
-      return 1;
+/* The first position k' >= k in by_from whose move is still pending (m:
+ * none); skips what was written or put aside, halving the paths. */
+static int32_t pending_from(dpshim__repack_t *r, int32_t k) {
+  while (r->next[k] != k) {
+    r->next[k] = r->next[r->next[k]];
+    k = r->next[k];
   }
-  return 0;
+  return k;
+}
+
+static void done_with(dpshim__repack_t *r, int32_t q) {
+  r->next[r->rank[q]] = r->rank[q] + 1;
+}
+
+/* Whether another sample still in place has rows where move q goes: its
+ * rows are disjoint from the others', so by where they start the first
+ * pending one ending past q's start is the only one to look at. */
+static int blocked(dpshim__repack_t *r, int32_t m, int32_t q) {
+  const dpshim__repack_move_t *a = &r->moves[q];
+  int32_t lo = 0, hi = m;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    const dpshim__repack_move_t *o = &r->moves[r->by_from[mid]];
+    if (o->from + o->rows <= a->to) lo = mid + 1;
+    else hi = mid;
+  }
+  int32_t k = pending_from(r, lo);
+  if (k < m && r->by_from[k] == q) k = pending_from(r, k + 1);
+  return k < m && r->moves[r->by_from[k]].from < a->to + a->rows;
 }
 
 /* Moves a field's rows (data NULL: counts only), each sample once nothing
@@ -196,9 +228,10 @@ static int64_t move_rows(dpshim__repack_t *r, const int32_t *off,
       if (r->state[q] == WRITTEN || blocked(r, m, q)) continue;
       if (data)
         memmove(data + (size_t)mv->to * row,
-                r->state[q] == STASHED ? r->stash + (size_t)mv->from * row
+                r->state[q] == STASHED ? r->stash + (size_t)mv->aside * row
                                        : data + (size_t)mv->from * row,
                 (size_t)mv->rows * row);
+      if (r->state[q] == PENDING) done_with(r, q);
       r->state[q] = WRITTEN;
       copied += mv->rows;
       left--, moved = 1;
@@ -210,7 +243,8 @@ static int64_t move_rows(dpshim__repack_t *r, const int32_t *off,
     if (data)
       memcpy(r->stash + (size_t)aside * row, data + (size_t)mv->from * row,
              (size_t)mv->rows * row);
-    mv->from = aside; /* now in the stash */
+    done_with(r, q);
+    mv->aside = aside;
     aside += mv->rows;
     copied += mv->rows;
     r->state[q] = STASHED;
@@ -224,6 +258,9 @@ int dpshim__repack_reserve(dpshim__repack_t *r, int32_t nsamples) {
   if (grow(&r->order, &r->order_cap, n, sizeof *r->order) < 0 ||
       grow(&r->ends, &r->ends_cap, n + 1, sizeof *r->ends) < 0 ||
       grow(&r->moves, &r->moves_cap, n, sizeof *r->moves) < 0 ||
+      grow(&r->by_from, &r->by_from_cap, n, sizeof *r->by_from) < 0 ||
+      grow(&r->rank, &r->rank_cap, n, sizeof *r->rank) < 0 ||
+      grow(&r->next, &r->next_cap, n + 1, sizeof *r->next) < 0 ||
       grow(&r->state, &r->state_cap, n, 1) < 0 ||
       grow(&r->taken, &r->taken_cap, n, 1) < 0)
     return DPSHIM_ENOMEM;
@@ -289,6 +326,9 @@ void dpshim__repack_free(dpshim__repack_t *r) {
   free(r->taken);
   free(r->ends);
   free(r->moves);
+  free(r->by_from);
+  free(r->rank);
+  free(r->next);
   free(r->state);
   free(r->stash);
   memset(r, 0, sizeof *r);

@@ -28,8 +28,8 @@
 #include "batch_view.h"
 
 typedef struct dpshim__repack_move {
-  int64_t from, to, rows; /* rows of one field; from: in the stash once put
-                             aside */
+  int64_t from, to, rows; /* rows of one field */
+  int64_t aside;          /* where in the stash, once put aside */
 } dpshim__repack_move_t;
 
 typedef struct dpshim__repack {
@@ -39,12 +39,13 @@ typedef struct dpshim__repack {
   int64_t budget;   /* subset-sum cells left to this plan */
   /* scratch, kept between hand-offs */
   dpshim__repack_move_t *moves;
+  int32_t *by_from, *rank, *next;
   uint8_t *state, *taken;
   int8_t *reach;
   int64_t *ends;
   unsigned char *stash;
-  size_t order_cap, moves_cap, state_cap, taken_cap, reach_cap, ends_cap,
-      stash_cap;
+  size_t order_cap, moves_cap, by_from_cap, rank_cap, next_cap, state_cap,
+      taken_cap, reach_cap, ends_cap, stash_cap;
 } dpshim__repack_t;
 
 /* Scratch for a batch of nsamples; 0 or DPSHIM_ENOMEM. */
