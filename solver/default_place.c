@@ -7,6 +7,7 @@
 
 #define MAKE_ROOM_TRIES 16 /* least-loaded ranks asked first to make room */
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
+#define LOAD_BLOCK 64       /* ranks a block of any_room_maker()'s scan */
 
 /* Rank r sheds its own samples smaller than i, largest first, until i fits;
  * they come later in order[] and are placed in their turn. */
@@ -35,6 +36,10 @@ typedef struct sheddable {
 typedef struct placer {
   dpshim__rank_tree_t open;    /* least key first */
   double *key;                 /* load, or +inf while blocked */
+  /* Every rank's load in blocks of LOAD_BLOCK ranks: the least load of
+   * each, recomputed when asked for after a rank in it changed. */
+  double *block_min;  /* [ranks / LOAD_BLOCK, rounded up] */
+  char *block_stale;  /* [the same] */
   dpshim__rank_heap_t blocked; /* by tokens */
   sheddable_t *shed;           /* [ranks] */
   const int32_t *host_ring;    /* ctx->host_ring */
@@ -140,13 +145,39 @@ static int32_t least_loaded_fitting(const dpshim__dstate_t *s, placer_t *pl,
   }
 }
 
+/* The least load of rank block b, which holds ranks [b * LOAD_BLOCK, end). */
+static double block_min(const dpshim__dstate_t *s, placer_t *pl, int32_t b,
+                        int32_t end) {
+  if (pl->block_stale[b]) {
+    double min = INFINITY;
+    for (int32_t r = b * LOAD_BLOCK; r < end; r++)
+      min = s->load[r] < min ? s->load[r] : min;
+    pl->block_min[b] = min;
+    pl->block_stale[b] = 0;
+  }
+  return pl->block_min[b];
+}
+
 /* The least-loaded rank of all that can shed shorter samples to fit i, or
- * -1: the slow path when the few least loaded hold long samples. */
+ * -1: the slow path when the few least loaded hold long samples. The ranks
+ * asked are those lighter than the best so far, in rank order (asking
+ * fills their sheddable() sums, whose rounding depends on what was asked
+ * before: the same ranks, so the same sums); a block whose least load is
+ * not below the best's holds none. */
 static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
                               int64_t i) {
-  int32_t best = -1;
-  for (int32_t r = 0; r < s->ctx->ranks; r++)
-    if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
+  int32_t best = -1, ranks = s->ctx->ranks;
+  double bound = INFINITY; /* lighter() than best: rank order breaks ties */
+  for (int32_t b = 0; b * LOAD_BLOCK < ranks; b++) {
+    int32_t end = b * LOAD_BLOCK + LOAD_BLOCK < ranks ? b * LOAD_BLOCK + LOAD_BLOCK
+                                                      : ranks;
+    if (!(block_min(s, pl, b, end) < bound)) continue;
+    for (int32_t r = b * LOAD_BLOCK; r < end; r++)
+      if (s->load[r] < bound && can_make_room(s, pl, r, i)) {
+        best = r;
+        bound = s->load[r];
+      }
+  }
   return best;
 }
 
@@ -155,11 +186,14 @@ static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
 static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
   int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
           best = -1;
+  dpshim__rank_tree_saved_t saved[MAKE_ROOM_TRIES];
   while (no < MAKE_ROOM_TRIES) {
     int32_t r = dpshim__rank_tree_min(&pl->open);
-    if (pl->key[r] == INFINITY) break;
+    if (dpshim__rank_tree_min_key(&pl->open) == INFINITY) break;
+    /* Hidden from the tree to reach the next one; pl->key[r] stays its
+     * load, which the tree gets back. */
+    dpshim__rank_tree_hide(&pl->open, r, &saved[no]);
     open[no++] = r;
-    set_key(pl, r, INFINITY); /* hide it to reach the next one */
   }
   while (nb < MAKE_ROOM_TRIES && pl->blocked.size > 0)
     blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
@@ -167,7 +201,7 @@ static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
     int32_t r = p < no ? open[p] : blocked[p - no];
     if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
   }
-  for (int32_t p = 0; p < no; p++) set_key(pl, open[p], s->load[open[p]]);
+  for (int32_t p = no - 1; p >= 0; p--) dpshim__rank_tree_restore(&pl->open, &saved[p]);
   for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
   if (best < 0) best = any_room_maker(s, pl, i);
   if (best >= 0) make_room(s, best, i);
@@ -273,19 +307,23 @@ static int32_t choose_receiver(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
 
 int dpshim__default_place(dpshim__dstate_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
+  int32_t blocks = (ctx->ranks + LOAD_BLOCK - 1) / LOAD_BLOCK;
   placer_t pl = {
       .key = DPSHIM__ALLOC(ctx, double, ctx->ranks),
       .blocked = {DPSHIM__ALLOC(ctx, dpshim__rank_entry_t, ctx->ranks), 0,
                   s->token_key},
       .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks),
+      .block_min = DPSHIM__ALLOC(ctx, double, blocks),
+      .block_stale = DPSHIM__ALLOC(ctx, char, blocks),
       .host_ring = ctx->host_ring};
-  if (!pl.key || !pl.blocked.e || !pl.shed ||
+  if (!pl.key || !pl.blocked.e || !pl.shed || !pl.block_min || !pl.block_stale ||
       (pl.host_ring && host_exports(s, &pl) < 0))
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     pl.key[r] = s->load[r];
     pl.shed[r].version = -1;
   }
+  for (int32_t b = 0; b < blocks; b++) pl.block_stale[b] = 1;
   int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
   for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
@@ -294,6 +332,7 @@ int dpshim__default_place(dpshim__dstate_t *s) {
     note_export(s, &pl, i, r);
     dpshim__dstate_give(s, i, r);
     touch(s, &pl, r); /* also covers room_maker's shedding on r */
+    pl.block_stale[r / LOAD_BLOCK] = 1;
   }
   return rc;
 }

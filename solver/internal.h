@@ -83,11 +83,10 @@ void dpshim__arena_free(dpshim__arena_t *a);
 /* Whether some sample's cost has a vision part: then cost is no function
  * of length, and lengths cannot stand for it. */
 int dpshim__vision_costs(const dpshim__ctx_t *ctx);
-/* Each sample's size (see dpshim__ctx_t.size) into size[nsamples]. */
-int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size);
-/* Sample indices ordered by size descending, ties by index ascending: cost
- * descending, as cost never falls with size. */
-int dpshim__order_by_size_desc(const dpshim__ctx_t *ctx, int64_t *order);
+/* Each sample's size (see dpshim__ctx_t.size) into size[nsamples], and the
+ * sample indices ordered by size descending, ties by index ascending, into
+ * order[nsamples]: cost descending, as cost never falls with size. */
+int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size, int64_t *order);
 
 /* max/mean - 1 of loads; 0 when the mean is 0. The bounds need ctx->order. */
 double dpshim__imbalance(const double *load, int32_t ranks);

@@ -309,11 +309,10 @@ static int solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
   ctx.vision = dpshim__vision_costs(&ctx);
   int64_t *size = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
-  if (!size || dpshim__sizes(&ctx, size) < 0) return DPSHIM_ENOMEM;
-  ctx.size = size;
   int64_t *order = DPSHIM__ALLOC(&ctx, int64_t, in->nsamples);
-  if (!order || dpshim__order_by_size_desc(&ctx, order) < 0)
+  if (!size || !order || dpshim__sizes(&ctx, size, order) < 0)
     return DPSHIM_ENOMEM;
+  ctx.size = size;
   ctx.order = order;
   p->lower_bound = ctx.lower_bound = dpshim__lower_bound(&ctx);
   p->lower_bound_cap = ctx.lower_bound_cap = dpshim__rows_lower_bound(

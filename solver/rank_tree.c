@@ -42,3 +42,18 @@ void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r) {
   if (t->hi) t->hi[leaf].key = t->load[r];
   for (int32_t node = leaf / 2; node >= 1; node /= 2) replay_all(t, node);
 }
+
+void dpshim__rank_tree_hide(dpshim__rank_tree_t *t, int32_t r,
+                            dpshim__rank_tree_saved_t *saved) {
+  int32_t leaf = t->leaves + r, k = 0;
+  saved->leaf = leaf;
+  for (int32_t node = leaf; node >= 1; node /= 2) saved->path[k++] = t->lo[node];
+  t->lo[leaf].key = INFINITY;
+  for (int32_t node = leaf / 2; node >= 1; node /= 2) replay(t->lo, node, 0);
+}
+
+void dpshim__rank_tree_restore(dpshim__rank_tree_t *t,
+                               const dpshim__rank_tree_saved_t *saved) {
+  int32_t k = 0;
+  for (int32_t node = saved->leaf; node >= 1; node /= 2) t->lo[node] = saved->path[k++];
+}

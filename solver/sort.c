@@ -1,6 +1,9 @@
-/* Sample sizes and ordering. A stable LSD radix sort on the size: for 10^5
- * samples it is several times faster than qsort, and stability gives the
- * deterministic tie-break (index ascending) for free. */
+/* Sample sizes and ordering. Radix sorts: for 10^5 samples several times
+ * faster than qsort, and stable passes give the deterministic tie-break
+ * (index ascending) for free. Lengths: least significant digit first (a
+ * few digits). Costs (vision terms): most significant digit first, as a
+ * cost's 64 bits would take six passes and its first 16 already tell
+ * nearly all samples apart. */
 #include <string.h>
 
 #include "internal.h"
@@ -28,15 +31,16 @@ static void radix_pass(const uint64_t *src, uint64_t *dst, int64_t n,
     dst[count[(src[i] >> shift) & (DIGITS - 1)]++] = src[i];
 }
 
-int dpshim__order_by_size_desc(const dpshim__ctx_t *ctx, int64_t *order) {
+static int order_by_size_desc(const dpshim__ctx_t *ctx, const int64_t *size,
+                              int64_t *order) {
   int64_t n = ctx->nsamples, largest = 0;
   for (int64_t i = 0; i < n; i++)
-    if (ctx->size[i] > largest) largest = ctx->size[i];
+    if (size[i] > largest) largest = size[i];
   uint64_t *a = DPSHIM__ALLOC(ctx, uint64_t, n);
   uint64_t *b = DPSHIM__ALLOC(ctx, uint64_t, n);
   uint32_t *count = DPSHIM__ALLOC(ctx, uint32_t, DIGITS);
   if (!a || !b || !count) return DPSHIM_ENOMEM;
-  for (int64_t i = 0; i < n; i++) a[i] = sort_key(largest, ctx->size[i], i);
+  for (int64_t i = 0; i < n; i++) a[i] = sort_key(largest, size[i], i);
   /* Only as many digits as the spread of sizes needs. */
   for (unsigned shift = 32; shift < 64 && (uint64_t)largest >> (shift - 32);
        shift += DIGIT_BITS) {
@@ -58,105 +62,169 @@ int dpshim__vision_costs(const dpshim__ctx_t *ctx) {
   return 0;
 }
 
-/* One stable counting pass of the indices src -> dst by a digit of key. */
-static void index_pass(const uint64_t *key, const uint32_t *src, uint32_t *dst,
-                       int64_t n, unsigned shift, uint32_t *count) {
-  memset(count, 0, DIGITS * sizeof *count);
-  for (int64_t k = 0; k < n; k++) count[(key[src[k]] >> shift) & (DIGITS - 1)]++;
+/* With vision terms, each sample as (cost's bits less the least cost's,
+ * len << 32 | index): ordered as (cost, length, index), all distinct. */
+typedef struct cost_rec {
+  uint64_t cost, len_index;
+} cost_rec_t;
+
+static int rec_before(const cost_rec_t *a, const cost_rec_t *b) {
+  return a->cost != b->cost ? a->cost < b->cost : a->len_index < b->len_index;
+}
+
+static void insertion_sort(cost_rec_t *a, int64_t n) {
+  for (int64_t i = 1; i < n; i++) {
+    cost_rec_t x = a[i];
+    int64_t j = i;
+    for (; j > 0 && rec_before(&x, &a[j - 1]); j--) a[j] = a[j - 1];
+    a[j] = x;
+  }
+}
+
+/* The records' keys as one number, cost above length: `len_bits` bits of
+ * length under the cost's. */
+typedef struct key_shape {
+  int len_bits;
+} key_shape_t;
+
+/* Bits [shift, shift + bits) of a record's key. */
+static uint32_t key_digit(const cost_rec_t *r, key_shape_t k, int shift,
+                          int bits) {
+  uint64_t len = r->len_index >> 32, v;
+  if (shift >= k.len_bits) v = r->cost >> (shift - k.len_bits);
+  else v = (r->cost << (k.len_bits - shift)) | (len >> shift);
+  return (uint32_t)(v & ((1u << bits) - 1));
+}
+
+static int bit_length(uint64_t x) {
+  int n = 0;
+  for (; x; x >>= 1) n++;
+  return n;
+}
+
+#define SMALL_BUCKET 48 /* sorted by insertion from here down */
+#define FIRST_BITS 16   /* the first digit's widest: ~2 samples a bucket */
+
+/* One stable counting pass src -> dst on bits [shift, shift + bits) of the
+ * key; count[d] is left at the end of bucket d. */
+static void msd_pass(const cost_rec_t *src, cost_rec_t *dst, int64_t n,
+                     key_shape_t k, int shift, int bits, uint32_t *count) {
+  uint32_t digits = 1u << bits;
+  memset(count, 0, digits * sizeof *count);
+  for (int64_t i = 0; i < n; i++) count[key_digit(&src[i], k, shift, bits)]++;
   uint32_t sum = 0;
-  for (uint32_t d = 0; d < DIGITS; d++) {
+  for (uint32_t d = 0; d < digits; d++) {
     uint32_t c = count[d];
     count[d] = sum;
     sum += c;
   }
-  for (int64_t k = 0; k < n; k++)
-    dst[count[(key[src[k]] >> shift) & (DIGITS - 1)]++] = src[k];
+  for (int64_t i = 0; i < n; i++) dst[count[key_digit(&src[i], k, shift, bits)]++] = src[i];
 }
 
-/* (cost bits, length, index) ascending. */
-static int before(const uint64_t *bits, const uint64_t *len, uint32_t x,
-                  uint32_t y) {
-  if (bits[x] != bits[y]) return bits[x] < bits[y];
-  return len[x] != len[y] ? len[x] < len[y] : x < y;
+/* A digit as wide as a bucket of n needs to split into a few dozen, up to
+ * `widest` and the `top` bits left. */
+static int digit_bits(int64_t n, int top, int widest) {
+  int bits = bit_length((uint64_t)n);
+  if (bits > widest) bits = widest;
+  return bits < top ? bits : top;
 }
 
-/* Runs up to here are put in order by insertion, longer ones by radix
- * passes (each clears DIGITS counters). */
-#define SHORT_RUN 256
+static void msd_sort(cost_rec_t *a, cost_rec_t *tmp, int64_t n, key_shape_t k,
+                     int top, uint32_t *count);
 
-/* a[0 .. k), alike in the costs' high half and in index order, put in
- * (cost bits, length, index) order: most are already (samples of one
- * length and no images cost alike), the rest by insertion or stably by the
- * length and then the low half. tmp: k entries of scratch. */
-static void order_run(const uint64_t *bits, const uint64_t *len, uint32_t *a,
-                      uint32_t *tmp, int64_t k, uint32_t *count) {
-  int64_t i = 1;
-  while (i < k && before(bits, len, a[i - 1], a[i])) i++;
-  if (i >= k) return;
-  if (k <= SHORT_RUN) {
-    for (int64_t i = 1; i < k; i++) {
-      uint32_t x = a[i];
-      int64_t j = i;
-      for (; j > 0 && before(bits, len, x, a[j - 1]); j--) a[j] = a[j - 1];
-      a[j] = x;
-    }
+/* Each bucket of a (count[d]: its end) sorted on the `top` bits below. */
+static void sort_buckets(cost_rec_t *a, cost_rec_t *tmp, const uint32_t *count,
+                         uint32_t digits, key_shape_t k, int top,
+                         uint32_t *next) {
+  for (uint32_t d = 0, from = 0; d < digits; from = count[d++])
+    if (count[d] - from > 1)
+      msd_sort(a + from, tmp + from, count[d] - from, k, top, next);
+}
+
+/* Most significant digit first, on the key's `top` low bits (the higher
+ * ones are equal throughout a), into a; equal keys stay in index order,
+ * as the passes are stable. */
+static void msd_sort(cost_rec_t *a, cost_rec_t *tmp, int64_t n, key_shape_t k,
+                     int top, uint32_t *count) {
+  if (n <= SMALL_BUCKET) {
+    insertion_sort(a, n);
     return;
   }
-  uint64_t longest = 0;
-  for (int64_t i = 0; i < k; i++) longest = len[a[i]] > longest ? len[a[i]] : longest;
-  uint32_t *src = a, *dst = tmp, *t;
-  for (unsigned shift = 0; shift < 64 && (shift == 0 || longest >> shift);
-       shift += DIGIT_BITS, t = src, src = dst, dst = t)
-    index_pass(len, src, dst, k, shift, count);
-  for (unsigned shift = 0; shift < 32; shift += DIGIT_BITS, t = src, src = dst, dst = t)
-    index_pass(bits, src, dst, k, shift, count);
-  if (src != a) memcpy(a, src, (size_t)k * sizeof *a);
+  if (top == 0) return;
+  int bits = digit_bits(n, top, DIGIT_BITS);
+  msd_pass(a, tmp, n, k, top - bits, bits, count);
+  memcpy(a, tmp, (size_t)n * sizeof *a);
+  sort_buckets(a, tmp, count, 1u << bits, k, top - bits, count + DIGITS);
 }
 
-/* The indices a[0 .. n) in (cost bits, length, index) order: three radix
- * passes on the costs' high half (their sign, exponent and first 20
- * mantissa bits), then each run alike there on the rest. b: scratch. */
-static void order_by_cost(const uint64_t *bits, const uint64_t *len,
-                          uint32_t *a, uint32_t *b, int64_t n,
-                          uint32_t *count) {
-  uint32_t *src = a, *dst = b, *t;
-  for (unsigned shift = 32; shift < 64; shift += DIGIT_BITS, t = src, src = dst, dst = t)
-    index_pass(bits, src, dst, n, shift, count);
-  if (src != a) memcpy(a, src, (size_t)n * sizeof *a);
-  for (int64_t lo = 0, hi; lo < n; lo = hi) {
-    for (hi = lo + 1; hi < n && bits[a[hi]] >> 32 == bits[a[lo]] >> 32; hi++) {}
-    order_run(bits, len, a + lo, b + lo, hi - lo, count);
+/* The first digit is wide (costs spread over the mantissa, so its buckets
+ * hold a sample or two), its pass goes a -> tmp, and the buckets are sorted
+ * there: returns tmp, which holds the result. */
+static cost_rec_t *sort_records(cost_rec_t *a, cost_rec_t *tmp, int64_t n,
+                                key_shape_t k, int top, uint32_t *count) {
+  int bits = digit_bits(n, top, FIRST_BITS);
+  msd_pass(a, tmp, n, k, top - bits, bits, count);
+  sort_buckets(tmp, a, count, 1u << bits, k, top - bits,
+               count + (1u << FIRST_BITS));
+  return tmp;
+}
+
+static int same_size(const cost_rec_t *a, const cost_rec_t *b) {
+  return a->cost == b->cost && a->len_index >> 32 == b->len_index >> 32;
+}
+
+/* a sorted ascending: each sample's size (the dense rank of its (cost,
+ * length)), and order[] by size descending, ties by index ascending. */
+static void sizes_from_sorted(const cost_rec_t *a, int64_t n, int64_t *size,
+                              int64_t *order) {
+  int64_t rank = 0;
+  for (int64_t k = 0; k < n; k++) {
+    if (k > 0 && !same_size(&a[k], &a[k - 1])) rank++;
+    size[a[k].len_index & UINT32_MAX] = rank;
+  }
+  int64_t out = 0;
+  for (int64_t end = n; end > 0;) {
+    int64_t from = end - 1;
+    while (from > 0 && same_size(&a[from - 1], &a[from])) from--;
+    for (int64_t k = from; k < end; k++)
+      order[out++] = (int64_t)(a[k].len_index & UINT32_MAX);
+    end = from;
   }
 }
 
 /* Without vision terms cost is non-decreasing in length (in floating point
  * too), so the length is the size, and (cost, length) orders as it does.
- * With them: (cost, length) ascending by the costs' bits, which order as
- * the costs do, being >= 0 (order_by_cost), ranked densely. */
-int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size) {
+ * With them: (cost, length) ascending by one most-significant-digit radix
+ * sort of the costs' bits (which order as the costs do, being >= 0) and
+ * the lengths below them, ranked densely; order[] comes from the same
+ * sort. */
+int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size, int64_t *order) {
   int64_t n = ctx->nsamples;
   if (!ctx->vision) {
     for (int64_t i = 0; i < n; i++) size[i] = ctx->samples[i].len;
-    return 0;
+    return order_by_size_desc(ctx, size, order);
   }
-  uint64_t *len = DPSHIM__ALLOC(ctx, uint64_t, n);
-  uint64_t *bits = DPSHIM__ALLOC(ctx, uint64_t, n);
-  uint32_t *a = DPSHIM__ALLOC(ctx, uint32_t, n);
-  uint32_t *b = DPSHIM__ALLOC(ctx, uint32_t, n);
-  uint32_t *count = DPSHIM__ALLOC(ctx, uint32_t, DIGITS);
-  if (!len || !bits || !a || !b || !count) return DPSHIM_ENOMEM;
+  cost_rec_t *a = DPSHIM__ALLOC(ctx, cost_rec_t, n);
+  cost_rec_t *tmp = DPSHIM__ALLOC(ctx, cost_rec_t, n);
+  /* A count array a level: at most 64 + 31 key bits, and a level sorts
+   * more than SMALL_BUCKET samples, so takes 6 bits or the last ones. */
+  uint32_t *count =
+      DPSHIM__ALLOC(ctx, uint32_t, (1u << FIRST_BITS) + (size_t)DIGITS * 16);
+  if (!a || !tmp || !count) return DPSHIM_ENOMEM;
+  uint64_t least = UINT64_MAX, most = 0, longest = 0;
   for (int64_t i = 0; i < n; i++) {
     double cost = ctx->cost[i] + 0.0; /* -0 as +0 */
-    len[i] = (uint64_t)ctx->samples[i].len;
-    memcpy(&bits[i], &cost, sizeof cost);
-    a[i] = (uint32_t)i;
+    memcpy(&a[i].cost, &cost, sizeof cost);
+    a[i].len_index = (uint64_t)ctx->samples[i].len << 32 | (uint64_t)i;
+    if (a[i].cost < least) least = a[i].cost;
+    if ((uint64_t)ctx->samples[i].len > longest) longest = (uint64_t)ctx->samples[i].len;
   }
-  order_by_cost(bits, len, a, b, n, count);
-  int64_t rank = 0;
-  for (int64_t k = 0; k < n; k++) {
-    if (k > 0 && (bits[a[k]] != bits[a[k - 1]] || len[a[k]] != len[a[k - 1]]))
-      rank++;
-    size[a[k]] = rank;
+  for (int64_t i = 0; i < n; i++) {
+    a[i].cost -= least;
+    if (a[i].cost > most) most = a[i].cost;
   }
+  key_shape_t k = {bit_length(longest)};
+  sizes_from_sorted(sort_records(a, tmp, n, k, bit_length(most) + k.len_bits, count),
+                    n, size, order);
   return 0;
 }
