@@ -86,8 +86,9 @@ typedef struct dpshim__balance_report {
    * vision array, the caller's and not rewritten, no longer says). */
   dpshim_vision_t held_vision;
   /* Applied: this rank's seconds in the exchange (the samples' copies in
-   * and out, and the alltoallv) and in the repack, the bytes the repack
-   * copied, and what closing the holes by shifting would have copied. */
+   * and out, planning the repack, the alltoallv) and in the repack, the
+   * bytes the repack copied, and what closing the holes by shifting would
+   * have copied. */
   double exchange_s, repack_s;
   int64_t repack_bytes, shift_bytes;
   /* Seconds in the first collective: waiting for the other ranks to reach
