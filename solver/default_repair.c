@@ -120,7 +120,8 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   if (c->room[r] < n + 1) {
     int64_t room = n + 1 + n / 2;
     if (c->used + room > c->size) { /* full: every slot is given up */
-      for (int32_t k = 0; k < s->ctx->ranks; k++) c->version[k] = -1, c->room[k] = 0;
+      for (int32_t k = 0; k < s->ctx->ranks; k++)
+        c->version[k] = -1, c->room[k] = 0;
       c->used = 0;
     }
     c->at[r] = c->used;
