@@ -29,7 +29,8 @@ typedef struct header {
   int64_t step;     /* history key; < 0: none */
   int64_t reserved; /* gathered samples it can hold without allocating */
   int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
-  double price[2]; /* its dpshim__price_t: fixed_s, per_byte_s */
+  double price[3]; /* its dpshim__price_t: fixed_s, per_byte_s,
+                      copied_per_priced (dpshim__price_plan) */
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
   double wire_per_patch; /* bytes a meeting moves per patch (the gate) */
   double waited_s; /* its time in the last hand-off's first collective */
@@ -633,10 +634,16 @@ static int64_t behind_first_hole(const dpshim__balancer_t *b, int32_t r) {
 
 /* The bytes rank r copies to apply the plan, as priced: what it sends and
  * receives (b->bytes), and what closing its holes moves (repack.h). */
-static double copied_bytes(const dpshim__balancer_t *b, int32_t r) {
+static double priced_bytes(const dpshim__balancer_t *b, int32_t r) {
   int64_t sent = b->bytes[r];
   return (double)(sent + b->bytes[b->size + r] +
                   dpshim__repack_priced(sent, behind_first_hole(b, r)));
+}
+
+/* The bytes this rank copied applying the plan. */
+static double copied_bytes(const dpshim__balancer_t *b, int32_t r,
+                           const dpshim__balance_report_t *rep) {
+  return (double)(b->bytes[r] + b->bytes[b->size + r] + rep->repack_bytes);
 }
 
 /* `auto`: whether the plan pays for what applying it costs, each rank
@@ -645,8 +652,7 @@ static const char *priced_skip(dpshim__balancer_t *b,
                                dpshim__balance_report_t *rep) {
   double *cost = b->cost_s;
   for (int32_t r = 0; r < b->size; r++)
-    cost[r] = b->headers[r].price[0] +
-              b->headers[r].price[1] * copied_bytes(b, r);
+    cost[r] = dpshim__price_plan(b->headers[r].price, priced_bytes(b, r));
   return dpshim__policy_worth(&b->plan, cost, b->size, &rep->saving_s,
                               &rep->cost_s);
 }
@@ -757,6 +763,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
   h.step = ho->step;
   h.price[0] = b->price.fixed_s;
   h.price[1] = b->price.per_byte_s;
+  h.price[2] = b->price.copied_per_priced;
   h.meet_s = ho->meet_s;
   h.wire_per_patch = ho->wire_per_patch;
   h.waited_s = b->waited_s;
@@ -925,10 +932,9 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
     double t0 = b->cfg.clock ? b->cfg.clock() : 0;
     rc = exchange(b, comm, batch, &l, &nsent, &nrecv, rep);
     if (rc < 0) return rc;
-    /* Learnt on the bytes as priced, so that the line takes in how far
-     * they are from what the repack copies. */
     if (b->cfg.clock)
-      dpshim__price_learn(&b->price, copied_bytes(b, comm->rank),
+      dpshim__price_learn(&b->price, priced_bytes(b, comm->rank),
+                          copied_bytes(b, comm->rank, rep),
                           b->cfg.clock() - t0);
     rep->shift_bytes = behind_first_hole(b, comm->rank);
     rep->applied = 1;

@@ -32,20 +32,26 @@ static void refit(dpshim__price_t *p) {
   p->per_byte_s = slope;
 }
 
+/* The prior's applied hand-off copied what was priced. */
 void dpshim__price_init(dpshim__price_t *p) {
-  *p = (dpshim__price_t){0};
+  *p = (dpshim__price_t){.priced = PRIOR_BYTES, .copied = PRIOR_BYTES,
+                         .copied_per_priced = 1};
   add(p, 0, 0, 1);
   add(p, PRIOR_BYTES, PRIOR_BYTES / PRIOR_RATE, 1);
   refit(p);
 }
 
-void dpshim__price_learn(dpshim__price_t *p, double bytes, double seconds) {
-  if (!(bytes >= 0) || !(seconds >= 0)) return;
+void dpshim__price_learn(dpshim__price_t *p, double priced, double copied,
+                         double seconds) {
+  if (!(priced >= 0) || !(copied >= 0) || !(seconds >= 0)) return;
   p->w *= KEEP;
   p->x *= KEEP;
   p->y *= KEEP;
   p->xx *= KEEP;
   p->xy *= KEEP;
-  add(p, bytes, seconds, 1);
+  add(p, copied, seconds, 1);
   refit(p);
+  p->priced = KEEP * p->priced + priced;
+  p->copied = KEEP * p->copied + copied;
+  if (p->priced > 0) p->copied_per_priced = p->copied / p->priced;
 }
