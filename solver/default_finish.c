@@ -10,7 +10,8 @@
  *      plan with fewer bytes is kept;
  *   2. at small scale, the exact search (default_search.c): a lower
  *      maximum load where the plan is above its bound, even where the
- *      steps before found no gain; then the fewest bytes for any maximum
+ *      steps before found no gain (its groups relabelled as seed's are,
+ *      where that moves fewer bytes); then the fewest bytes for any maximum
  *      counted as equally good (within 9e-4 of the optimum or the bound,
  *      never above seed's). Where the samples as they lie are that good,
  *      no plan is applied;
@@ -206,6 +207,19 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
 
 /* ---- 2. the exact search ----------------------------------------------- */
 
+/* The makespan search re-deals samples with no regard to where they were
+ * (ranks alike are one to it): without histories, its plan's groups go
+ * to the ranks they keep most bytes on, where that moves fewer. */
+static int relabel_if_fewer(const dpshim__ctx_t *ctx, int32_t *scratch) {
+  if (has_history(ctx)) return 0;
+  copy_dest(ctx, scratch, ctx->dest);
+  int rc = relabel(ctx);
+  if (rc < 0) return rc;
+  if (moved_price(ctx, ctx->dest) >= moved_price(ctx, scratch))
+    copy_dest(ctx, ctx->dest, scratch);
+  return 0;
+}
+
 /* Step 2: one run of the search, kept if its plan, summed afresh, is
  * acceptable and better (makespan) or no worse (bytes): returns 1 if
  * kept, else 0. *optimal: the maximum load left is proven optimal. */
@@ -264,7 +278,10 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   tally_of(ctx, ctx->dest, t);
   double max = dpshim__max_load(t->load, ctx->ranks), slack;
   int optimal, rc = search_run(ctx, 0, &max, mine, t, &optimal);
-  if (rc > 0) reason = DPSHIM_SKIP_NONE;
+  if (rc > 0) {
+    reason = DPSHIM_SKIP_NONE;
+    rc = relabel_if_fewer(ctx, mine);
+  }
   if (rc < 0 || reason != DPSHIM_SKIP_NONE) return rc < 0 ? rc : reason;
   if ((rc = equally_good(ctx, optimal, max, &seed_max, mine, t, &slack)) < 0)
     return rc;
