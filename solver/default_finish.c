@@ -7,14 +7,16 @@
  *      history): each group goes to the rank whose samples it holds most
  *      bytes of, greedily, so that most of its bytes stay. Where seed's
  *      plan wins, default's steps run again aiming at its maximum, and the
- *      plan with fewer bytes is kept;
+ *      search's neighbourhoods (below) take default's own plan down to it:
+ *      the plan with the fewest bytes is kept;
  *   2. at small scale, the exact search (default_search.c): a lower
  *      maximum load where the plan is above its bound, even where the
  *      steps before found no gain (its groups relabelled as seed's are,
  *      where that moves fewer bytes); then the fewest bytes for any maximum
  *      counted as equally good (within 9e-4 of the optimum or the bound,
- *      never above seed's). Where the samples as they lie are that good,
- *      no plan is applied;
+ *      never above seed's), from the plan before that search where it is
+ *      as good or its neighbourhoods make it so. Where the samples as they
+ *      lie are that good, no plan is applied;
  *   3. at most 32 ranks: samples alike (cost, length, rows) trade places
  *      so that each rank keeps as many of its own as it holds of their
  *      kind;
@@ -24,7 +26,10 @@
  *      makespan;
  *   5. told the hosts: every moved sample still on another host than its
  *      home's goes to the least-loaded rank of its home's host that can
- *      take it so; then step 4 again. */
+ *      take it so; then step 4 again;
+ *   6. at most 32 ranks: a moved sample whose home is full goes home in
+ *      exchange for one of its home's samples, sent where it was or to a
+ *      third rank, where that moves fewer bytes under the same maximum. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +188,23 @@ static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
   return DPSHIM_SKIP_NONE;
 }
 
+/* seed's plan is better, and default's aimed at it too where that worked
+ * (in ctx->dest): the search's neighbourhoods take default's own plan
+ * (own) down to seed's maximum where they can, moving within a few ranks
+ * at a time; kept if that moves fewer bytes. */
+static int down_to_seed(const dpshim__ctx_t *ctx, double seed_max,
+                        int32_t *own, int32_t *keep, tally_t *t) {
+  copy_dest(ctx, keep, ctx->dest);
+  copy_dest(ctx, ctx->dest, own);
+  int rc = dpshim__default_search_down(ctx, seed_max);
+  if (rc < 0) return rc;
+  tally_of(ctx, ctx->dest, t);
+  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > seed_max ||
+      moved_price(ctx, ctx->dest) >= moved_price(ctx, keep))
+    copy_dest(ctx, ctx->dest, keep);
+  return DPSHIM_SKIP_NONE;
+}
+
 /* Step 1. Returns the decision for the plan left in ctx->dest; seed_max
  * gets seed's maximum load where seed ran. */
 static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
@@ -200,9 +222,15 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   copy_dest(ctx, mine, ctx->dest);
   int rc = seed_plan(ctx, t, seed_max);
   if (rc < 0) return rc;
-  if (*seed_max < best) return aim_at_seed(ctx, *seed_max, mine, t);
-  copy_dest(ctx, ctx->dest, mine);
-  return reason;
+  if (*seed_max >= best) {
+    copy_dest(ctx, ctx->dest, mine);
+    return reason;
+  }
+  int32_t *own = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!own) return DPSHIM_ENOMEM;
+  copy_dest(ctx, own, mine);
+  if ((rc = aim_at_seed(ctx, *seed_max, mine, t)) < 0) return rc;
+  return down_to_seed(ctx, *seed_max, own, mine, t);
 }
 
 /* ---- 2. the exact search ----------------------------------------------- */
@@ -265,6 +293,25 @@ static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
   return 0;
 }
 
+/* The plan before the makespan search (pre), taken down to `limit` by
+ * the search's neighbourhoods where it is above, replaces the plan in
+ * ctx->dest if it gets there moving fewer bytes: a better start for the
+ * bytes search than a re-deal. */
+static int fewer_at(const dpshim__ctx_t *ctx, double limit, int32_t *pre,
+                    double pre_max, int32_t *scratch, tally_t *t) {
+  copy_dest(ctx, scratch, ctx->dest);
+  copy_dest(ctx, ctx->dest, pre);
+  if (pre_max > limit) {
+    int rc = dpshim__default_search_down(ctx, limit);
+    if (rc < 0) return rc;
+  }
+  tally_of(ctx, ctx->dest, t);
+  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > limit ||
+      moved_price(ctx, ctx->dest) >= moved_price(ctx, scratch))
+    copy_dest(ctx, ctx->dest, scratch);
+  return 0;
+}
+
 /* Step 2. seed_max: seed's maximum load where known, else NAN. */
 static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
                         double seed_max) {
@@ -272,11 +319,13 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
       !dpshim__default_search_applies(ctx))
     return reason;
   int32_t *mine = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
-  if (!mine) return DPSHIM_ENOMEM;
-  if (reason != DPSHIM_SKIP_NONE)
-    dpshim__dest_at_origins(ctx, ctx->dest);
+  int32_t *pre = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!mine || !pre) return DPSHIM_ENOMEM;
+  int had_plan = reason == DPSHIM_SKIP_NONE;
+  if (!had_plan) dpshim__dest_at_origins(ctx, ctx->dest);
+  copy_dest(ctx, pre, ctx->dest);
   tally_of(ctx, ctx->dest, t);
-  double max = dpshim__max_load(t->load, ctx->ranks), slack;
+  double max = dpshim__max_load(t->load, ctx->ranks), slack, pre_max = max;
   int optimal, rc = search_run(ctx, 0, &max, mine, t, &optimal);
   if (rc > 0) {
     reason = DPSHIM_SKIP_NONE;
@@ -291,6 +340,10 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
     return DPSHIM_SKIP_NO_GAIN;
   }
   max = fmax(max, fmin(slack, before * (1 - BYTES_GAIN)));
+  /* The plan before the makespan search, where as good, is the better
+   * start for bytes: that search re-deals with no regard to them. */
+  if (had_plan && (rc = fewer_at(ctx, max, pre, pre_max, mine, t)) < 0)
+    return rc;
   rc = search_run(ctx, 1, &max, mine, t, &optimal);
   return rc < 0 ? rc : reason;
 }
@@ -475,6 +528,137 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   return 0;
 }
 
+/* ---- 6. home by exchange ----------------------------------------------- */
+
+/* A moved sample whose home is full may still go home in exchange for one
+ * of its home's samples, which goes where it was (a swap) or to a third
+ * rank with room (a chain), wherever that moves fewer priced bytes and
+ * keeps every load within the plan's maximum and the caps. Up to
+ * SECOND_START_RANKS ranks, on a work budget (a unit per exchange weighed;
+ * about 1 ms). */
+#define EXCHANGE_WORK 300000
+
+typedef struct swap_home {
+  const dpshim__ctx_t *ctx;
+  tally_t *t;
+  double limit;
+  int64_t *start, *list; /* samples by rank as a pass starts (CSR) */
+  int64_t work;
+} swap_home_t;
+
+typedef struct exchange {
+  int64_t j;
+  int32_t to;
+  int64_t gain; /* priced bytes saved */
+} exchange_t;
+
+/* Whether rank r may take `cost`, `len` and `rows` more (any may be
+ * negative) and stay within the limit and the caps. */
+static int takes(const swap_home_t *h, int32_t r, double cost, int64_t len,
+                 int64_t rows) {
+  const tally_t *t = h->t;
+  return t->load[r] + cost <= h->limit && t->tokens[r] + len <= h->ctx->cap &&
+         dpshim__rows_fit(h->ctx, r, t->rows[r], rows);
+}
+
+/* What sending j from its rank to `to` adds in priced bytes. */
+static int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j, int32_t to) {
+  return dpshim__move_price(ctx, j, to) -
+         dpshim__move_price(ctx, j, ctx->dest[j]);
+}
+
+/* Sample j leaving rank o for `to` in exchange for i coming home to o from
+ * a: kept in *best if it saves more and fits. */
+static void weigh(const swap_home_t *h, int64_t i, int64_t j, int32_t to,
+                  int64_t saved, exchange_t *best) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  const dpshim_sample_t *si = &ctx->samples[i], *sj = &ctx->samples[j];
+  int32_t a = ctx->dest[i];
+  int64_t gain = saved - extra_price(ctx, j, to);
+  if (to < 0 || to == si->origin || gain <= best->gain) return;
+  int ok = to == a ? takes(h, a, ctx->cost[j] - ctx->cost[i],
+                           sj->len - si->len, sj->rows - si->rows)
+                   : h->t->count[a] >= 2 &&
+                         takes(h, to, ctx->cost[j], sj->len, sj->rows);
+  if (ok) *best = (exchange_t){j, to, gain};
+}
+
+/* The best exchange that takes moved sample i home: j, one of its home's
+ * samples, goes where i was (a swap) or to another rank. gain 0: none. */
+static exchange_t best_exchange(swap_home_t *h, int64_t i) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  const dpshim_sample_t *si = &ctx->samples[i];
+  int32_t o = si->origin;
+  int64_t saved = -extra_price(ctx, i, o);
+  exchange_t best = {-1, -1, 0};
+  for (int64_t k = h->start[o]; k < h->start[o + 1]; k++) {
+    int64_t j = h->list[k];
+    const dpshim_sample_t *sj = &ctx->samples[j];
+    h->work += ctx->ranks;
+    if (ctx->dest[j] != o ||
+        !takes(h, o, ctx->cost[i] - ctx->cost[j], si->len - sj->len,
+               si->rows - sj->rows))
+      continue;
+    for (int32_t to = 0; to < ctx->ranks; to++) weigh(h, i, j, to, saved, &best);
+  }
+  return best;
+}
+
+static void index_by_rank(swap_home_t *h) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  for (int32_t r = 0; r <= ctx->ranks; r++) h->start[r] = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) h->start[ctx->dest[i] + 1]++;
+  for (int32_t r = 0; r < ctx->ranks; r++) h->start[r + 1] += h->start[r];
+  for (int64_t i = 0; i < ctx->nsamples; i++)
+    h->list[h->start[ctx->dest[i]]++] = i;
+  for (int32_t r = ctx->ranks; r > 0; r--) h->start[r] = h->start[r - 1];
+  h->start[0] = 0;
+}
+
+/* One pass over the moved samples, costliest first, each sent home
+ * outright where it fits (the rank it leaves may be another's home), else
+ * by the best exchange; returns how many went home. */
+static int64_t exchange_pass(swap_home_t *h) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  int64_t sent = 0;
+  index_by_rank(h);
+  for (int64_t k = 0; k < ctx->nsamples && h->work < EXCHANGE_WORK; k++) {
+    int64_t i = ctx->order[k];
+    int32_t o = ctx->samples[i].origin;
+    if (ctx->dest[i] == o) continue;
+    if (may_move(ctx, h->t, i, o, h->limit)) {
+      move(ctx, h->t, i, o);
+      sent++;
+      continue;
+    }
+    exchange_t x = best_exchange(h, i);
+    if (x.gain <= 0) continue;
+    move(ctx, h->t, i, o);
+    move(ctx, h->t, x.j, x.to);
+    sent++;
+  }
+  return sent;
+}
+
+/* Loads summed along the way may differ from plan.c's by rounding: the
+ * plan is kept only if its maximum, summed afresh, is within the limit. */
+static int home_by_exchange(const dpshim__ctx_t *ctx, tally_t *t) {
+  if (ctx->ranks > SECOND_START_RANKS) return 0;
+  swap_home_t h = {ctx, t, 0, DPSHIM__ALLOC(ctx, int64_t, ctx->ranks + 1),
+                   DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples), 0};
+  int32_t *before = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!h.start || !h.list || !before) return DPSHIM_ENOMEM;
+  copy_dest(ctx, before, ctx->dest);
+  tally_of(ctx, ctx->dest, t);
+  h.limit = dpshim__max_load(t->load, ctx->ranks);
+  while (h.work < EXCHANGE_WORK && exchange_pass(&h) > 0) {
+  }
+  tally_of(ctx, ctx->dest, t);
+  if (dpshim__max_load(t->load, ctx->ranks) > h.limit)
+    copy_dest(ctx, ctx->dest, before);
+  return 0;
+}
+
 int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
   tally_t t;
   if (reason < 0 || tally_init(ctx, &t) < 0) return reason < 0 ? reason
@@ -486,5 +670,6 @@ int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
   if (reason != DPSHIM_SKIP_NONE) return reason;
   int rc = ctx->ranks <= SECOND_START_RANKS ? alike_home(ctx) : 0;
   if (rc == 0) rc = send_home(ctx, &t);
+  if (rc == 0) rc = home_by_exchange(ctx, &t);
   return rc < 0 ? rc : reason;
 }

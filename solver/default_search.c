@@ -462,3 +462,16 @@ int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
     }
   return 0;
 }
+
+int dpshim__default_search_down(const dpshim__ctx_t *ctx, double stop) {
+  if (!dpshim__default_search_applies(ctx)) return 0;
+  search_t s;
+  double *load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  int32_t *by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
+  if (!load || !by_load || search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
+  s.bytes_mode = 0;
+  s.stop = fmax(s.stop, stop);
+  while (makespan_step(&s, load, by_load)) {
+  }
+  return 0;
+}

@@ -73,6 +73,10 @@ int dpshim__default_search_applies(const dpshim__ctx_t *ctx);
 double dpshim__default_search_stop(const dpshim__ctx_t *ctx);
 int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
                            double max);
+/* The search's neighbourhoods alone (the busiest rank with one or two
+ * others), from the plan in ctx->dest, until its maximum is at most stop
+ * or nothing improves: most samples stay where that plan put them. */
+int dpshim__default_search_down(const dpshim__ctx_t *ctx, double stop);
 
 void *dpshim__arena_alloc(dpshim__arena_t *a, size_t bytes);
 int dpshim__arena_reset(dpshim__arena_t *a);

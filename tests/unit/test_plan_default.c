@@ -385,6 +385,72 @@ Test(plan_default, never_above_seed_and_nothing_left_to_send_home) {
   cr_assert_gt(compared, 50, "seed applied on %d instances", compared);
 }
 
+/* Whether some exchange takes moved sample i home (to o) from r with room
+ * to spare (margin: no rounding decides it): j, at o, goes to r (a swap) or
+ * to a third rank, and fewer bytes move. */
+static int exchange_saves(const dpshim_plan_input_t *in, const dpshim_plan_t *pl,
+                          const double *cost, int64_t i, double max) {
+  int64_t n = in->nsamples, tokens[RANKS], count[RANKS] = {0};
+  int32_t r = pl->dest[i], o = s[i].origin;
+  double margin = 1e-9 * max;
+  tokens_of(in, pl->dest, tokens);
+  for (int64_t k = 0; k < n; k++) count[pl->dest[k]]++;
+  for (int64_t j = 0; j < n; j++) {
+    if (pl->dest[j] != o || j == i) continue;
+    if (pl->load_after[o] - cost[j] + cost[i] > max - margin ||
+        tokens[o] - s[j].len + s[i].len > pl->cap_tokens)
+      continue;
+    for (int32_t to = 0; to < in->ranks; to++) {
+      int64_t added = (s[j].origin == to ? 0 : s[j].bytes) -
+                      (s[j].origin == o ? 0 : s[j].bytes);
+      if (to == o || s[i].bytes - added <= 0) continue;
+      int fits = to == r ? pl->load_after[r] - cost[i] + cost[j] <= max - margin &&
+                               tokens[r] - s[i].len + s[j].len <= pl->cap_tokens
+                         : count[r] >= 2 &&
+                               pl->load_after[to] + cost[j] <= max - margin &&
+                               tokens[to] + s[j].len <= pl->cap_tokens;
+      if (fits) return 1;
+    }
+  }
+  return 0;
+}
+
+/* The same mixes: no moved sample of default's plan could go home in
+ * exchange for one of its home's samples (sent where it was, or to a
+ * third rank) moving fewer bytes within the plan's maximum. */
+Test(plan_default, nothing_left_to_bring_home_by_exchange) {
+  static double cost[MAXN];
+  int64_t moved = 0;
+  for (uint64_t seed_no = 1; seed_no <= 1500; seed_no++) {
+    prng_t g = {seed_no * 7919};
+    int32_t ranks = (int32_t)prng_range(&g, 2, 16);
+    int64_t n = 0;
+    for (int32_t r = 0; r < ranks; r++)
+      for (int64_t k = prng_range(&g, 2, 8); k > 0; k--, n++) {
+        int64_t len = prng_unit(&g) < 0.05 ? prng_range(&g, 1500, 4000)
+                                          : prng_range(&g, 20, 900);
+        s[n] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), r, 0, 0, 0};
+        cost[n] = (double)len * (double)len + 1000.0 * (double)len;
+      }
+    dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
+    in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
+    in.cap_ratio = 2.0;
+    dpshim_plan_t def;
+    dpshim_plan_init(&def);
+    cr_assert_eq(dpshim_plan_solve(&in, &def), 0, "%s", def.message);
+    double dmax = max_of(def.load_after, ranks);
+    for (int64_t i = 0; def.decision == DPSHIM_DECISION_APPLY && i < n; i++) {
+      if (def.dest[i] == s[i].origin) continue;
+      moved++;
+      cr_assert(!exchange_saves(&in, &def, cost, i, dmax),
+                "instance %llu: sample %lld could go home by an exchange",
+                (unsigned long long)seed_no, (long long)i);
+    }
+    dpshim_plan_free(&def);
+  }
+  cr_assert_gt(moved, 500, "%lld moved samples checked", (long long)moved);
+}
+
 /* The bytes `where` moves, priced as dpshim_plan_t.bytes_priced prices
  * them under t->in's hosts. */
 static int64_t tiny_price(const tiny_t *t, const int32_t *where) {
