@@ -32,6 +32,7 @@
 #define FULL_WORK 150000  /* the search over all ranks */
 #define LOCAL_WORK 30000  /* one neighbourhood */
 #define TOTAL_WORK 300000 /* one mode, all searches: about 1 ms */
+#define DOWN_WORK 100000  /* _search_down's neighbourhoods */
 /* Makespan: stop this close to the bound; count a plan only this much
  * lower as better (not an artefact of summation order). */
 #define STOP_ABOVE_BOUND 1e-4
@@ -44,7 +45,7 @@
 typedef struct search {
   const dpshim__ctx_t *ctx;
   int bytes_mode;
-  int64_t work, node_work, budget, spent;
+  int64_t work, node_work, budget, spent, total; /* total: all searches */
   int done, out_of_budget;
   /* The set searched: ranks, and their samples costliest first. */
   int32_t *set, nset;
@@ -362,13 +363,13 @@ static int makespan_step(search_t *s, double *load, int32_t *by_load) {
   if (max <= s->stop) return 0;
   s->set[0] = by_load[others];
   s->nset = 2;
-  for (int32_t a = 0; a < others && s->spent < TOTAL_WORK; a++) {
+  for (int32_t a = 0; a < others && s->spent < s->total; a++) {
     s->set[1] = by_load[a];
     if (search_set(s, LOCAL_WORK, max)) return 1;
   }
   s->nset = 3;
   for (int32_t a = 0; a < others; a++)
-    for (int32_t b = a + 1; b < others && s->spent < TOTAL_WORK; b++) {
+    for (int32_t b = a + 1; b < others && s->spent < s->total; b++) {
       s->set[1] = by_load[a];
       s->set[2] = by_load[b];
       if (search_set(s, LOCAL_WORK, max)) return 1;
@@ -386,7 +387,7 @@ static int bytes_pass(search_t *s, double max, double *load, int32_t *by_load) {
   for (int64_t i = 0; i < ctx->nsamples; i++)
     s->hosts[ctx->dest[i] * P + ctx->samples[i].origin] = 1;
   int improved = 0;
-  for (int32_t k = 0; k < P * P && s->spent < TOTAL_WORK; k++) {
+  for (int32_t k = 0; k < P * P && s->spent < s->total; k++) {
     int32_t r = k / P, o = k % P;
     if (!s->hosts[k] || r == o) continue;
     loads_now(s, load);
@@ -428,6 +429,7 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
   s->stop = dpshim__default_search_stop(ctx);
+  s->total = TOTAL_WORK;
   return 0;
 }
 
@@ -455,7 +457,7 @@ int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
   if (!s.out_of_budget) /* the whole tree searched */
     return !bytes_mode && s.limit > s.stop;
   if (bytes_mode)
-    while (s.spent < TOTAL_WORK && bytes_pass(&s, max, load, by_load)) {
+    while (s.spent < s.total && bytes_pass(&s, max, load, by_load)) {
     }
   else
     while (makespan_step(&s, load, by_load)) {
@@ -471,6 +473,7 @@ int dpshim__default_search_down(const dpshim__ctx_t *ctx, double stop) {
   if (!load || !by_load || search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
   s.bytes_mode = 0;
   s.stop = fmax(s.stop, stop);
+  s.total = DOWN_WORK;
   while (makespan_step(&s, load, by_load)) {
   }
   return 0;
