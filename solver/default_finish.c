@@ -536,7 +536,7 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
  * and keeps every load within the plan's maximum and the caps. Up to
  * SECOND_START_RANKS ranks, on a work budget (a unit per sample looked
  * at, per pair and per rank weighed; about 0.5 ms here). */
-#define EXCHANGE_WORK 100000
+#define EXCHANGE_WORK 50000
 
 typedef struct swap_home {
   const dpshim__ctx_t *ctx;

@@ -32,7 +32,7 @@
 #define FULL_WORK 150000  /* the search over all ranks */
 #define LOCAL_WORK 30000  /* one neighbourhood */
 #define TOTAL_WORK 300000 /* one mode, all searches: about 1 ms */
-#define DOWN_WORK 100000  /* _search_down's neighbourhoods */
+#define DOWN_WORK 40000   /* _search_down's neighbourhoods */
 /* Makespan: stop this close to the bound; count a plan only this much
  * lower as better (not an artefact of summation order). */
 #define STOP_ABOVE_BOUND 1e-4
