@@ -20,7 +20,9 @@
  * then two others, for the makespan; each rank with a home of its guests
  * and the least loaded rank, for bytes; until no neighbourhood improves or
  * the budget is spent. Each improvement is exact for its set; the plan
- * never gets worse. Budgets count work (per node, the ranks of the set,
+ * never gets worse. The makespan neighbourhoods also run alone, down to a
+ * given level on a smaller budget (_search_down): most samples then stay
+ * where the plan they start from put them. Budgets count work (per node, the ranks of the set,
  * plus its samples in bytes mode; per set, its set-up), not time: the same
  * plan on every rank. */
 #include <math.h>
@@ -67,6 +69,8 @@ typedef struct search {
   int32_t *pos;         /* [ranks] place in the set */
   double *exact;        /* [ranks] scratch */
   uint8_t *hosts;       /* [ranks * ranks] bytes mode: r holds o's samples */
+  double *rank_load;    /* [ranks] scratch: the plan's loads */
+  int32_t *by_load;     /* [ranks] scratch: ranks by those, least first */
 } search_t;
 
 static inline int fits(const search_t *s, int32_t r, int64_t i) {
@@ -353,8 +357,10 @@ static void sort_by_load(const dpshim__ctx_t *ctx, const double *load,
 
 /* The busiest rank with one other, then with two, least loaded first:
  * returns at the first set that improves. */
-static int makespan_step(search_t *s, double *load, int32_t *by_load) {
+static int makespan_step(search_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
+  double *load = s->rank_load;
+  int32_t *by_load = s->by_load;
   loads_now(s, load);
   sort_by_load(ctx, load, by_load);
   s->spent += ctx->nsamples + ctx->ranks * ctx->ranks;
@@ -380,8 +386,10 @@ static int makespan_step(search_t *s, double *load, int32_t *by_load) {
 /* Each rank holding guests with one of their homes (the pairs as the pass
  * starts), and the least loaded rank for room: returns whether any set
  * moved fewer bytes. */
-static int bytes_pass(search_t *s, double max, double *load, int32_t *by_load) {
+static int bytes_pass(search_t *s, double max) {
   const dpshim__ctx_t *ctx = s->ctx;
+  double *load = s->rank_load;
+  int32_t *by_load = s->by_load;
   int32_t P = ctx->ranks;
   for (int32_t k = 0; k < P * P; k++) s->hosts[k] = 0;
   for (int64_t i = 0; i < ctx->nsamples; i++)
@@ -421,11 +429,13 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .in_set = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks),
                   .pos = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
                   .exact = DPSHIM__ALLOC(ctx, double, ctx->ranks),
-                  .hosts = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks * ctx->ranks)};
+                  .hosts = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks * ctx->ranks),
+                  .rank_load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+                  .by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks)};
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
       !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
       !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
-      !s->exact || !s->hosts)
+      !s->exact || !s->hosts || !s->rank_load || !s->by_load)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
   s->stop = dpshim__default_search_stop(ctx);
@@ -446,9 +456,7 @@ int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
                            double max) {
   if (!dpshim__default_search_applies(ctx)) return 0;
   search_t s;
-  double *load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
-  int32_t *by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!load || !by_load || search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
+  if (search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
   s.bytes_mode = bytes_mode;
   if (!bytes_mode && max <= s.stop) return 0;
   for (int32_t r = 0; r < ctx->ranks; r++) s.set[r] = r;
@@ -457,10 +465,10 @@ int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
   if (!s.out_of_budget) /* the whole tree searched */
     return !bytes_mode && s.limit > s.stop;
   if (bytes_mode)
-    while (s.spent < s.total && bytes_pass(&s, max, load, by_load)) {
+    while (s.spent < s.total && bytes_pass(&s, max)) {
     }
   else
-    while (makespan_step(&s, load, by_load)) {
+    while (makespan_step(&s)) {
     }
   return 0;
 }
@@ -468,13 +476,11 @@ int dpshim__default_search(const dpshim__ctx_t *ctx, int bytes_mode,
 int dpshim__default_search_down(const dpshim__ctx_t *ctx, double stop) {
   if (!dpshim__default_search_applies(ctx)) return 0;
   search_t s;
-  double *load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
-  int32_t *by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!load || !by_load || search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
+  if (search_init(&s, ctx) < 0) return DPSHIM_ENOMEM;
   s.bytes_mode = 0;
   s.stop = fmax(s.stop, stop);
   s.total = DOWN_WORK;
-  while (makespan_step(&s, load, by_load)) {
+  while (makespan_step(&s)) {
   }
   return 0;
 }
