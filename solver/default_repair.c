@@ -231,11 +231,23 @@ static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
   return price;
 }
 
+/* Whether a trade moving delta from hi to lo can be a candidate: it moves
+ * some cost, and keeps lo within U (fits_only: nothing else is wanted) or
+ * lowers the peak; rate() would say so, from loads alone. */
+static int trade_may_count(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                           double delta, int fits_only) {
+  if (delta <= 0) return 0;
+  if (s->load[lo] + delta <= s->target) return 1;
+  return !fits_only &&
+         fmax(s->load[hi] - delta, s->load[lo] + delta) < s->load[hi];
+}
+
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
- * Returns the best such trade; *back is how many samples go back. */
+ * Returns the best such trade (fits_only: the best that keeps lo within U,
+ * or none); *back is how many samples go back. */
 static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
-                              int64_t *back) {
+                              int64_t *back, int fits_only) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
   int64_t n = index_shortest(s, lo);
@@ -244,12 +256,15 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
     int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
-    if (!trade_rows_fit(s, i, hi, lo, m)) continue;
-    exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    trade_price(s, i, lo, hi, m)};
-    if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) continue;
+    double delta = ctx->cost[i] - s->trade_cost[m];
+    /* Priced (a loop over the m) only if it could count. */
+    if (!trade_may_count(s, hi, lo, delta, fits_only) ||
+        !trade_rows_fit(s, i, hi, lo, m))
+      continue;
+    exchange_t x = {i, -1, delta, trade_price(s, i, lo, hi, m)};
+    if (!dpshim__dstate_affordable(s, x.price)) continue;
     candidate_t c = rate(s, hi, lo, x);
-    if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
+    if (better(&c, &best)) {
       best = c;
       *back = m;
     }
@@ -265,16 +280,42 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
-/* Rank r's longest sample's tokens, kept while r is unchanged: unlock()
- * asks for every rank, and most have none long enough. */
+/* Rank r's longest sample's tokens, kept while r is unchanged, with the
+ * first such sample (list order) and the longest of the others: unlock()
+ * asks for every rank, most have none long enough, and of the rest most
+ * have just the one. */
 static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
   if (c->longest_version[r] == s->version[r]) return c->longest[r];
-  int64_t longest = 0;
-  for (int64_t i = s->head[r]; i >= 0; i = s->next[i])
-    if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
+  int64_t longest = 0, second = 0, at = -1;
+  for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
+    int64_t len = s->ctx->samples[i].len;
+    if (len > longest) second = longest, longest = len, at = i;
+    else if (len > second) second = len;
+  }
   c->longest_version[r] = s->version[r];
+  c->longest_at[r] = at;
+  c->second[r] = second;
   return c->longest[r] = longest;
+}
+
+/* One of unlock()'s trades: x's sample i for lo's shortest (n of them),
+ * taken if it moves more than *best. */
+static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
+                        int64_t i, double *best, action_t *a) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+  if (need <= 0) return;
+  int64_t m = shortest_covering(s, n, need);
+  if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) return;
+  if (!trade_rows_fit(s, i, x, lo, m)) return;
+  double delta = ctx->cost[i] - s->trade_cost[m];
+  if (delta <= *best || delta > s->target - s->load[lo] ||
+      s->load[x] - delta < s->load[lo])
+    return;
+  if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) return;
+  *best = delta;
+  *a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -283,27 +324,23 @@ static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
  * x falls and gains the room hi needs. It tries every rank as the partner,
  * so it runs at small rank counts, where the cap binds most, or far from
  * the bound (at large rank counts near it, it cost more than twice the
- * solve for a gain of ~2e-4 of the load). */
+ * solve for a gain of ~2e-4 of the load). A rank whose other samples are
+ * all too short offers its longest alone, without a walk of its list. */
 static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
-  double best = 0, room = s->target - s->load[lo];
+  double best = 0;
   for (int32_t x = 0; x < ctx->ranks; x++) {
     if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap) continue;
-    for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
-      int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-      if (need <= 0) continue;
-      int64_t m = shortest_covering(s, n, need);
-      if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
-      if (!trade_rows_fit(s, i, x, lo, m)) continue;
-      double delta = ctx->cost[i] - s->trade_cost[m];
-      if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
-      if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) continue;
-      best = delta;
-      a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
+    if (s->cache.longest_at[x] >= 0 &&
+        s->tokens[lo] + s->cache.second[x] <= ctx->cap) {
+      unlock_with(s, lo, n, x, s->cache.longest_at[x], &best, &a);
+      continue;
     }
+    for (int64_t i = s->head[x]; i >= 0; i = s->next[i])
+      unlock_with(s, lo, n, x, i, &best, &a);
   }
   return a;
 }
@@ -393,7 +430,7 @@ static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
         s->tokens[r] + longest <= s->ctx->cap)
       continue;
     int64_t back = 0;
-    candidate_t t = best_trade(s, hi, r, &back);
+    candidate_t t = best_trade(s, hi, r, &back, 1);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))
       best = (action_t){t, hi, r, back};
   }
@@ -424,7 +461,7 @@ static action_t choose(dpshim__dstate_t *s, int32_t hi, int32_t lo,
   int capped = cap_binds(s, hi, lo);
   if (capped) {
     int64_t back = 0;
-    candidate_t t = best_trade(s, hi, lo, &back);
+    candidate_t t = best_trade(s, hi, lo, &back, 0);
     if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, lo, back};
     if (a.c.fits) return a;
   }

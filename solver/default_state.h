@@ -35,7 +35,8 @@ typedef struct dpshim__dstate {
     uint64_t *key;
     double *cost;
     int64_t *tokens, *rows;
-    int64_t *longest, *longest_version; /* [ranks]: its longest sample */
+    int64_t *longest, *longest_version; /* [ranks]: its longest sample's */
+    int64_t *longest_at, *second; /* tokens, that sample, the others' most */
   } cache;
   /* The rank last asked for: its slot's arrays (key[0 .. n), sums [0 .. n]) */
   const uint64_t *trade_key;
