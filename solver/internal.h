@@ -100,6 +100,16 @@ double dpshim__rows_lower_bound(const dpshim__ctx_t *ctx, double from);
 double dpshim__water_level(const dpshim__ctx_t *ctx, const double *base,
                            int32_t n, double work);
 
+/* dpshim_sample_cost(), inlined for the solve's pass over every sample:
+ * the same operations in the same order, so bit for bit the same cost. */
+static inline double dpshim__sample_cost(dpshim_cost_model_t m,
+                                         const dpshim_sample_t *s) {
+  double l = (double)s->len, cost = m.a * l * l + m.b * l + m.c;
+  if (s->patches || s->patches_sq)
+    cost += m.d * (double)s->patches_sq + m.e * (double)s->patches;
+  return cost;
+}
+
 /* Whether rank r, holding `held` rows, may take `add` more (negative: give
  * some up): never above its cap, though a rank above it may still shed. */
 static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,

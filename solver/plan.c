@@ -204,7 +204,7 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   double work = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
     const dpshim_sample_t *smp = &in->samples[i];
-    cost[i] = dpshim_sample_cost(in->model, smp);
+    cost[i] = dpshim__sample_cost(in->model, smp);
     if (!isfinite(cost[i]))
       return FAIL(p, "cost of samples[%lld] (len %lld, patches_sq %lld) = %g: "
                   "the model overflows", (long long)i, (long long)smp->len,
@@ -245,7 +245,7 @@ static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
   if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
   int reason = algo_fns[in->algo](ctx);
   if (reason == DPSHIM_SKIP_NONE && in->algo != DPSHIM_ALGO_KK &&
-      dpshim__rows_over_caps(ctx, ctx->dest, rows) > 0)
+      ctx->rows_cap && dpshim__rows_over_caps(ctx, ctx->dest, rows) > 0)
     return DPSHIM_SKIP_CAPACITY;
   return reason;
 }
@@ -264,13 +264,17 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   p->decision = reason == DPSHIM_SKIP_NONE ? DPSHIM_DECISION_APPLY
                                            : DPSHIM_DECISION_SKIP;
   p->reason = (dpshim_skip_reason_t)reason;
-  for (int32_t r = 0; r < in->ranks; r++) p->load_after[r] = ctx->history[r];
+  for (int32_t r = 0; r < in->ranks; r++) {
+    p->load_after[r] = ctx->history[r];
+    rows[r] = 0;
+  }
   p->bytes_moved = p->bytes_total = p->bytes_inter_host = p->bytes_priced = 0;
   dpshim__ctx_t priced = *ctx; /* prices across hosts, ignored or not */
   priced.host = in->host;
   for (int64_t i = 0; i < in->nsamples; i++) {
     int32_t to = p->dest[i], from = in->samples[i].origin;
     p->load_after[to] += ctx->cost[i];
+    rows[to] += in->samples[i].rows;
     p->bytes_total += in->samples[i].bytes;
     if (to != from) p->bytes_moved += in->samples[i].bytes;
     if (in->host && in->host[to] != in->host[from])
@@ -278,7 +282,6 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     p->bytes_priced += dpshim__move_price(&priced, i, to);
   }
   p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
-  dpshim__rows_over_caps(ctx, p->dest, rows);
   p->rows_max_after = max_rows(rows, in->ranks);
   p->cap_tokens = ctx->cap == DPSHIM__NO_CAP ? -1 : ctx->cap;
   p->message[0] = '\0';
