@@ -70,24 +70,38 @@ static int better(const candidate_t *a, const candidate_t *b) {
   return a->x.price < b->x.price;
 }
 
+/* Whether an exchange moving delta from hi to lo that leaves lo above U
+ * could be a candidate better than *best: it must lower the peak, and the
+ * peak decides before its price does (see rate(), better()). */
+static int unfit_may_count(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                           double delta, const candidate_t *best) {
+  if (best->x.give >= 0 && best->fits) return 0;
+  double peak = fmax(s->load[hi] - delta, s->load[lo] + delta);
+  return peak < s->load[hi] && (best->x.give < 0 || peak <= best->value);
+}
+
 /* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
- * the best. */
+ * the best. Its bytes are priced last: most exchanges fail before. */
 static int consider(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
                     int64_t i, int64_t j, candidate_t *best) {
   const dpshim__ctx_t *ctx = s->ctx;
-  exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_price(s, i, lo)};
+  exchange_t x = {i, j, ctx->cost[i], 0};
   int64_t dlen = ctx->samples[i].len, drows = ctx->samples[i].rows;
   if (j >= 0) {
     x.delta -= ctx->cost[j];
-    x.price += dpshim__dstate_extra_price(s, j, hi);
     dlen -= ctx->samples[j].len;
     drows -= ctx->samples[j].rows;
   }
-  if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) return 0;
+  if (x.delta <= 0) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
   if (!dpshim__dstate_rows_fit_both(s, hi, lo, drows)) return 0;
+  if (s->load[lo] + x.delta > s->target &&
+      !unfit_may_count(s, hi, lo, x.delta, best))
+    return 0;
+  x.price = dpshim__dstate_extra_price(s, i, lo) +
+            (j >= 0 ? dpshim__dstate_extra_price(s, j, hi) : 0);
+  if (!dpshim__dstate_affordable(s, x.price)) return 0;
   candidate_t c = rate(s, hi, lo, x);
-  if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
   if (!better(&c, best)) return 0;
   *best = c;
   return 1;
