@@ -253,7 +253,10 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
   s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!s->version || !s->viable || trade_cache_init(s) < 0)
+  s->give = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  s->give_len = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  if (!s->version || !s->viable || !s->give || !s->give_len ||
+      trade_cache_init(s) < 0)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return 0;

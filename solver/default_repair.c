@@ -227,6 +227,17 @@ static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
   return lo;
 }
 
+/* hi's samples in list order, with their lengths, into s->give: the
+ * trades ask them over and over, for one receiver after another, and most
+ * are too short to need one. */
+static void list_gives(dpshim__dstate_t *s, int32_t hi) {
+  s->given = 0;
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    s->give[s->given] = i;
+    s->give_len[s->given++] = s->ctx->samples[i].len;
+  }
+}
+
 /* Whether i may go from -> to while to's m shortest (trade_key) go back. */
 static int trade_rows_fit(const dpshim__dstate_t *s, int64_t i, int32_t from,
                           int32_t to, int64_t m) {
@@ -265,8 +276,9 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
   int64_t n = index_shortest(s, lo);
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+  for (int64_t k = 0; k < s->given; k++) {
+    int64_t i = s->give[k], len = s->give_len[k];
+    int64_t need = s->tokens[lo] + len - ctx->cap;
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
     int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
@@ -439,6 +451,7 @@ static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
 static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
   int64_t longest = longest_on(s, hi);
+  list_gives(s, hi);
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target ||
         s->tokens[r] + longest <= s->ctx->cap)
@@ -475,6 +488,7 @@ static action_t choose(dpshim__dstate_t *s, int32_t hi, int32_t lo,
   int capped = cap_binds(s, hi, lo);
   if (capped) {
     int64_t back = 0;
+    list_gives(s, hi);
     candidate_t t = best_trade(s, hi, lo, &back, 0);
     if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, lo, back};
     if (a.c.fits) return a;

@@ -43,6 +43,7 @@ typedef struct dpshim__dstate {
   const double *trade_cost;
   const int64_t *trade_tokens, *trade_rows;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
+  int64_t *give, *give_len, given; /* [nsamples] scratch: a giver's samples */
 } dpshim__dstate_t;
 
 /* ---- per-rank sample lists and moves ----------------------------------- */
