@@ -104,11 +104,9 @@ static void block(placer_t *pl, int32_t r) {
 static void unblock(const dpshim__dstate_t *s, placer_t *pl, int64_t len) {
   dpshim__rank_heap_t *b = &pl->blocked;
   while (b->size > 0) {
-    int32_t r = dpshim__rank_heap_pop_fresh(b);
-    if (!dpshim__dstate_within_cap(s, r, len)) {
-      dpshim__rank_heap_push(b, r);
-      return;
-    }
+    int32_t r = dpshim__rank_heap_peek_fresh(b);
+    if (!dpshim__dstate_within_cap(s, r, len)) return;
+    dpshim__rank_heap_pop(b);
     set_key(pl, r, s->load[r]);
   }
 }
