@@ -67,7 +67,7 @@ static int group_by_origin(dpshim__dstate_t *s) {
   }
   for (int64_t k = 0; k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
-    s->group[fill[ctx->samples[i].origin]++] = i;
+    s->group[fill[ctx->origin[i]]++] = i;
   }
   return 0;
 }

@@ -309,7 +309,7 @@ static void deal_kind(const dpshim__ctx_t *ctx, const kind_key_t *kind,
   for (int64_t k = 0; k < m; k++) places[ctx->dest[kind[k].index]]++;
   for (int64_t k = 0; k < m; k++) {
     int64_t i = kind[k].index;
-    int32_t o = ctx->samples[i].origin;
+    int32_t o = ctx->origin[i];
     ctx->dest[i] = places[o] > 0 ? (places[o]--, o) : -1;
   }
   int32_t r = 0;
@@ -369,7 +369,7 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
   int64_t sent = 0;
   for (int64_t k = 0; k < n; k++) {
     int64_t i = moved[k];
-    int32_t o = ctx->samples[i].origin;
+    int32_t o = ctx->origin[i];
     if (ctx->dest[i] == o || !may_move(ctx, t, i, o, limit)) continue;
     move(ctx, t, i, o);
     sent++;
@@ -440,7 +440,7 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t n = 0;
   for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
     int64_t i = ctx->order[k];
-    if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
+    if (ctx->dest[i] != ctx->origin[i]) moved[n++] = i;
   }
   while (home_pass(ctx, moved, n, limit, t) > 0) {
   }

@@ -195,7 +195,8 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   double *cost = DPSHIM__ALLOC(ctx, double, in->nsamples);
   double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
   int64_t *rows0 = DPSHIM__ALLOC(ctx, int64_t, in->ranks);
-  if (!cost || !history || !rows0) return DPSHIM_ENOMEM;
+  int32_t *origin = DPSHIM__ALLOC(ctx, int32_t, in->nsamples);
+  if (!cost || !history || !rows0 || !origin) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < in->ranks; r++) {
     p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
     rows0[r] = 0;
@@ -214,10 +215,11 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     work += cost[i];
     p->load_before[smp->origin] += cost[i];
     rows0[smp->origin] += smp->rows;
-    p->dest[i] = smp->origin;
+    p->dest[i] = origin[i] = smp->origin;
   }
   ctx->cost = cost;
   ctx->rows0 = rows0;
+  ctx->origin = origin;
   ctx->rows_cap = in->rows_cap;
   ctx->host = in->ignore_hosts || one_host(in) ? NULL : in->host;
   int32_t *ring;
