@@ -154,8 +154,9 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   for (m = 0; m < n; m++) {
     int64_t j = (int64_t)(key[m] & UINT32_MAX);
     cost[m + 1] = cost[m] + s->ctx->cost[j];
-    tokens[m + 1] = tokens[m] + s->ctx->samples[j].len;
-    rows[m + 1] = rows[m] + s->ctx->samples[j].rows;
+    tokens[m + 1] = tokens[m] + s->ctx->len[j];
+    /* Without rows caps no rows are asked for: not read from the samples. */
+    rows[m + 1] = s->ctx->rows_cap ? rows[m] + s->ctx->samples[j].rows : 0;
   }
   c->version[r] = s->version[r];
 }
@@ -234,14 +235,15 @@ static void list_gives(dpshim__dstate_t *s, int32_t hi) {
   s->given = 0;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
     s->give[s->given] = i;
-    s->give_len[s->given++] = s->ctx->samples[i].len;
+    s->give_len[s->given++] = s->ctx->len[i];
   }
 }
 
 /* Whether i may go from -> to while to's m shortest (trade_key) go back. */
 static int trade_rows_fit(const dpshim__dstate_t *s, int64_t i, int32_t from,
                           int32_t to, int64_t m) {
-  return dpshim__dstate_rows_fit_both(s, from, to,
+  return !s->ctx->rows_cap ||
+         dpshim__dstate_rows_fit_both(s, from, to,
                                       s->ctx->samples[i].rows - s->trade_rows[m]);
 }
 
@@ -315,7 +317,7 @@ static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   if (c->longest_version[r] == s->version[r]) return c->longest[r];
   int64_t longest = 0, second = 0, at = -1;
   for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
-    int64_t len = s->ctx->samples[i].len;
+    int64_t len = s->ctx->len[i];
     if (len > longest) second = longest, longest = len, at = i;
     else if (len > second) second = len;
   }

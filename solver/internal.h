@@ -44,9 +44,10 @@ typedef struct dpshim__ctx {
   const int32_t *host_ring; /* [ranks] dpshim__host_ring's, NULL for one */
   double inter_host_cost; /* a byte across hosts, in bytes within one */
   const int64_t *rows0;  /* [ranks] rows held before */
-  /* [nsamples] each sample's origin, apart from the samples: a tenth of
-   * their bytes, for the passes that visit samples out of index order. */
-  const int32_t *origin;
+  /* [nsamples] each sample's origin and length, apart from the samples: a
+   * tenth of their bytes, for the passes that visit samples out of index
+   * order (lengths are validated to fit 32 bits). */
+  const int32_t *origin, *len;
   double threshold;
   double lower_bound;
   double lower_bound_cap; /* for plans within both caps; >= lower_bound */

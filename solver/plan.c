@@ -196,7 +196,8 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
   int64_t *rows0 = DPSHIM__ALLOC(ctx, int64_t, in->ranks);
   int32_t *origin = DPSHIM__ALLOC(ctx, int32_t, in->nsamples);
-  if (!cost || !history || !rows0 || !origin) return DPSHIM_ENOMEM;
+  int32_t *len = DPSHIM__ALLOC(ctx, int32_t, in->nsamples);
+  if (!cost || !history || !rows0 || !origin || !len) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < in->ranks; r++) {
     p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
     rows0[r] = 0;
@@ -216,10 +217,12 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     p->load_before[smp->origin] += cost[i];
     rows0[smp->origin] += smp->rows;
     p->dest[i] = origin[i] = smp->origin;
+    len[i] = (int32_t)smp->len;
   }
   ctx->cost = cost;
   ctx->rows0 = rows0;
   ctx->origin = origin;
+  ctx->len = len;
   ctx->rows_cap = in->rows_cap;
   ctx->host = in->ignore_hosts || one_host(in) ? NULL : in->host;
   int32_t *ring;
