@@ -128,6 +128,28 @@ static void sort_keys(uint64_t *key, int64_t n) {
   }
 }
 
+static uint64_t slot_key(const dpshim__dstate_t *s, int64_t j) {
+  return ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
+}
+
+/* Rank r's samples' keys, in about the order of their sizes: once the shed
+ * step has grouped the samples by origin (largest first), the rank's own
+ * samples still on it come from its group backwards, and the others (if
+ * it holds any) from its list, so that sorting them moves few. */
+static void list_keys(const dpshim__dstate_t *s, int32_t r, int64_t n,
+                      uint64_t *key) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t m = 0;
+  if (!s->group) {
+    for (int64_t j = s->head[r]; j >= 0; j = s->next[j]) key[m++] = slot_key(s, j);
+    return;
+  }
+  for (int64_t k = s->start[r + 1] - 1; k >= s->start[r]; k--)
+    if (ctx->dest[s->group[k]] == r) key[m++] = slot_key(s, s->group[k]);
+  for (int64_t j = s->head[r]; m < n && j >= 0; j = s->next[j])
+    if (ctx->origin[j] != r) key[m++] = slot_key(s, j);
+}
+
 /* Rank r's slot filled: its samples shortest first, and the running sums. */
 static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   struct dpshim__trade_cache *c = &s->cache;
@@ -142,10 +164,9 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
     c->room[r] = room;
     c->used += room;
   }
-  int64_t at = c->at[r], m = 0;
+  int64_t at = c->at[r], m;
   uint64_t *key = c->key + at;
-  for (int64_t j = s->head[r]; j >= 0; j = s->next[j])
-    key[m++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
+  list_keys(s, r, n, key);
   sort_keys(key, n);
   double *cost = c->cost + at;
   int64_t *tokens = c->tokens + at, *rows = c->rows + at;
