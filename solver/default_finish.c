@@ -48,7 +48,9 @@ static int tally_init(const dpshim__ctx_t *ctx, tally_t *t) {
   return t->load && t->tokens && t->rows && t->count ? 0 : DPSHIM_ENOMEM;
 }
 
-/* Summed in index order, as plan.c sums the loads it reports. */
+/* Summed in index order, as plan.c sums the loads it reports. Rows are
+ * summed only under rows caps (nothing asks for them without): the pass
+ * then reads no sample whole. */
 static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
                      tally_t *t) {
   for (int32_t r = 0; r < ctx->ranks; r++) {
@@ -58,10 +60,11 @@ static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
   for (int64_t i = 0; i < ctx->nsamples; i++) {
     int32_t r = dest[i];
     t->load[r] += ctx->cost[i];
-    t->tokens[r] += ctx->samples[i].len;
-    t->rows[r] += ctx->samples[i].rows;
+    t->tokens[r] += ctx->len[i];
     t->count[r]++;
   }
+  for (int64_t i = 0; ctx->rows_cap && i < ctx->nsamples; i++)
+    t->rows[dest[i]] += ctx->samples[i].rows;
 }
 
 /* Whether a plan keeps every rank within the token cap and holding a
@@ -346,10 +349,10 @@ static int alike_home(const dpshim__ctx_t *ctx) {
  * r stays within the limit and the caps. */
 static int may_move(const dpshim__ctx_t *ctx, const tally_t *t, int64_t i,
                     int32_t r, double limit) {
-  const dpshim_sample_t *s = &ctx->samples[i];
   return t->count[ctx->dest[i]] >= 2 && t->load[r] + ctx->cost[i] <= limit &&
-         t->tokens[r] + s->len <= ctx->cap &&
-         dpshim__rows_fit(ctx, r, t->rows[r], s->rows);
+         t->tokens[r] + ctx->len[i] <= ctx->cap &&
+         (!ctx->rows_cap ||
+          dpshim__rows_fit(ctx, r, t->rows[r], ctx->samples[i].rows));
 }
 
 static void move(const dpshim__ctx_t *ctx, tally_t *t, int64_t i, int32_t to) {

@@ -104,7 +104,7 @@ static void sample_density_range(const dpshim__ctx_t *ctx, double *lo,
   *lo = INFINITY;
   *hi = 0;
   for (int64_t i = 0; i < ctx->nsamples; i++) {
-    double len = (double)ctx->samples[i].len, cost = ctx->cost[i];
+    double len = (double)ctx->len[i], cost = ctx->cost[i];
     if (len == 0) {
       if (cost > 0) *hi = INFINITY;
       continue;
