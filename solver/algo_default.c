@@ -238,7 +238,7 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   }
   /* Summed in index order, as the loads before are: bit for bit the same
    * when dest is the origin. */
-  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
+  dpshim__sum_costs(ctx->cost, ctx->dest, ctx->nsamples, s->load);
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
     const dpshim_sample_t *smp = &ctx->samples[i];
     int32_t r = ctx->dest[i];
@@ -288,7 +288,7 @@ static int over_rows_caps(const dpshim__dstate_t *s) {
 static int judge(dpshim__dstate_t *s, double before) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int32_t r = 0; r < ctx->ranks; r++) s->load[r] = ctx->history[r];
-  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
+  dpshim__sum_costs(ctx->cost, ctx->dest, ctx->nsamples, s->load);
   int gain = dpshim__max_load(s->load, ctx->ranks) < before;
   return gain || over_rows_cap_before(ctx) ? DPSHIM_SKIP_NONE
                                            : DPSHIM_SKIP_NO_GAIN;

@@ -57,11 +57,10 @@ static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
     t->load[r] = ctx->history[r];
     t->tokens[r] = t->rows[r] = t->count[r] = 0;
   }
+  dpshim__sum_costs(ctx->cost, dest, ctx->nsamples, t->load);
   for (int64_t i = 0; i < ctx->nsamples; i++) {
-    int32_t r = dest[i];
-    t->load[r] += ctx->cost[i];
-    t->tokens[r] += ctx->len[i];
-    t->count[r]++;
+    t->tokens[dest[i]] += ctx->len[i];
+    t->count[dest[i]]++;
   }
   for (int64_t i = 0; ctx->rows_cap && i < ctx->nsamples; i++)
     t->rows[dest[i]] += ctx->samples[i].rows;

@@ -137,6 +137,26 @@ static inline int64_t dpshim__move_price(const dpshim__ctx_t *ctx, int64_t i,
   return dpshim__across_price(ctx, s->bytes);
 }
 
+/* load[where[i]] += cost[i] for i = 0 .. n - 1, in index order, so every
+ * rank's sum rounds as it does one add at a time; a run of samples on one
+ * rank is summed in a register, not through memory (each add would wait
+ * for the one before to be stored). */
+static inline void dpshim__sum_costs(const double *cost, const int32_t *where,
+                                     int64_t n, double *load) {
+  if (n <= 0) return;
+  int32_t r = where[0];
+  double sum = load[r];
+  for (int64_t i = 0; i < n; i++) {
+    if (where[i] != r) {
+      load[r] = sum;
+      r = where[i];
+      sum = load[r];
+    }
+    sum += cost[i];
+  }
+  load[r] = sum;
+}
+
 /* Every sample back on its origin: dest[i] = samples[i].origin. */
 static inline void dpshim__dest_at_origins(const dpshim__ctx_t *ctx,
                                            int32_t *dest) {

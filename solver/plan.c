@@ -229,13 +229,13 @@ static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     tokens += smp->len;
     if (smp->len > longest) longest = smp->len;
     work += cost[i];
-    p->load_before[smp->origin] += cost[i];
     rows0[smp->origin] += smp->rows;
     p->dest[i] = origin[i] = smp->origin;
     len[i] = (int32_t)smp->len;
   }
   int rc = validate_sums(in, p, per_rank, cost, overflow);
   if (rc < 0) return rc;
+  dpshim__sum_costs(cost, origin, in->nsamples, p->load_before);
   ctx->cost = cost;
   ctx->rows0 = rows0;
   ctx->origin = origin;
@@ -293,9 +293,9 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   p->bytes_moved = p->bytes_total = p->bytes_inter_host = p->bytes_priced = 0;
   dpshim__ctx_t priced = *ctx; /* prices across hosts, ignored or not */
   priced.host = in->host;
+  dpshim__sum_costs(ctx->cost, p->dest, in->nsamples, p->load_after);
   for (int64_t i = 0; i < in->nsamples; i++) {
     int32_t to = p->dest[i], from = in->samples[i].origin;
-    p->load_after[to] += ctx->cost[i];
     rows[to] += in->samples[i].rows;
     p->bytes_total += in->samples[i].bytes;
     if (to != from) p->bytes_moved += in->samples[i].bytes;
