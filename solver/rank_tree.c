@@ -14,18 +14,23 @@ static void replay(dpshim__rank_slot_t *side, int32_t node, int want_max) {
 }
 
 /* Replays the matches above leaf, the winner so far kept at hand: each
- * level reads only the other side's slot (as replay(), left before right).
- * Where the other side won before and wins again, the match stands as it
- * was, and so does every match above it. */
+ * level reads only the other side's slot. The winner is a rank, so the two
+ * differ and which is left does not matter (a match is a strict order, and
+ * padding loses either way). Where the other side won before and wins
+ * again, the match stands as it was, and so does every match above it. */
 static inline void climb(dpshim__rank_slot_t *side, int32_t leaf,
                          int want_max) {
   dpshim__rank_slot_t won = side[leaf];
   for (int32_t node = leaf; node > 1; node /= 2) {
     dpshim__rank_slot_t other = side[node ^ 1];
-    int other_wins = node & 1 ? beats(other, won, want_max)
-                              : !beats(won, other, want_max);
-    if (other_wins && side[node / 2].rank == other.rank) return;
-    if (other_wins) won = other;
+    /* beats(other, won): won is a rank, never padding. */
+    if (other.rank >= 0 &&
+        (other.key == won.key ? other.rank < won.rank
+                              : (want_max ? other.key > won.key
+                                          : other.key < won.key))) {
+      if (side[node / 2].rank == other.rank) return;
+      won = other;
+    }
     side[node / 2] = won;
   }
 }
