@@ -253,8 +253,8 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
   s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  s->give = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
-  s->give_len = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
+  s->give = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  s->give_len = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!s->version || !s->viable || !s->give || !s->give_len ||
       trade_cache_init(s) < 0)
     return DPSHIM_ENOMEM;

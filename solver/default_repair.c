@@ -255,7 +255,7 @@ static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
 static void list_gives(dpshim__dstate_t *s, int32_t hi) {
   s->given = 0;
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    s->give[s->given] = i;
+    s->give[s->given] = (int32_t)i;
     s->give_len[s->given++] = s->ctx->len[i];
   }
 }

@@ -43,7 +43,10 @@ typedef struct dpshim__dstate {
   const double *trade_cost;
   const int64_t *trade_tokens, *trade_rows;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
-  int64_t *give, *give_len, given; /* [nsamples] scratch: a giver's samples */
+  /* [nsamples] scratch: a giver's samples and their lengths (nsamples and
+   * lengths are validated to fit 32 bits); `given` of them. */
+  int32_t *give, *give_len;
+  int64_t given;
 } dpshim__dstate_t;
 
 /* ---- per-rank sample lists and moves ----------------------------------- */
