@@ -67,7 +67,7 @@ static int group_by_origin(dpshim__dstate_t *s) {
   }
   for (int64_t k = 0; k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
-    s->group[fill[ctx->samples[i].origin]++] = i;
+    s->group[fill[ctx->origin[i]]++] = i;
   }
   return 0;
 }
@@ -204,8 +204,11 @@ static int trade_cache_init(dpshim__dstate_t *s) {
   c->rows = DPSHIM__ALLOC(ctx, int64_t, c->size);
   c->longest = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->longest_version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->longest_at = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  c->second = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   if (!c->version || !c->at || !c->room || !c->key || !c->cost ||
-      !c->tokens || !c->rows || !c->longest || !c->longest_version)
+      !c->tokens || !c->rows || !c->longest || !c->longest_version ||
+      !c->longest_at || !c->second)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++)
     c->version[r] = c->longest_version[r] = -1, c->room[r] = 0;
@@ -235,7 +238,7 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   }
   /* Summed in index order, as the loads before are: bit for bit the same
    * when dest is the origin. */
-  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
+  dpshim__sum_costs(ctx->cost, ctx->dest, ctx->nsamples, s->load);
   for (int64_t i = ctx->nsamples - 1; i >= 0; i--) {
     const dpshim_sample_t *smp = &ctx->samples[i];
     int32_t r = ctx->dest[i];
@@ -250,7 +253,10 @@ int dpshim__dstate_init(dpshim__dstate_t *s, const dpshim__ctx_t *ctx) {
   for (int32_t r = 0; r < ctx->ranks; r++) s->token_key[r] = (double)s->tokens[r];
   s->version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   s->viable = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks);
-  if (!s->version || !s->viable || trade_cache_init(s) < 0)
+  s->give = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  s->give_len = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
+  if (!s->version || !s->viable || !s->give || !s->give_len ||
+      trade_cache_init(s) < 0)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->version[r] = 0;
   return 0;
@@ -282,7 +288,7 @@ static int over_rows_caps(const dpshim__dstate_t *s) {
 static int judge(dpshim__dstate_t *s, double before) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int32_t r = 0; r < ctx->ranks; r++) s->load[r] = ctx->history[r];
-  for (int64_t i = 0; i < ctx->nsamples; i++) s->load[ctx->dest[i]] += ctx->cost[i];
+  dpshim__sum_costs(ctx->cost, ctx->dest, ctx->nsamples, s->load);
   int gain = dpshim__max_load(s->load, ctx->ranks) < before;
   return gain || over_rows_cap_before(ctx) ? DPSHIM_SKIP_NONE
                                            : DPSHIM_SKIP_NO_GAIN;

@@ -54,20 +54,22 @@ static int tally_init(const dpshim__ctx_t *ctx, tally_t *t) {
   return t->load && t->tokens && t->rows && t->count ? 0 : DPSHIM_ENOMEM;
 }
 
-/* Summed in index order, as plan.c sums the loads it reports. */
+/* Summed in index order, as plan.c sums the loads it reports. Rows are
+ * summed only under rows caps (nothing asks for them without): the pass
+ * then reads no sample whole. */
 static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
                      tally_t *t) {
   for (int32_t r = 0; r < ctx->ranks; r++) {
     t->load[r] = ctx->history[r];
     t->tokens[r] = t->rows[r] = t->count[r] = 0;
   }
+  dpshim__sum_costs(ctx->cost, dest, ctx->nsamples, t->load);
   for (int64_t i = 0; i < ctx->nsamples; i++) {
-    int32_t r = dest[i];
-    t->load[r] += ctx->cost[i];
-    t->tokens[r] += ctx->samples[i].len;
-    t->rows[r] += ctx->samples[i].rows;
-    t->count[r]++;
+    t->tokens[dest[i]] += ctx->len[i];
+    t->count[dest[i]]++;
   }
+  for (int64_t i = 0; ctx->rows_cap && i < ctx->nsamples; i++)
+    t->rows[dest[i]] += ctx->samples[i].rows;
 }
 
 /* Whether a plan keeps every rank within the token cap and holding a
@@ -379,7 +381,7 @@ static void deal_kind(const dpshim__ctx_t *ctx, const kind_key_t *kind,
   for (int64_t k = 0; k < m; k++) places[ctx->dest[kind[k].index]]++;
   for (int64_t k = 0; k < m; k++) {
     int64_t i = kind[k].index;
-    int32_t o = ctx->samples[i].origin;
+    int32_t o = ctx->origin[i];
     ctx->dest[i] = places[o] > 0 ? (places[o]--, o) : -1;
   }
   int32_t r = 0;
@@ -416,10 +418,10 @@ static int alike_home(const dpshim__ctx_t *ctx) {
  * r stays within the limit and the caps. */
 static int may_move(const dpshim__ctx_t *ctx, const tally_t *t, int64_t i,
                     int32_t r, double limit) {
-  const dpshim_sample_t *s = &ctx->samples[i];
   return t->count[ctx->dest[i]] >= 2 && t->load[r] + ctx->cost[i] <= limit &&
-         t->tokens[r] + s->len <= ctx->cap &&
-         dpshim__rows_fit(ctx, r, t->rows[r], s->rows);
+         t->tokens[r] + ctx->len[i] <= ctx->cap &&
+         (!ctx->rows_cap ||
+          dpshim__rows_fit(ctx, r, t->rows[r], ctx->samples[i].rows));
 }
 
 static void move(const dpshim__ctx_t *ctx, tally_t *t, int64_t i, int32_t to) {
@@ -439,7 +441,7 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
   int64_t sent = 0;
   for (int64_t k = 0; k < n; k++) {
     int64_t i = moved[k];
-    int32_t o = ctx->samples[i].origin;
+    int32_t o = ctx->origin[i];
     if (ctx->dest[i] == o || !may_move(ctx, t, i, o, limit)) continue;
     move(ctx, t, i, o);
     sent++;
@@ -510,7 +512,7 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   int64_t n = 0;
   for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
     int64_t i = ctx->order[k];
-    if (ctx->dest[i] != ctx->samples[i].origin) moved[n++] = i;
+    if (ctx->dest[i] != ctx->origin[i]) moved[n++] = i;
   }
   while (home_pass(ctx, moved, n, limit, t) > 0) {
   }

@@ -104,11 +104,9 @@ static void block(placer_t *pl, int32_t r) {
 static void unblock(const dpshim__dstate_t *s, placer_t *pl, int64_t len) {
   dpshim__rank_heap_t *b = &pl->blocked;
   while (b->size > 0) {
-    int32_t r = dpshim__rank_heap_pop_fresh(b);
-    if (!dpshim__dstate_within_cap(s, r, len)) {
-      dpshim__rank_heap_push(b, r);
-      return;
-    }
+    int32_t r = dpshim__rank_heap_peek_fresh(b);
+    if (!dpshim__dstate_within_cap(s, r, len)) return;
+    dpshim__rank_heap_pop(b);
     set_key(pl, r, s->load[r]);
   }
 }
@@ -181,27 +179,38 @@ static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
   return best;
 }
 
+/* The least-loaded of the MAKE_ROOM_TRIES least-loaded open ranks that can
+ * shed shorter samples to fit i, or -1. An open rank's key is its load, so
+ * the tree gives them in lighter() order: the first that can is the one,
+ * and the ranks after it are never asked (asking fills their sheddable()
+ * sums, so which are asked matters). Each one that cannot is hidden from
+ * the tree to reach the next (pl->key[r] stays its load), then restored. */
+static int32_t open_room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
+  dpshim__rank_tree_saved_t saved[MAKE_ROOM_TRIES];
+  int32_t hidden = 0, best = -1;
+  for (int32_t asked = 0; asked < MAKE_ROOM_TRIES; asked++) {
+    int32_t r = dpshim__rank_tree_min(&pl->open);
+    if (dpshim__rank_tree_min_key(&pl->open) == INFINITY) break;
+    if (can_make_room(s, pl, r, i)) {
+      best = r;
+      break;
+    }
+    if (asked + 1 < MAKE_ROOM_TRIES)
+      dpshim__rank_tree_hide(&pl->open, r, &saved[hidden++]);
+  }
+  while (hidden > 0) dpshim__rank_tree_restore(&pl->open, &saved[--hidden]);
+  return best;
+}
+
 /* Big samples only: the least-loaded of a few open and a few blocked ranks
  * that can shed shorter samples to fit i, else of any rank; or -1. */
 static int32_t room_maker(dpshim__dstate_t *s, placer_t *pl, int64_t i) {
-  int32_t open[MAKE_ROOM_TRIES], blocked[MAKE_ROOM_TRIES], no = 0, nb = 0,
-          best = -1;
-  dpshim__rank_tree_saved_t saved[MAKE_ROOM_TRIES];
-  while (no < MAKE_ROOM_TRIES) {
-    int32_t r = dpshim__rank_tree_min(&pl->open);
-    if (dpshim__rank_tree_min_key(&pl->open) == INFINITY) break;
-    /* Hidden from the tree to reach the next one; pl->key[r] stays its
-     * load, which the tree gets back. */
-    dpshim__rank_tree_hide(&pl->open, r, &saved[no]);
-    open[no++] = r;
-  }
+  int32_t blocked[MAKE_ROOM_TRIES], nb = 0, best = open_room_maker(s, pl, i);
   while (nb < MAKE_ROOM_TRIES && pl->blocked.size > 0)
     blocked[nb++] = dpshim__rank_heap_pop_fresh(&pl->blocked);
-  for (int32_t p = 0; p < no + nb; p++) {
-    int32_t r = p < no ? open[p] : blocked[p - no];
-    if (lighter(s, r, best) && can_make_room(s, pl, r, i)) best = r;
-  }
-  for (int32_t p = no - 1; p >= 0; p--) dpshim__rank_tree_restore(&pl->open, &saved[p]);
+  for (int32_t p = 0; p < nb; p++)
+    if (lighter(s, blocked[p], best) && can_make_room(s, pl, blocked[p], i))
+      best = blocked[p];
   for (int32_t p = 0; p < nb; p++) dpshim__rank_heap_push(&pl->blocked, blocked[p]);
   if (best < 0) best = any_room_maker(s, pl, i);
   if (best >= 0) make_room(s, best, i);

@@ -70,24 +70,38 @@ static int better(const candidate_t *a, const candidate_t *b) {
   return a->x.price < b->x.price;
 }
 
+/* Whether an exchange moving delta from hi to lo that leaves lo above U
+ * could be a candidate better than *best: it must lower the peak, and the
+ * peak decides before its price does (see rate(), better()). */
+static int unfit_may_count(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                           double delta, const candidate_t *best) {
+  if (best->x.give >= 0 && best->fits) return 0;
+  double peak = fmax(s->load[hi] - delta, s->load[lo] + delta);
+  return peak < s->load[hi] && (best->x.give < 0 || peak <= best->value);
+}
+
 /* Rates exchanging i (on hi) for j (on lo, or -1); returns 1 if it became
- * the best. */
+ * the best. Its bytes are priced last: most exchanges fail before. */
 static int consider(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
                     int64_t i, int64_t j, candidate_t *best) {
   const dpshim__ctx_t *ctx = s->ctx;
-  exchange_t x = {i, j, ctx->cost[i], dpshim__dstate_extra_price(s, i, lo)};
+  exchange_t x = {i, j, ctx->cost[i], 0};
   int64_t dlen = ctx->samples[i].len, drows = ctx->samples[i].rows;
   if (j >= 0) {
     x.delta -= ctx->cost[j];
-    x.price += dpshim__dstate_extra_price(s, j, hi);
     dlen -= ctx->samples[j].len;
     drows -= ctx->samples[j].rows;
   }
-  if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) return 0;
+  if (x.delta <= 0) return 0;
   if (s->tokens[lo] + dlen > ctx->cap || s->tokens[hi] - dlen > ctx->cap) return 0;
   if (!dpshim__dstate_rows_fit_both(s, hi, lo, drows)) return 0;
+  if (s->load[lo] + x.delta > s->target &&
+      !unfit_may_count(s, hi, lo, x.delta, best))
+    return 0;
+  x.price = dpshim__dstate_extra_price(s, i, lo) +
+            (j >= 0 ? dpshim__dstate_extra_price(s, j, hi) : 0);
+  if (!dpshim__dstate_affordable(s, x.price)) return 0;
   candidate_t c = rate(s, hi, lo, x);
-  if (!c.fits && c.value >= s->load[hi]) return 0; /* must lower the peak */
   if (!better(&c, best)) return 0;
   *best = c;
   return 1;
@@ -114,6 +128,28 @@ static void sort_keys(uint64_t *key, int64_t n) {
   }
 }
 
+static uint64_t slot_key(const dpshim__dstate_t *s, int64_t j) {
+  return ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
+}
+
+/* Rank r's samples' keys, in about the order of their sizes: once the shed
+ * step has grouped the samples by origin (largest first), the rank's own
+ * samples still on it come from its group backwards, and the others (if
+ * it holds any) from its list, so that sorting them moves few. */
+static void list_keys(const dpshim__dstate_t *s, int32_t r, int64_t n,
+                      uint64_t *key) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t m = 0;
+  if (!s->group) {
+    for (int64_t j = s->head[r]; j >= 0; j = s->next[j]) key[m++] = slot_key(s, j);
+    return;
+  }
+  for (int64_t k = s->start[r + 1] - 1; k >= s->start[r]; k--)
+    if (ctx->dest[s->group[k]] == r) key[m++] = slot_key(s, s->group[k]);
+  for (int64_t j = s->head[r]; m < n && j >= 0; j = s->next[j])
+    if (ctx->origin[j] != r) key[m++] = slot_key(s, j);
+}
+
 /* Rank r's slot filled: its samples shortest first, and the running sums. */
 static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   struct dpshim__trade_cache *c = &s->cache;
@@ -128,10 +164,9 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
     c->room[r] = room;
     c->used += room;
   }
-  int64_t at = c->at[r], m = 0;
+  int64_t at = c->at[r], m;
   uint64_t *key = c->key + at;
-  for (int64_t j = s->head[r]; j >= 0; j = s->next[j])
-    key[m++] = ((uint64_t)s->ctx->size[j] << 32) | (uint64_t)j;
+  list_keys(s, r, n, key);
   sort_keys(key, n);
   double *cost = c->cost + at;
   int64_t *tokens = c->tokens + at, *rows = c->rows + at;
@@ -140,8 +175,9 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   for (m = 0; m < n; m++) {
     int64_t j = (int64_t)(key[m] & UINT32_MAX);
     cost[m + 1] = cost[m] + s->ctx->cost[j];
-    tokens[m + 1] = tokens[m] + s->ctx->samples[j].len;
-    rows[m + 1] = rows[m] + s->ctx->samples[j].rows;
+    tokens[m + 1] = tokens[m] + s->ctx->len[j];
+    /* Without rows caps no rows are asked for: not read from the samples. */
+    rows[m + 1] = s->ctx->rows_cap ? rows[m] + s->ctx->samples[j].rows : 0;
   }
   c->version[r] = s->version[r];
 }
@@ -213,10 +249,22 @@ static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
   return lo;
 }
 
+/* hi's samples in list order, with their lengths, into s->give: the
+ * trades ask them over and over, for one receiver after another, and most
+ * are too short to need one. */
+static void list_gives(dpshim__dstate_t *s, int32_t hi) {
+  s->given = 0;
+  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
+    s->give[s->given] = (int32_t)i;
+    s->give_len[s->given++] = s->ctx->len[i];
+  }
+}
+
 /* Whether i may go from -> to while to's m shortest (trade_key) go back. */
 static int trade_rows_fit(const dpshim__dstate_t *s, int64_t i, int32_t from,
                           int32_t to, int64_t m) {
-  return dpshim__dstate_rows_fit_both(s, from, to,
+  return !s->ctx->rows_cap ||
+         dpshim__dstate_rows_fit_both(s, from, to,
                                       s->ctx->samples[i].rows - s->trade_rows[m]);
 }
 
@@ -231,25 +279,41 @@ static int64_t trade_price(const dpshim__dstate_t *s, int64_t i, int32_t lo,
   return price;
 }
 
+/* Whether a trade moving delta from hi to lo can be a candidate: it moves
+ * some cost, and keeps lo within U (fits_only: nothing else is wanted) or
+ * lowers the peak; rate() would say so, from loads alone. */
+static int trade_may_count(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
+                           double delta, int fits_only) {
+  if (delta <= 0) return 0;
+  if (s->load[lo] + delta <= s->target) return 1;
+  return !fits_only &&
+         fmax(s->load[hi] - delta, s->load[lo] + delta) < s->load[hi];
+}
+
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
- * Returns the best such trade; *back is how many samples go back. */
+ * Returns the best such trade (fits_only: the best that keeps lo within U,
+ * or none); *back is how many samples go back. */
 static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
-                              int64_t *back) {
+                              int64_t *back, int fits_only) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
   int64_t n = index_shortest(s, lo);
-  for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+  for (int64_t k = 0; k < s->given; k++) {
+    int64_t i = s->give[k], len = s->give_len[k];
+    int64_t need = s->tokens[lo] + len - ctx->cap;
     if (need <= 0) continue; /* a plain move; best_exchange() saw it */
     int64_t m = shortest_covering(s, n, need);
     if (m > n || s->tokens[hi] - len + s->trade_tokens[m] > ctx->cap) continue;
-    if (!trade_rows_fit(s, i, hi, lo, m)) continue;
-    exchange_t x = {i, -1, ctx->cost[i] - s->trade_cost[m],
-                    trade_price(s, i, lo, hi, m)};
-    if (x.delta <= 0 || !dpshim__dstate_affordable(s, x.price)) continue;
+    double delta = ctx->cost[i] - s->trade_cost[m];
+    /* Priced (a loop over the m) only if it could count. */
+    if (!trade_may_count(s, hi, lo, delta, fits_only) ||
+        !trade_rows_fit(s, i, hi, lo, m))
+      continue;
+    exchange_t x = {i, -1, delta, trade_price(s, i, lo, hi, m)};
+    if (!dpshim__dstate_affordable(s, x.price)) continue;
     candidate_t c = rate(s, hi, lo, x);
-    if ((c.fits || c.value < s->load[hi]) && better(&c, &best)) {
+    if (better(&c, &best)) {
       best = c;
       *back = m;
     }
@@ -265,16 +329,42 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
     dpshim__dstate_relocate(s, (int64_t)(s->trade_key[m] & UINT32_MAX), hi);
 }
 
-/* Rank r's longest sample's tokens, kept while r is unchanged: unlock()
- * asks for every rank, and most have none long enough. */
+/* Rank r's longest sample's tokens, kept while r is unchanged, with the
+ * first such sample (list order) and the longest of the others: unlock()
+ * asks for every rank, most have none long enough, and of the rest most
+ * have just the one. */
 static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
   if (c->longest_version[r] == s->version[r]) return c->longest[r];
-  int64_t longest = 0;
-  for (int64_t i = s->head[r]; i >= 0; i = s->next[i])
-    if (s->ctx->samples[i].len > longest) longest = s->ctx->samples[i].len;
+  int64_t longest = 0, second = 0, at = -1;
+  for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
+    int64_t len = s->ctx->len[i];
+    if (len > longest) second = longest, longest = len, at = i;
+    else if (len > second) second = len;
+  }
   c->longest_version[r] = s->version[r];
+  c->longest_at[r] = at;
+  c->second[r] = second;
   return c->longest[r] = longest;
+}
+
+/* One of unlock()'s trades: x's sample i for lo's shortest (n of them),
+ * taken if it moves more than *best. */
+static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
+                        int64_t i, double *best, action_t *a) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
+  if (need <= 0) return;
+  int64_t m = shortest_covering(s, n, need);
+  if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) return;
+  if (!trade_rows_fit(s, i, x, lo, m)) return;
+  double delta = ctx->cost[i] - s->trade_cost[m];
+  if (delta <= *best || delta > s->target - s->load[lo] ||
+      s->load[x] - delta < s->load[lo])
+    return;
+  if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) return;
+  *best = delta;
+  *a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -283,27 +373,23 @@ static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
  * x falls and gains the room hi needs. It tries every rank as the partner,
  * so it runs at small rank counts, where the cap binds most, or far from
  * the bound (at large rank counts near it, it cost more than twice the
- * solve for a gain of ~2e-4 of the load). */
+ * solve for a gain of ~2e-4 of the load). A rank whose other samples are
+ * all too short offers its longest alone, without a walk of its list. */
 static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
-  double best = 0, room = s->target - s->load[lo];
+  double best = 0;
   for (int32_t x = 0; x < ctx->ranks; x++) {
     if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap) continue;
-    for (int64_t i = s->head[x]; i >= 0; i = s->next[i]) {
-      int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-      if (need <= 0) continue;
-      int64_t m = shortest_covering(s, n, need);
-      if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) continue;
-      if (!trade_rows_fit(s, i, x, lo, m)) continue;
-      double delta = ctx->cost[i] - s->trade_cost[m];
-      if (delta <= best || delta > room || s->load[x] - delta < s->load[lo]) continue;
-      if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) continue;
-      best = delta;
-      a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
+    if (s->cache.longest_at[x] >= 0 &&
+        s->tokens[lo] + s->cache.second[x] <= ctx->cap) {
+      unlock_with(s, lo, n, x, s->cache.longest_at[x], &best, &a);
+      continue;
     }
+    for (int64_t i = s->head[x]; i >= 0; i = s->next[i])
+      unlock_with(s, lo, n, x, i, &best, &a);
   }
   return a;
 }
@@ -388,12 +474,13 @@ static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
 static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   action_t best = NO_ACTION;
   int64_t longest = longest_on(s, hi);
+  list_gives(s, hi);
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target ||
         s->tokens[r] + longest <= s->ctx->cap)
       continue;
     int64_t back = 0;
-    candidate_t t = best_trade(s, hi, r, &back);
+    candidate_t t = best_trade(s, hi, r, &back, 1);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))
       best = (action_t){t, hi, r, back};
   }
@@ -424,7 +511,8 @@ static action_t choose(dpshim__dstate_t *s, int32_t hi, int32_t lo,
   int capped = cap_binds(s, hi, lo);
   if (capped) {
     int64_t back = 0;
-    candidate_t t = best_trade(s, hi, lo, &back);
+    list_gives(s, hi);
+    candidate_t t = best_trade(s, hi, lo, &back, 0);
     if (t.x.give >= 0 && better(&t, &a.c)) a = (action_t){t, hi, lo, back};
     if (a.c.fits) return a;
   }

@@ -342,7 +342,7 @@ static int search_set(search_t *s, int64_t budget, double max) {
 static void loads_now(const search_t *s, double *load) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int32_t r = 0; r < ctx->ranks; r++) load[r] = ctx->history[r];
-  for (int64_t i = 0; i < ctx->nsamples; i++) load[ctx->dest[i]] += ctx->cost[i];
+  dpshim__sum_costs(ctx->cost, ctx->dest, ctx->nsamples, load);
 }
 
 /* Ranks by load ascending into by_load (ties: rank), the busiest last. */

@@ -35,13 +35,18 @@ typedef struct dpshim__dstate {
     uint64_t *key;
     double *cost;
     int64_t *tokens, *rows;
-    int64_t *longest, *longest_version; /* [ranks]: its longest sample */
+    int64_t *longest, *longest_version; /* [ranks]: its longest sample's */
+    int64_t *longest_at, *second; /* tokens, that sample, the others' most */
   } cache;
   /* The rank last asked for: its slot's arrays (key[0 .. n), sums [0 .. n]) */
   const uint64_t *trade_key;
   const double *trade_cost;
   const int64_t *trade_tokens, *trade_rows;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
+  /* [nsamples] scratch: a giver's samples and their lengths (nsamples and
+   * lengths are validated to fit 32 bits); `given` of them. */
+  int32_t *give, *give_len;
+  int64_t given;
 } dpshim__dstate_t;
 
 /* ---- per-rank sample lists and moves ----------------------------------- */

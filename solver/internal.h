@@ -44,6 +44,10 @@ typedef struct dpshim__ctx {
   const int32_t *host_ring; /* [ranks] dpshim__host_ring's, NULL for one */
   double inter_host_cost; /* a byte across hosts, in bytes within one */
   const int64_t *rows0;  /* [ranks] rows held before */
+  /* [nsamples] each sample's origin and length, apart from the samples: a
+   * tenth of their bytes, for the passes that visit samples out of index
+   * order (lengths are validated to fit 32 bits). */
+  const int32_t *origin, *len;
   double threshold;
   double lower_bound;
   double lower_bound_cap; /* for plans within both caps; >= lower_bound */
@@ -104,6 +108,16 @@ double dpshim__rows_lower_bound(const dpshim__ctx_t *ctx, double from);
 double dpshim__water_level(const dpshim__ctx_t *ctx, const double *base,
                            int32_t n, double work);
 
+/* dpshim_sample_cost(), inlined for the solve's pass over every sample:
+ * the same operations in the same order, so bit for bit the same cost. */
+static inline double dpshim__sample_cost(dpshim_cost_model_t m,
+                                         const dpshim_sample_t *s) {
+  double l = (double)s->len, cost = m.a * l * l + m.b * l + m.c;
+  if (s->patches || s->patches_sq)
+    cost += m.d * (double)s->patches_sq + m.e * (double)s->patches;
+  return cost;
+}
+
 /* Whether rank r, holding `held` rows, may take `add` more (negative: give
  * some up): never above its cap, though a rank above it may still shed. */
 static inline int dpshim__rows_fit(const dpshim__ctx_t *ctx, int32_t r,
@@ -125,6 +139,26 @@ static inline int64_t dpshim__move_price(const dpshim__ctx_t *ctx, int64_t i,
   if (r == s->origin) return 0;
   if (!ctx->host || ctx->host[r] == ctx->host[s->origin]) return s->bytes;
   return dpshim__across_price(ctx, s->bytes);
+}
+
+/* load[where[i]] += cost[i] for i = 0 .. n - 1, in index order, so every
+ * rank's sum rounds as it does one add at a time; a run of samples on one
+ * rank is summed in a register, not through memory (each add would wait
+ * for the one before to be stored). */
+static inline void dpshim__sum_costs(const double *cost, const int32_t *where,
+                                     int64_t n, double *load) {
+  if (n <= 0) return;
+  int32_t r = where[0];
+  double sum = load[r];
+  for (int64_t i = 0; i < n; i++) {
+    if (where[i] != r) {
+      load[r] = sum;
+      r = where[i];
+      sum = load[r];
+    }
+    sum += cost[i];
+  }
+  load[r] = sum;
 }
 
 /* Every sample back on its origin: dest[i] = samples[i].origin. */

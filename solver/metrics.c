@@ -10,12 +10,9 @@ double dpshim_cost(dpshim_cost_model_t model, int64_t len) {
   return model.a * l * l + model.b * l + model.c;
 }
 
+/* Without images the cost is bit for bit the text model's. */
 double dpshim_sample_cost(dpshim_cost_model_t model, const dpshim_sample_t *s) {
-  double cost = dpshim_cost(model, s->len);
-  /* Without images the cost is bit for bit the text model's. */
-  if (s->patches || s->patches_sq)
-    cost += model.d * (double)s->patches_sq + model.e * (double)s->patches;
-  return cost;
+  return dpshim__sample_cost(model, s);
 }
 
 double dpshim__max_load(const double *load, int32_t ranks) {
@@ -107,7 +104,7 @@ static void sample_density_range(const dpshim__ctx_t *ctx, double *lo,
   *lo = INFINITY;
   *hi = 0;
   for (int64_t i = 0; i < ctx->nsamples; i++) {
-    double len = (double)ctx->samples[i].len, cost = ctx->cost[i];
+    double len = (double)ctx->len[i], cost = ctx->cost[i];
     if (len == 0) {
       if (cost > 0) *hi = INFINITY;
       continue;

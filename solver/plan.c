@@ -111,8 +111,7 @@ static int validate_scalars(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   return 0;
 }
 
-static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
-                           int64_t *per_rank) {
+static int validate_ranks(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   for (int32_t r = 0; in->history && r < in->ranks; r++)
     if (!finite_nonneg(in->history[r]))
       return FAIL(p, "history[%d] = %g: expected a finite number >= 0", r,
@@ -121,31 +120,45 @@ static int validate_arrays(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     if (in->rows_cap[r] < 0)
       return FAIL(p, "rows_cap[%d] = %lld: expected >= 0", r,
                   (long long)in->rows_cap[r]);
-  for (int32_t r = 0; r < in->ranks; r++) per_rank[r] = 0;
-  for (int64_t i = 0; i < in->nsamples; i++) {
-    const dpshim_sample_t *s = &in->samples[i];
-    if (s->len < 0 || s->len > INT32_MAX)
-      return FAIL(p, "samples[%lld].len = %lld: expected 0..%d", (long long)i,
-                  (long long)s->len, INT32_MAX);
-    if (s->bytes < 0 || s->bytes > MAX_SAMPLE_BYTES)
-      return FAIL(p, "samples[%lld].bytes = %lld: expected 0..2^50",
-                  (long long)i, (long long)s->bytes);
-    if (s->rows < 0 || s->rows > INT32_MAX)
-      return FAIL(p, "samples[%lld].rows = %lld: expected 0..%d", (long long)i,
-                  (long long)s->rows, INT32_MAX);
-    if (s->patches < 0 || s->patches_sq < 0)
-      return FAIL(p, "samples[%lld].%s = %lld: expected >= 0", (long long)i,
-                  s->patches < 0 ? "patches" : "patches_sq",
-                  (long long)(s->patches < 0 ? s->patches : s->patches_sq));
-    if (s->origin < 0 || s->origin >= in->ranks)
-      return FAIL(p, "samples[%lld].origin = %d: expected 0..%d", (long long)i,
-                  s->origin, in->ranks - 1);
-    per_rank[s->origin]++;
-  }
+  return 0;
+}
+
+/* Sample i's fields; build_context() asks in its pass over the samples. */
+static int validate_sample(const dpshim_plan_input_t *in, dpshim_plan_t *p,
+                         int64_t i) {
+  const dpshim_sample_t *s = &in->samples[i];
+  if (s->len < 0 || s->len > INT32_MAX)
+    return FAIL(p, "samples[%lld].len = %lld: expected 0..%d", (long long)i,
+                (long long)s->len, INT32_MAX);
+  if (s->bytes < 0 || s->bytes > MAX_SAMPLE_BYTES)
+    return FAIL(p, "samples[%lld].bytes = %lld: expected 0..2^50",
+                (long long)i, (long long)s->bytes);
+  if (s->rows < 0 || s->rows > INT32_MAX)
+    return FAIL(p, "samples[%lld].rows = %lld: expected 0..%d", (long long)i,
+                (long long)s->rows, INT32_MAX);
+  if (s->patches < 0 || s->patches_sq < 0)
+    return FAIL(p, "samples[%lld].%s = %lld: expected >= 0", (long long)i,
+                s->patches < 0 ? "patches" : "patches_sq",
+                (long long)(s->patches < 0 ? s->patches : s->patches_sq));
+  if (s->origin < 0 || s->origin >= in->ranks)
+    return FAIL(p, "samples[%lld].origin = %d: expected 0..%d", (long long)i,
+                s->origin, in->ranks - 1);
+  return 0;
+}
+
+/* After every sample is valid: every rank holds one (per_rank[r] of them),
+ * and no cost overflowed (the first that did: *overflow, else -1). */
+static int validate_sums(const dpshim_plan_input_t *in, dpshim_plan_t *p,
+                         const int64_t *per_rank, const double *cost,
+                         int64_t overflow) {
   for (int32_t r = 0; r < in->ranks; r++)
     if (per_rank[r] == 0)
       return FAIL(p, "rank %d holds no sample: every rank needs one", r);
-  return 0;
+  if (overflow < 0) return 0;
+  const dpshim_sample_t *smp = &in->samples[overflow];
+  return FAIL(p, "cost of samples[%lld] (len %lld, patches_sq %lld) = %g: "
+              "the model overflows", (long long)overflow, (long long)smp->len,
+              (long long)smp->patches_sq, cost[overflow]);
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -189,35 +202,44 @@ static double inter_host_cost(const dpshim_plan_input_t *in) {
                                  : DPSHIM_INTER_HOST_COST_DEFAULT;
 }
 
-/* Costs, history and caps; a finite model can still overflow on a huge len. */
+/* Costs, history and caps; a finite model can still overflow on a huge len.
+ * The samples are validated in the same pass (one read of them, not two):
+ * the first invalid field is named, as before any cost that overflows. */
 static int build_context(const dpshim_plan_input_t *in, dpshim_plan_t *p,
-                         dpshim__ctx_t *ctx) {
+                         dpshim__ctx_t *ctx, int64_t *per_rank) {
   double *cost = DPSHIM__ALLOC(ctx, double, in->nsamples);
   double *history = DPSHIM__ALLOC(ctx, double, in->ranks);
   int64_t *rows0 = DPSHIM__ALLOC(ctx, int64_t, in->ranks);
-  if (!cost || !history || !rows0) return DPSHIM_ENOMEM;
+  int32_t *origin = DPSHIM__ALLOC(ctx, int32_t, in->nsamples);
+  int32_t *len = DPSHIM__ALLOC(ctx, int32_t, in->nsamples);
+  if (!cost || !history || !rows0 || !origin || !len) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < in->ranks; r++) {
     p->load_before[r] = history[r] = in->history ? in->history[r] : 0;
-    rows0[r] = 0;
+    rows0[r] = per_rank[r] = 0;
   }
-  int64_t tokens = 0, longest = 0;
+  int64_t tokens = 0, longest = 0, overflow = -1;
   double work = 0;
   for (int64_t i = 0; i < in->nsamples; i++) {
     const dpshim_sample_t *smp = &in->samples[i];
-    cost[i] = dpshim_sample_cost(in->model, smp);
-    if (!isfinite(cost[i]))
-      return FAIL(p, "cost of samples[%lld] (len %lld, patches_sq %lld) = %g: "
-                  "the model overflows", (long long)i, (long long)smp->len,
-                  (long long)smp->patches_sq, cost[i]);
+    int rc = validate_sample(in, p, i);
+    if (rc < 0) return rc;
+    per_rank[smp->origin]++;
+    cost[i] = dpshim__sample_cost(in->model, smp);
+    if (!isfinite(cost[i]) && overflow < 0) overflow = i;
     tokens += smp->len;
     if (smp->len > longest) longest = smp->len;
     work += cost[i];
-    p->load_before[smp->origin] += cost[i];
     rows0[smp->origin] += smp->rows;
-    p->dest[i] = smp->origin;
+    p->dest[i] = origin[i] = smp->origin;
+    len[i] = (int32_t)smp->len;
   }
+  int rc = validate_sums(in, p, per_rank, cost, overflow);
+  if (rc < 0) return rc;
+  dpshim__sum_costs(cost, origin, in->nsamples, p->load_before);
   ctx->cost = cost;
   ctx->rows0 = rows0;
+  ctx->origin = origin;
+  ctx->len = len;
   ctx->rows_cap = in->rows_cap;
   ctx->host = in->ignore_hosts || one_host(in) ? NULL : in->host;
   int32_t *ring;
@@ -245,7 +267,7 @@ static int run_algorithm(const dpshim_plan_input_t *in, dpshim__ctx_t *ctx,
   if (imbalance < in->threshold) return DPSHIM_SKIP_BALANCED;
   int reason = algo_fns[in->algo](ctx);
   if (reason == DPSHIM_SKIP_NONE && in->algo != DPSHIM_ALGO_KK &&
-      dpshim__rows_over_caps(ctx, ctx->dest, rows) > 0)
+      ctx->rows_cap && dpshim__rows_over_caps(ctx, ctx->dest, rows) > 0)
     return DPSHIM_SKIP_CAPACITY;
   return reason;
 }
@@ -264,13 +286,17 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
   p->decision = reason == DPSHIM_SKIP_NONE ? DPSHIM_DECISION_APPLY
                                            : DPSHIM_DECISION_SKIP;
   p->reason = (dpshim_skip_reason_t)reason;
-  for (int32_t r = 0; r < in->ranks; r++) p->load_after[r] = ctx->history[r];
+  for (int32_t r = 0; r < in->ranks; r++) {
+    p->load_after[r] = ctx->history[r];
+    rows[r] = 0;
+  }
   p->bytes_moved = p->bytes_total = p->bytes_inter_host = p->bytes_priced = 0;
   dpshim__ctx_t priced = *ctx; /* prices across hosts, ignored or not */
   priced.host = in->host;
+  dpshim__sum_costs(ctx->cost, p->dest, in->nsamples, p->load_after);
   for (int64_t i = 0; i < in->nsamples; i++) {
     int32_t to = p->dest[i], from = in->samples[i].origin;
-    p->load_after[to] += ctx->cost[i];
+    rows[to] += in->samples[i].rows;
     p->bytes_total += in->samples[i].bytes;
     if (to != from) p->bytes_moved += in->samples[i].bytes;
     if (in->host && in->host[to] != in->host[from])
@@ -278,7 +304,6 @@ static void fill_outputs(const dpshim_plan_input_t *in, dpshim_plan_t *p,
     p->bytes_priced += dpshim__move_price(&priced, i, to);
   }
   p->imbalance_after = dpshim__imbalance(p->load_after, in->ranks);
-  dpshim__rows_over_caps(ctx, p->dest, rows);
   p->rows_max_after = max_rows(rows, in->ranks);
   p->cap_tokens = ctx->cap == DPSHIM__NO_CAP ? -1 : ctx->cap;
   p->message[0] = '\0';
@@ -303,8 +328,8 @@ static int solve(const dpshim_plan_input_t *in, dpshim_plan_t *p) {
   };
   int64_t *per_rank = DPSHIM__ALLOC(&ctx, int64_t, in->ranks);
   if (!per_rank) return DPSHIM_ENOMEM;
-  if ((rc = validate_arrays(in, p, per_rank)) < 0) return rc;
-  if ((rc = build_context(in, p, &ctx)) < 0) return rc;
+  if ((rc = validate_ranks(in, p)) < 0) return rc;
+  if ((rc = build_context(in, p, &ctx, per_rank)) < 0) return rc;
   ctx.load0 = p->load_before;
   p->imbalance_before = dpshim__imbalance(p->load_before, in->ranks);
   ctx.vision = dpshim__vision_costs(&ctx);

@@ -63,4 +63,16 @@ static inline int32_t dpshim__rank_heap_pop_fresh(dpshim__rank_heap_t *h) {
   }
 }
 
+/* The least-loaded rank by its current load, left in the heap: popping it
+ * and pushing it back unchanged would only rearrange the array, and the
+ * order the heap pops in depends on its entries alone (distinct ranks). */
+static inline int32_t dpshim__rank_heap_peek_fresh(dpshim__rank_heap_t *h) {
+  for (;;) {
+    dpshim__rank_entry_t top = h->e[0];
+    if (top.key == h->load[top.rank]) return top.rank;
+    dpshim__rank_heap_pop(h);
+    dpshim__rank_heap_push(h, top.rank);
+  }
+}
+
 #endif

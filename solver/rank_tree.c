@@ -13,6 +13,28 @@ static void replay(dpshim__rank_slot_t *side, int32_t node, int want_max) {
   side[node] = beats(l, r, want_max) ? l : r;
 }
 
+/* Replays the matches above leaf, the winner so far kept at hand: each
+ * level reads only the other side's slot. The winner is a rank, so the two
+ * differ and which is left does not matter (a match is a strict order, and
+ * padding loses either way). Where the other side won before and wins
+ * again, the match stands as it was, and so does every match above it. */
+static inline void climb(dpshim__rank_slot_t *side, int32_t leaf,
+                         int want_max) {
+  dpshim__rank_slot_t won = side[leaf];
+  for (int32_t node = leaf; node > 1; node /= 2) {
+    dpshim__rank_slot_t other = side[node ^ 1];
+    /* beats(other, won): won is a rank, never padding. */
+    if (other.rank >= 0 &&
+        (other.key == won.key ? other.rank < won.rank
+                              : (want_max ? other.key > won.key
+                                          : other.key < won.key))) {
+      if (side[node / 2].rank == other.rank) return;
+      won = other;
+    }
+    side[node / 2] = won;
+  }
+}
+
 static void replay_all(dpshim__rank_tree_t *t, int32_t node) {
   if (t->hi) replay(t->hi, node, 1);
   replay(t->lo, node, 0);
@@ -39,8 +61,11 @@ int dpshim__rank_tree_init(dpshim__rank_tree_t *t, const dpshim__ctx_t *ctx,
 void dpshim__rank_tree_update(dpshim__rank_tree_t *t, int32_t r) {
   int32_t leaf = t->leaves + r;
   t->lo[leaf].key = t->load[r];
-  if (t->hi) t->hi[leaf].key = t->load[r];
-  for (int32_t node = leaf / 2; node >= 1; node /= 2) replay_all(t, node);
+  climb(t->lo, leaf, 0);
+  if (t->hi) {
+    t->hi[leaf].key = t->load[r];
+    climb(t->hi, leaf, 1);
+  }
 }
 
 void dpshim__rank_tree_hide(dpshim__rank_tree_t *t, int32_t r,
@@ -49,7 +74,7 @@ void dpshim__rank_tree_hide(dpshim__rank_tree_t *t, int32_t r,
   saved->leaf = leaf;
   for (int32_t node = leaf; node >= 1; node /= 2) saved->path[k++] = t->lo[node];
   t->lo[leaf].key = INFINITY;
-  for (int32_t node = leaf / 2; node >= 1; node /= 2) replay(t->lo, node, 0);
+  climb(t->lo, leaf, 0);
 }
 
 void dpshim__rank_tree_restore(dpshim__rank_tree_t *t,

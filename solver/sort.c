@@ -62,8 +62,8 @@ int dpshim__vision_costs(const dpshim__ctx_t *ctx) {
   return 0;
 }
 
-/* With vision terms, each sample as (cost's bits less the least cost's,
- * len << 32 | index): ordered as (cost, length, index), all distinct. */
+/* With vision terms, each sample as (cost's bits, len << 32 | index):
+ * ordered as (cost, length, index), all distinct. */
 typedef struct cost_rec {
   uint64_t cost, len_index;
 } cost_rec_t;
@@ -81,18 +81,20 @@ static void insertion_sort(cost_rec_t *a, int64_t n) {
   }
 }
 
-/* The records' keys as one number, cost above length: `len_bits` bits of
- * length under the cost's. */
+/* The records' keys as one number, cost above length: the cost's bits less
+ * the least cost's (which order as the costs do, being >= 0), `len_bits`
+ * bits of length under them. */
 typedef struct key_shape {
   int len_bits;
+  uint64_t least;
 } key_shape_t;
 
 /* Bits [shift, shift + bits) of a record's key. */
 static uint32_t key_digit(const cost_rec_t *r, key_shape_t k, int shift,
                           int bits) {
-  uint64_t len = r->len_index >> 32, v;
-  if (shift >= k.len_bits) v = r->cost >> (shift - k.len_bits);
-  else v = (r->cost << (k.len_bits - shift)) | (len >> shift);
+  uint64_t len = r->len_index >> 32, v, cost = r->cost - k.least;
+  if (shift >= k.len_bits) v = cost >> (shift - k.len_bits);
+  else v = (cost << (k.len_bits - shift)) | (len >> shift);
   return (uint32_t)(v & ((1u << bits) - 1));
 }
 
@@ -173,23 +175,33 @@ static int same_size(const cost_rec_t *a, const cost_rec_t *b) {
   return a->cost == b->cost && a->len_index >> 32 == b->len_index >> 32;
 }
 
+/* order[from .. to] reversed. */
+static void reverse(int64_t *order, int64_t from, int64_t to) {
+  for (; from < to; from++, to--) {
+    int64_t t = order[from];
+    order[from] = order[to];
+    order[to] = t;
+  }
+}
+
 /* a sorted ascending: each sample's size (the dense rank of its (cost,
- * length)), and order[] by size descending, ties by index ascending. */
+ * length)), and order[] by size descending, ties by index ascending, in
+ * one pass: a[k] lands at n - 1 - k, and each run of equal sizes, whose
+ * indices that reverses, is turned back once it ends. */
 static void sizes_from_sorted(const cost_rec_t *a, int64_t n, int64_t *size,
                               int64_t *order) {
-  int64_t rank = 0;
+  int64_t rank = 0, run = 0; /* run: where the current run of a starts */
   for (int64_t k = 0; k < n; k++) {
-    if (k > 0 && !same_size(&a[k], &a[k - 1])) rank++;
-    size[a[k].len_index & UINT32_MAX] = rank;
+    if (k > 0 && !same_size(&a[k], &a[k - 1])) {
+      reverse(order, n - k, n - 1 - run);
+      run = k;
+      rank++;
+    }
+    int64_t i = (int64_t)(a[k].len_index & UINT32_MAX);
+    size[i] = rank;
+    order[n - 1 - k] = i;
   }
-  int64_t out = 0;
-  for (int64_t end = n; end > 0;) {
-    int64_t from = end - 1;
-    while (from > 0 && same_size(&a[from - 1], &a[from])) from--;
-    for (int64_t k = from; k < end; k++)
-      order[out++] = (int64_t)(a[k].len_index & UINT32_MAX);
-    end = from;
-  }
+  reverse(order, 0, n - 1 - run);
 }
 
 /* Without vision terms cost is non-decreasing in length (in floating point
@@ -214,17 +226,16 @@ int dpshim__sizes(const dpshim__ctx_t *ctx, int64_t *size, int64_t *order) {
   uint64_t least = UINT64_MAX, most = 0, longest = 0;
   for (int64_t i = 0; i < n; i++) {
     double cost = ctx->cost[i] + 0.0; /* -0 as +0 */
+    uint64_t len = (uint64_t)ctx->len[i];
     memcpy(&a[i].cost, &cost, sizeof cost);
-    a[i].len_index = (uint64_t)ctx->samples[i].len << 32 | (uint64_t)i;
+    a[i].len_index = len << 32 | (uint64_t)i;
     if (a[i].cost < least) least = a[i].cost;
-    if ((uint64_t)ctx->samples[i].len > longest) longest = (uint64_t)ctx->samples[i].len;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    a[i].cost -= least;
     if (a[i].cost > most) most = a[i].cost;
+    if (len > longest) longest = len;
   }
-  key_shape_t k = {bit_length(longest)};
-  sizes_from_sorted(sort_records(a, tmp, n, k, bit_length(most) + k.len_bits, count),
-                    n, size, order);
+  key_shape_t k = {bit_length(longest), least};
+  sizes_from_sorted(
+      sort_records(a, tmp, n, k, bit_length(most - least) + k.len_bits, count),
+      n, size, order);
   return 0;
 }
