@@ -175,6 +175,16 @@ static int seed_plan(const dpshim__ctx_t *ctx, tally_t *t, double *max) {
   return 0;
 }
 
+/* The plan in ctx->dest stays if it is acceptable, within `limit` and
+ * moves fewer priced bytes than `kept`; else `kept` comes back. */
+static void keep_fewer(const dpshim__ctx_t *ctx, double limit,
+                       const int32_t *kept, tally_t *t) {
+  tally_of(ctx, ctx->dest, t);
+  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > limit ||
+      moved_price(ctx, ctx->dest) >= moved_price(ctx, kept))
+    copy_dest(ctx, ctx->dest, kept);
+}
+
 /* seed's plan (in ctx->dest) is better: default's steps again aiming at
  * its maximum reach it with fewer bytes more often than not; the plan
  * with fewer bytes at no higher maximum is kept. */
@@ -183,28 +193,22 @@ static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
   copy_dest(ctx, mine, ctx->dest);
   int rc = dpshim__default_aim(ctx, seed_max);
   if (rc < 0) return rc;
-  tally_of(ctx, ctx->dest, t);
-  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > seed_max ||
-      moved_price(ctx, ctx->dest) >= moved_price(ctx, mine))
-    copy_dest(ctx, ctx->dest, mine);
+  keep_fewer(ctx, seed_max, mine, t);
   return DPSHIM_SKIP_NONE;
 }
 
-/* seed's plan is better, and default's aimed at it too where that worked
- * (in ctx->dest): the search's neighbourhoods take default's own plan
- * (own) down to seed's maximum where they can, moving within a few ranks
- * at a time; kept if that moves fewer bytes. */
-static int down_to_seed(const dpshim__ctx_t *ctx, double seed_max,
-                        int32_t *own, int32_t *keep, tally_t *t) {
-  copy_dest(ctx, keep, ctx->dest);
-  copy_dest(ctx, ctx->dest, own);
-  int rc = dpshim__default_search_down(ctx, seed_max);
+/* A plan (pre, maximum pre_max) taken down to `limit` by the exact
+ * search's neighbourhoods where it is above, which move samples within a
+ * few ranks at a time, replaces the plan in ctx->dest if it gets there
+ * moving fewer bytes. */
+static int fewer_at(const dpshim__ctx_t *ctx, double limit, const int32_t *pre,
+                    double pre_max, int32_t *scratch, tally_t *t) {
+  copy_dest(ctx, scratch, ctx->dest);
+  copy_dest(ctx, ctx->dest, pre);
+  int rc = pre_max > limit ? dpshim__default_search_down(ctx, limit) : 0;
   if (rc < 0) return rc;
-  tally_of(ctx, ctx->dest, t);
-  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > seed_max ||
-      moved_price(ctx, ctx->dest) >= moved_price(ctx, keep))
-    copy_dest(ctx, ctx->dest, keep);
-  return DPSHIM_SKIP_NONE;
+  keep_fewer(ctx, limit, scratch, t);
+  return 0;
 }
 
 /* Step 1. Returns the decision for the plan left in ctx->dest; seed_max
@@ -232,7 +236,10 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   if (!own) return DPSHIM_ENOMEM;
   copy_dest(ctx, own, mine);
   if ((rc = aim_at_seed(ctx, *seed_max, mine, t)) < 0) return rc;
-  return down_to_seed(ctx, *seed_max, own, mine, t);
+  /* And default's own plan taken down to seed's maximum: seed's plan
+   * re-deals everything. */
+  rc = fewer_at(ctx, *seed_max, own, best, mine, t);
+  return rc < 0 ? rc : DPSHIM_SKIP_NONE;
 }
 
 /* ---- 2. the exact search ----------------------------------------------- */
@@ -295,25 +302,6 @@ static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
   return 0;
 }
 
-/* The plan before the makespan search (pre), taken down to `limit` by
- * the search's neighbourhoods where it is above, replaces the plan in
- * ctx->dest if it gets there moving fewer bytes: a better start for the
- * bytes search than a re-deal. */
-static int fewer_at(const dpshim__ctx_t *ctx, double limit, int32_t *pre,
-                    double pre_max, int32_t *scratch, tally_t *t) {
-  copy_dest(ctx, scratch, ctx->dest);
-  copy_dest(ctx, ctx->dest, pre);
-  if (pre_max > limit) {
-    int rc = dpshim__default_search_down(ctx, limit);
-    if (rc < 0) return rc;
-  }
-  tally_of(ctx, ctx->dest, t);
-  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > limit ||
-      moved_price(ctx, ctx->dest) >= moved_price(ctx, scratch))
-    copy_dest(ctx, ctx->dest, scratch);
-  return 0;
-}
-
 /* Step 2. seed_max: seed's maximum load where known, else NAN. */
 static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
                         double seed_max) {
@@ -342,8 +330,9 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
     return DPSHIM_SKIP_NO_GAIN;
   }
   max = fmax(max, fmin(slack, before * (1 - BYTES_GAIN)));
-  /* The plan before the makespan search, where as good, is the better
-   * start for bytes: that search re-deals with no regard to them. */
+  /* The plan before the makespan search, where as good (or brought so),
+   * is the better start for bytes: that search re-deals with no regard to
+   * them. */
   if (had_plan && (rc = fewer_at(ctx, max, pre, pre_max, mine, t)) < 0)
     return rc;
   rc = search_run(ctx, 1, &max, mine, t, &optimal);

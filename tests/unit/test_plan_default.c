@@ -339,6 +339,24 @@ Test(plan_default, small_instances_under_rows_caps) {
   dpshim_plan_free(&pl);
 }
 
+/* Few ranks (2-16), 2-8 samples each of a heavy-tailed mix, into s[]; an
+ * instance per seed. */
+static dpshim_plan_input_t heavy_tailed_mix(uint64_t seed_no) {
+  prng_t g = {seed_no * 7919};
+  int32_t ranks = (int32_t)prng_range(&g, 2, 16);
+  int64_t n = 0;
+  for (int32_t r = 0; r < ranks; r++)
+    for (int64_t k = prng_range(&g, 2, 8); k > 0; k--, n++) {
+      int64_t len = prng_unit(&g) < 0.05 ? prng_range(&g, 1500, 4000)
+                                        : prng_range(&g, 20, 900);
+      s[n] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), r, 0, 0, 0};
+    }
+  dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
+  in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
+  in.cap_ratio = 2.0;
+  return in;
+}
+
 /* Few ranks, few samples of a heavy-tailed mix, an instance per seed: where
  * seed's plan applies, default's maximum load is never above it (its
  * second start), and no moved sample of default's plan could have gone
@@ -346,18 +364,9 @@ Test(plan_default, small_instances_under_rows_caps) {
 Test(plan_default, never_above_seed_and_nothing_left_to_send_home) {
   int compared = 0;
   for (uint64_t seed_no = 1; seed_no <= 1500; seed_no++) {
-    prng_t g = {seed_no * 7919};
-    int32_t ranks = (int32_t)prng_range(&g, 2, 16);
-    int64_t n = 0;
-    for (int32_t r = 0; r < ranks; r++)
-      for (int64_t k = prng_range(&g, 2, 8); k > 0; k--, n++) {
-        int64_t len = prng_unit(&g) < 0.05 ? prng_range(&g, 1500, 4000)
-                                          : prng_range(&g, 20, 900);
-        s[n] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), r, 0, 0, 0};
-      }
-    dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
-    in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
-    in.cap_ratio = 2.0;
+    dpshim_plan_input_t in = heavy_tailed_mix(seed_no);
+    int32_t ranks = in.ranks;
+    int64_t n = in.nsamples;
     dpshim_plan_t def, seed;
     solve_both(&in, &def, &seed);
     double dmax = max_of(def.load_after, ranks);
@@ -422,19 +431,11 @@ Test(plan_default, nothing_left_to_bring_home_by_exchange) {
   static double cost[MAXN];
   int64_t moved = 0;
   for (uint64_t seed_no = 1; seed_no <= 1500; seed_no++) {
-    prng_t g = {seed_no * 7919};
-    int32_t ranks = (int32_t)prng_range(&g, 2, 16);
-    int64_t n = 0;
-    for (int32_t r = 0; r < ranks; r++)
-      for (int64_t k = prng_range(&g, 2, 8); k > 0; k--, n++) {
-        int64_t len = prng_unit(&g) < 0.05 ? prng_range(&g, 1500, 4000)
-                                          : prng_range(&g, 20, 900);
-        s[n] = (dpshim_sample_t){len, prng_range(&g, 1, 1000), r, 0, 0, 0};
-        cost[n] = (double)len * (double)len + 1000.0 * (double)len;
-      }
-    dpshim_plan_input_t in = plan_input(ranks, s, n, DPSHIM_ALGO_DEFAULT);
-    in.model = (dpshim_cost_model_t){1, 1000, 0, 0, 0};
-    in.cap_ratio = 2.0;
+    dpshim_plan_input_t in = heavy_tailed_mix(seed_no);
+    int32_t ranks = in.ranks;
+    int64_t n = in.nsamples;
+    for (int64_t i = 0; i < n; i++)
+      cost[i] = (double)s[i].len * (double)s[i].len + 1000.0 * (double)s[i].len;
     dpshim_plan_t def;
     dpshim_plan_init(&def);
     cr_assert_eq(dpshim_plan_solve(&in, &def), 0, "%s", def.message);

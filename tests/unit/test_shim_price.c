@@ -11,6 +11,16 @@
 
 static double seconds(double copied) { return FIXED + copied / RATE; }
 
+/* 60 applied hand-offs, each copying `ratio` times the bytes priced (1
+ * to `spread` times `unit`), in the seconds the copy rate takes. */
+static void learn(dpshim__price_t *p, double ratio, double unit, int spread) {
+  dpshim__price_init(p);
+  for (int k = 0; k < 60; k++) {
+    double priced = unit * (1 + k % spread);
+    dpshim__price_learn(p, priced, ratio * priced, seconds(ratio * priced));
+  }
+}
+
 static void header_of(const dpshim__price_t *p, double price[3]) {
   price[0] = p->fixed_s;
   price[1] = p->per_byte_s;
@@ -32,11 +42,7 @@ Test(shim_price, the_prior_prices_bytes_as_copied) {
  * copy rate, and the plan's price the seconds it took. */
 Test(shim_price, learns_the_copy_rate_and_how_far_copies_are_from_the_price) {
   dpshim__price_t p;
-  dpshim__price_init(&p);
-  for (int k = 0; k < 60; k++) {
-    double priced = 1e6 * (1 + k % 7);
-    dpshim__price_learn(&p, priced, 2 * priced, seconds(2 * priced));
-  }
+  learn(&p, 2, 1e6, 7);
   cr_assert_float_eq(p.per_byte_s * RATE, 1, 1e-3);
   cr_assert_float_eq(p.fixed_s / FIXED, 1, 1e-2);
   cr_assert_float_eq(p.copied_per_priced, 2, 1e-3);
@@ -49,11 +55,7 @@ Test(shim_price, learns_the_copy_rate_and_how_far_copies_are_from_the_price) {
  * price below the copy line's for the same bytes. */
 Test(shim_price, fills_that_copy_less_than_priced_lower_the_price) {
   dpshim__price_t p;
-  dpshim__price_init(&p);
-  for (int k = 0; k < 60; k++) {
-    double priced = 4e6 * (1 + k % 5);
-    dpshim__price_learn(&p, priced, 0.5 * priced, seconds(0.5 * priced));
-  }
+  learn(&p, 0.5, 4e6, 5);
   double price[3];
   header_of(&p, price);
   cr_assert_float_eq(p.copied_per_priced, 0.5, 1e-3);
