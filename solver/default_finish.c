@@ -27,58 +27,15 @@
  *   5. told the hosts: every moved sample still on another host than its
  *      home's goes to the least-loaded rank of its home's host that can
  *      take it so; then step 4 again;
- *   6. at most 32 ranks: a moved sample whose home is full goes home in
- *      exchange for one of its home's samples, sent where it was or to a
- *      third rank, where that moves fewer bytes under the same maximum. */
+ *   6. at most 32 ranks (default_exchange.c): a moved sample whose home
+ *      is full goes home in exchange for one or two of its home's samples,
+ *      sent where it was or to another rank, where that moves fewer bytes
+ *      under the same maximum. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-
-/* Above this many ranks seed's solve is no longer cheap beside default's
- * (and rarely better): no second start. */
-#define SECOND_START_RANKS 32
-
-/* Per rank: load (history included), tokens, rows, samples of a plan. */
-typedef struct tally {
-  double *load;
-  int64_t *tokens, *rows, *count;
-} tally_t;
-
-static int tally_init(const dpshim__ctx_t *ctx, tally_t *t) {
-  t->load = DPSHIM__ALLOC(ctx, double, ctx->ranks);
-  t->tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  t->rows = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  t->count = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  return t->load && t->tokens && t->rows && t->count ? 0 : DPSHIM_ENOMEM;
-}
-
-/* Summed in index order, as plan.c sums the loads it reports. Rows are
- * summed only under rows caps (nothing asks for them without): the pass
- * then reads no sample whole. */
-static void tally_of(const dpshim__ctx_t *ctx, const int32_t *dest,
-                     tally_t *t) {
-  for (int32_t r = 0; r < ctx->ranks; r++) {
-    t->load[r] = ctx->history[r];
-    t->tokens[r] = t->rows[r] = t->count[r] = 0;
-  }
-  dpshim__sum_costs(ctx->cost, dest, ctx->nsamples, t->load);
-  for (int64_t i = 0; i < ctx->nsamples; i++) {
-    t->tokens[dest[i]] += ctx->len[i];
-    t->count[dest[i]]++;
-  }
-  for (int64_t i = 0; ctx->rows_cap && i < ctx->nsamples; i++)
-    t->rows[dest[i]] += ctx->samples[i].rows;
-}
-
-/* Whether a plan keeps every rank within the token cap and holding a
- * sample. */
-static int acceptable(const dpshim__ctx_t *ctx, const tally_t *t) {
-  for (int32_t r = 0; r < ctx->ranks; r++)
-    if (t->tokens[r] > ctx->cap || t->count[r] == 0) return 0;
-  return 1;
-}
+#include "default_tally.h"
 
 /* One group's bytes from one origin. */
 typedef struct share {
@@ -140,20 +97,6 @@ static int relabel(const dpshim__ctx_t *ctx) {
   return 0;
 }
 
-/* A plan copied whole: to keep one, or to put it back. */
-static void copy_dest(const dpshim__ctx_t *ctx, int32_t *to,
-                      const int32_t *from) {
-  memcpy(to, from, sizeof *to * (size_t)ctx->nsamples);
-}
-
-/* The priced bytes of the samples a plan moves off their origin. */
-static int64_t moved_price(const dpshim__ctx_t *ctx, const int32_t *dest) {
-  int64_t price = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++)
-    price += dpshim__move_price(ctx, i, dest[i]);
-  return price;
-}
-
 static int has_history(const dpshim__ctx_t *ctx) {
   for (int32_t r = 0; r < ctx->ranks; r++)
     if (ctx->history[r] != 0) return 1;
@@ -163,14 +106,16 @@ static int has_history(const dpshim__ctx_t *ctx) {
 /* seed's maximum load on this instance where its plan applies, else
  * INFINITY; leaves seed's plan in ctx->dest (relabelled onto the ranks
  * whose bytes its groups hold most of, when histories are equal). */
-static int seed_plan(const dpshim__ctx_t *ctx, tally_t *t, double *max) {
+static int seed_plan(const dpshim__ctx_t *ctx, dpshim__tally_t *t,
+                     double *max) {
   *max = INFINITY;
   int rc = dpshim__algo_seed(ctx);
   if (rc == DPSHIM_SKIP_NONE && !has_history(ctx)) rc = relabel(ctx);
   if (rc < 0) return rc;
   if (rc == DPSHIM_SKIP_NONE) {
-    tally_of(ctx, ctx->dest, t);
-    if (acceptable(ctx, t)) *max = dpshim__max_load(t->load, ctx->ranks);
+    dpshim__tally_of(ctx, ctx->dest, t);
+    if (dpshim__tally_acceptable(ctx, t))
+      *max = dpshim__max_load(t->load, ctx->ranks);
   }
   return 0;
 }
@@ -178,19 +123,20 @@ static int seed_plan(const dpshim__ctx_t *ctx, tally_t *t, double *max) {
 /* The plan in ctx->dest stays if it is acceptable, within `limit` and
  * moves fewer priced bytes than `kept`; else `kept` comes back. */
 static void keep_fewer(const dpshim__ctx_t *ctx, double limit,
-                       const int32_t *kept, tally_t *t) {
-  tally_of(ctx, ctx->dest, t);
-  if (!acceptable(ctx, t) || dpshim__max_load(t->load, ctx->ranks) > limit ||
-      moved_price(ctx, ctx->dest) >= moved_price(ctx, kept))
-    copy_dest(ctx, ctx->dest, kept);
+                       const int32_t *kept, dpshim__tally_t *t) {
+  dpshim__tally_of(ctx, ctx->dest, t);
+  if (!dpshim__tally_acceptable(ctx, t) ||
+      dpshim__max_load(t->load, ctx->ranks) > limit ||
+      dpshim__moved_price(ctx, ctx->dest) >= dpshim__moved_price(ctx, kept))
+    dpshim__copy_dest(ctx, ctx->dest, kept);
 }
 
 /* seed's plan (in ctx->dest) is better: default's steps again aiming at
  * its maximum reach it with fewer bytes more often than not; the plan
  * with fewer bytes at no higher maximum is kept. */
 static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
-                       int32_t *mine, tally_t *t) {
-  copy_dest(ctx, mine, ctx->dest);
+                       int32_t *mine, dpshim__tally_t *t) {
+  dpshim__copy_dest(ctx, mine, ctx->dest);
   int rc = dpshim__default_aim(ctx, seed_max);
   if (rc < 0) return rc;
   keep_fewer(ctx, seed_max, mine, t);
@@ -202,9 +148,9 @@ static int aim_at_seed(const dpshim__ctx_t *ctx, double seed_max,
  * few ranks at a time, replaces the plan in ctx->dest if it gets there
  * moving fewer bytes. */
 static int fewer_at(const dpshim__ctx_t *ctx, double limit, const int32_t *pre,
-                    double pre_max, int32_t *scratch, tally_t *t) {
-  copy_dest(ctx, scratch, ctx->dest);
-  copy_dest(ctx, ctx->dest, pre);
+                    double pre_max, int32_t *scratch, dpshim__tally_t *t) {
+  dpshim__copy_dest(ctx, scratch, ctx->dest);
+  dpshim__copy_dest(ctx, ctx->dest, pre);
   int rc = pre_max > limit ? dpshim__default_search_down(ctx, limit) : 0;
   if (rc < 0) return rc;
   keep_fewer(ctx, limit, scratch, t);
@@ -213,28 +159,28 @@ static int fewer_at(const dpshim__ctx_t *ctx, double limit, const int32_t *pre,
 
 /* Step 1. Returns the decision for the plan left in ctx->dest; seed_max
  * gets seed's maximum load where seed ran. */
-static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
-                        double *seed_max) {
+static int second_start(const dpshim__ctx_t *ctx, int reason,
+                        dpshim__tally_t *t, double *seed_max) {
   double bound = ctx->lower_bound_cap, before = dpshim__max_load(ctx->load0,
                                                                  ctx->ranks);
   double best = before;
   if (reason == DPSHIM_SKIP_NONE) {
-    tally_of(ctx, ctx->dest, t);
+    dpshim__tally_of(ctx, ctx->dest, t);
     best = dpshim__max_load(t->load, ctx->ranks);
   }
   if (ctx->rows_cap || best <= bound) return reason;
   int32_t *mine = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!mine) return DPSHIM_ENOMEM;
-  copy_dest(ctx, mine, ctx->dest);
+  dpshim__copy_dest(ctx, mine, ctx->dest);
   int rc = seed_plan(ctx, t, seed_max);
   if (rc < 0) return rc;
   if (*seed_max >= best) {
-    copy_dest(ctx, ctx->dest, mine);
+    dpshim__copy_dest(ctx, ctx->dest, mine);
     return reason;
   }
   int32_t *own = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!own) return DPSHIM_ENOMEM;
-  copy_dest(ctx, own, mine);
+  dpshim__copy_dest(ctx, own, mine);
   if ((rc = aim_at_seed(ctx, *seed_max, mine, t)) < 0) return rc;
   /* And default's own plan taken down to seed's maximum: seed's plan
    * re-deals everything. */
@@ -249,11 +195,11 @@ static int second_start(const dpshim__ctx_t *ctx, int reason, tally_t *t,
  * to the ranks they keep most bytes on, where that moves fewer. */
 static int relabel_if_fewer(const dpshim__ctx_t *ctx, int32_t *scratch) {
   if (has_history(ctx)) return 0;
-  copy_dest(ctx, scratch, ctx->dest);
+  dpshim__copy_dest(ctx, scratch, ctx->dest);
   int rc = relabel(ctx);
   if (rc < 0) return rc;
-  if (moved_price(ctx, ctx->dest) >= moved_price(ctx, scratch))
-    copy_dest(ctx, ctx->dest, scratch);
+  if (dpshim__moved_price(ctx, ctx->dest) >= dpshim__moved_price(ctx, scratch))
+    dpshim__copy_dest(ctx, ctx->dest, scratch);
   return 0;
 }
 
@@ -261,21 +207,21 @@ static int relabel_if_fewer(const dpshim__ctx_t *ctx, int32_t *scratch) {
  * acceptable and better (makespan) or no worse (bytes): returns 1 if
  * kept, else 0. *optimal: the maximum load left is proven optimal. */
 static int search_run(const dpshim__ctx_t *ctx, int bytes_mode, double *max,
-                      int32_t *mine, tally_t *t, int *optimal) {
-  copy_dest(ctx, mine, ctx->dest);
+                      int32_t *mine, dpshim__tally_t *t, int *optimal) {
+  dpshim__copy_dest(ctx, mine, ctx->dest);
   int rc = dpshim__default_search(ctx, bytes_mode, *max);
   if (rc < 0) return rc;
-  tally_of(ctx, ctx->dest, t);
+  dpshim__tally_of(ctx, ctx->dest, t);
   double found = dpshim__max_load(t->load, ctx->ranks);
   int changed = memcmp(ctx->dest, mine, sizeof *mine * (size_t)ctx->nsamples);
   *optimal = rc == 1 && !changed;
-  if (changed && acceptable(ctx, t) &&
+  if (changed && dpshim__tally_acceptable(ctx, t) &&
       (bytes_mode ? found <= *max : found < *max)) {
     *max = found;
     *optimal = rc == 1;
     return 1;
   }
-  copy_dest(ctx, ctx->dest, mine);
+  dpshim__copy_dest(ctx, ctx->dest, mine);
   return 0;
 }
 
@@ -289,12 +235,12 @@ static int search_run(const dpshim__ctx_t *ctx, int bytes_mode, double *max,
 
 /* The level every plan up to which is as good: *slack. */
 static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
-                        double *seed_max, int32_t *mine, tally_t *t,
+                        double *seed_max, int32_t *mine, dpshim__tally_t *t,
                         double *slack) {
   if (isnan(*seed_max)) {
-    copy_dest(ctx, mine, ctx->dest);
+    dpshim__copy_dest(ctx, mine, ctx->dest);
     int rc = seed_plan(ctx, t, seed_max);
-    copy_dest(ctx, ctx->dest, mine);
+    dpshim__copy_dest(ctx, ctx->dest, mine);
     if (rc < 0) return rc;
   }
   double from = optimal ? max : ctx->lower_bound_cap;
@@ -303,8 +249,8 @@ static int equally_good(const dpshim__ctx_t *ctx, int optimal, double max,
 }
 
 /* Step 2. seed_max: seed's maximum load where known, else NAN. */
-static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
-                        double seed_max) {
+static int exact_search(const dpshim__ctx_t *ctx, int reason,
+                        dpshim__tally_t *t, double seed_max) {
   if ((reason != DPSHIM_SKIP_NONE && reason != DPSHIM_SKIP_NO_GAIN) ||
       !dpshim__default_search_applies(ctx))
     return reason;
@@ -313,8 +259,8 @@ static int exact_search(const dpshim__ctx_t *ctx, int reason, tally_t *t,
   if (!mine || !pre) return DPSHIM_ENOMEM;
   int had_plan = reason == DPSHIM_SKIP_NONE;
   if (!had_plan) dpshim__dest_at_origins(ctx, ctx->dest);
-  copy_dest(ctx, pre, ctx->dest);
-  tally_of(ctx, ctx->dest, t);
+  dpshim__copy_dest(ctx, pre, ctx->dest);
+  dpshim__tally_of(ctx, ctx->dest, t);
   double max = dpshim__max_load(t->load, ctx->ranks), slack, pre_max = max;
   int optimal, rc = search_run(ctx, 0, &max, mine, t, &optimal);
   if (rc > 0) {
@@ -403,36 +349,17 @@ static int alike_home(const dpshim__ctx_t *ctx) {
 
 /* ---- 4. sending home ---------------------------------------------------- */
 
-/* Whether sample i may leave its rank for r: its rank keeps a sample, and
- * r stays within the limit and the caps. */
-static int may_move(const dpshim__ctx_t *ctx, const tally_t *t, int64_t i,
-                    int32_t r, double limit) {
-  return t->count[ctx->dest[i]] >= 2 && t->load[r] + ctx->cost[i] <= limit &&
-         t->tokens[r] + ctx->len[i] <= ctx->cap &&
-         (!ctx->rows_cap ||
-          dpshim__rows_fit(ctx, r, t->rows[r], ctx->samples[i].rows));
-}
-
-static void move(const dpshim__ctx_t *ctx, tally_t *t, int64_t i, int32_t to) {
-  const dpshim_sample_t *s = &ctx->samples[i];
-  int32_t r = ctx->dest[i];
-  ctx->dest[i] = to;
-  t->load[r] -= ctx->cost[i], t->load[to] += ctx->cost[i];
-  t->tokens[r] -= s->len, t->tokens[to] += s->len;
-  t->rows[r] -= s->rows, t->rows[to] += s->rows;
-  t->count[r]--, t->count[to]++;
-}
-
 /* One pass of step 4 over the moved samples (cost descending); returns
  * how many went home. */
 static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
-                         int64_t n, double limit, tally_t *t) {
+                         int64_t n, double limit, dpshim__tally_t *t) {
   int64_t sent = 0;
   for (int64_t k = 0; k < n; k++) {
     int64_t i = moved[k];
     int32_t o = ctx->origin[i];
-    if (ctx->dest[i] == o || !may_move(ctx, t, i, o, limit)) continue;
-    move(ctx, t, i, o);
+    if (ctx->dest[i] == o || !dpshim__tally_may_move(ctx, t, i, o, limit))
+      continue;
+    dpshim__tally_move(ctx, t, i, o);
     sent++;
   }
   return sent;
@@ -442,7 +369,7 @@ static int64_t home_pass(const dpshim__ctx_t *ctx, const int64_t *moved,
  * for it is not looked at further (loads meanwhile moved only make the
  * pass skip what the next one may place). */
 static void least_per_host(const dpshim__ctx_t *ctx, const int32_t *ring,
-                           const tally_t *t, double *least) {
+                           const dpshim__tally_t *t, double *least) {
   for (int32_t r = 0; r < ctx->ranks; r++) least[r] = NAN;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     if (!isnan(least[r])) continue;
@@ -456,12 +383,12 @@ static void least_per_host(const dpshim__ctx_t *ctx, const int32_t *ring,
 /* The least-loaded rank of sample i's home host (home aside; at most
  * DPSHIM__HOST_SCAN asked) that may take it under the limit, or -1. */
 static int32_t on_home_host(const dpshim__ctx_t *ctx, const int32_t *ring,
-                            const tally_t *t, int64_t i, double limit) {
+                            const dpshim__tally_t *t, int64_t i, double limit) {
   int32_t o = ctx->samples[i].origin, best = -1;
   for (int32_t r = ring[o], asked = 0; r != o && asked < DPSHIM__HOST_SCAN;
        r = ring[r], asked++)
     if ((best < 0 || t->load[r] < t->load[best]) &&
-        may_move(ctx, t, i, r, limit))
+        dpshim__tally_may_move(ctx, t, i, r, limit))
       best = r;
   return best;
 }
@@ -471,7 +398,7 @@ static int32_t on_home_host(const dpshim__ctx_t *ctx, const int32_t *ring,
  * Returns how many it sent. */
 static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
                               int64_t *away, int64_t *n, double limit,
-                              tally_t *t, double *least) {
+                              dpshim__tally_t *t, double *least) {
   int64_t kept = 0;
   least_per_host(ctx, ring, t, least);
   for (int64_t k = 0; k < *n; k++) {
@@ -480,7 +407,7 @@ static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
     int32_t to = least[o] + ctx->cost[i] > limit
                      ? -1
                      : on_home_host(ctx, ring, t, i, limit);
-    if (to >= 0) move(ctx, t, i, to);
+    if (to >= 0) dpshim__tally_move(ctx, t, i, to);
     else away[kept++] = i;
   }
   int64_t sent = *n - kept;
@@ -491,12 +418,12 @@ static int64_t home_host_pass(const dpshim__ctx_t *ctx, const int32_t *ring,
 /* Steps 4, then 5 and 4 again, each until a pass sends nothing: a sample
  * gone home (or to its home's host) lightens the rank it left, which may
  * be another's home. */
-static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
+static int send_home(const dpshim__ctx_t *ctx, dpshim__tally_t *t) {
   int64_t *moved = DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples);
   double *least = DPSHIM__ALLOC(ctx, double, ctx->ranks);
   const int32_t *ring = ctx->host_ring;
   if (!moved || !least) return DPSHIM_ENOMEM;
-  tally_of(ctx, ctx->dest, t);
+  dpshim__tally_of(ctx, ctx->dest, t);
   double limit = dpshim__max_load(t->load, ctx->ranks);
   int64_t n = 0;
   for (int64_t k = 0; k < ctx->nsamples; k++) { /* ctx->order: cost desc */
@@ -519,203 +446,17 @@ static int send_home(const dpshim__ctx_t *ctx, tally_t *t) {
   return 0;
 }
 
-/* ---- 6. home by exchange ----------------------------------------------- */
-
-/* A moved sample whose home is full may still go home in exchange for one
- * or two of its home's samples, which go where it was (a swap) or to a
- * third rank with room (a chain), wherever that moves fewer priced bytes
- * and keeps every load within the plan's maximum and the caps. Up to
- * SECOND_START_RANKS ranks, on a work budget (a unit per sample looked
- * at, per pair and per rank weighed; about 0.5 ms here). */
-#define EXCHANGE_WORK 50000
-
-typedef struct swap_home {
-  const dpshim__ctx_t *ctx;
-  tally_t *t;
-  double limit;
-  int64_t *start, *list; /* samples by rank as a pass starts (CSR) */
-  int64_t work;
-} swap_home_t;
-
-/* One or two samples of a home leaving it, as one. */
-typedef struct leaving {
-  int64_t j[2];
-  int n;
-  double cost;
-  int64_t len, rows;
-} leaving_t;
-
-typedef struct exchange {
-  leaving_t g;
-  int32_t to;
-  int64_t gain; /* priced bytes saved */
-} exchange_t;
-
-/* Whether rank r may take `cost`, `len` and `rows` more (any may be
- * negative) and stay within the limit and the caps. */
-static int takes(const swap_home_t *h, int32_t r, double cost, int64_t len,
-                 int64_t rows) {
-  const tally_t *t = h->t;
-  return t->load[r] + cost <= h->limit && t->tokens[r] + len <= h->ctx->cap &&
-         dpshim__rows_fit(h->ctx, r, t->rows[r], rows);
-}
-
-/* What sending j from its rank to `to` adds in priced bytes. */
-static int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j, int32_t to) {
-  return dpshim__move_price(ctx, j, to) -
-         dpshim__move_price(ctx, j, ctx->dest[j]);
-}
-
-static leaving_t leaving(const dpshim__ctx_t *ctx, int64_t j1, int64_t j2) {
-  leaving_t g = {{j1, j2}, j2 < 0 ? 1 : 2, 0, 0, 0};
-  for (int k = 0; k < g.n; k++) {
-    g.cost += ctx->cost[g.j[k]];
-    g.len += ctx->samples[g.j[k]].len;
-    g.rows += ctx->samples[g.j[k]].rows;
-  }
-  return g;
-}
-
-/* Whether i's home o may take it for the samples of g. */
-static int home_takes(const swap_home_t *h, int64_t i, const leaving_t *g) {
-  const dpshim_sample_t *si = &h->ctx->samples[i];
-  return takes(h, si->origin, h->ctx->cost[i] - g->cost, si->len - g->len,
-               si->rows - g->rows);
-}
-
-/* g leaving i's home for `to` in exchange for i coming home from a: kept
- * in *best if it saves more and fits. */
-static void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
-                  int32_t to, int64_t saved, exchange_t *best) {
-  const dpshim__ctx_t *ctx = h->ctx;
-  const dpshim_sample_t *si = &ctx->samples[i];
-  int32_t a = ctx->dest[i];
-  if (to < 0 || to == si->origin) return;
-  int64_t gain = saved;
-  for (int k = 0; k < g->n; k++) gain -= extra_price(ctx, g->j[k], to);
-  if (gain <= best->gain) return;
-  int ok = to == a ? takes(h, a, g->cost - ctx->cost[i], g->len - si->len,
-                           g->rows - si->rows)
-                   : h->t->count[a] >= 2 && takes(h, to, g->cost, g->len, g->rows);
-  if (ok) *best = (exchange_t){*g, to, gain};
-}
-
-/* The least-loaded rank but `not`. */
-static int32_t least_loaded_but(const tally_t *t, int32_t ranks, int32_t not) {
-  int32_t best = -1;
-  for (int32_t r = 0; r < ranks; r++)
-    if (r != not && (best < 0 || t->load[r] < t->load[best])) best = r;
-  return best;
-}
-
-/* The best exchange that takes moved sample i home: one of its home's
- * samples goes where i was (a swap) or to any other rank, or two go where
- * i was or to the least-loaded rank. Its home's samples are costliest
- * first: those leaving must free at least `need` and no rank takes more
- * than `most`. gain 0: none. */
-static exchange_t best_exchange(swap_home_t *h, int64_t i) {
-  const dpshim__ctx_t *ctx = h->ctx;
-  const double *cost = ctx->cost;
-  int32_t o = ctx->samples[i].origin, a = ctx->dest[i];
-  int32_t least = least_loaded_but(h->t, ctx->ranks, o);
-  double need = cost[i] - (h->limit - h->t->load[o]);
-  double most = fmax(cost[i] + h->limit - h->t->load[a],
-                     h->limit - h->t->load[least]);
-  int64_t saved = -extra_price(ctx, i, o), end = h->start[o + 1];
-  exchange_t best = {{{-1, -1}, 0, 0, 0, 0}, -1, 0};
-  for (int64_t k = h->start[o]; k < end && h->work < EXCHANGE_WORK; k++) {
-    int64_t j = h->list[k];
-    h->work++;
-    if (ctx->dest[j] != o || cost[j] > most) continue;
-    if (k + 1 < end && cost[j] + cost[h->list[k + 1]] < need && cost[j] < need)
-      break; /* nothing after j frees enough, alone or with another */
-    leaving_t one = leaving(ctx, j, -1);
-    h->work += ctx->ranks;
-    if (cost[j] >= need && home_takes(h, i, &one))
-      for (int32_t to = 0; to < ctx->ranks; to++) weigh(h, i, &one, to, saved, &best);
-    for (int64_t q = k + 1; q < end && cost[j] + cost[h->list[q]] >= need; q++) {
-      int64_t j2 = h->list[q];
-      h->work++;
-      if (ctx->dest[j2] != o || cost[j] + cost[j2] > most) continue;
-      leaving_t two = leaving(ctx, j, j2);
-      if (!home_takes(h, i, &two)) continue;
-      weigh(h, i, &two, a, saved, &best);
-      weigh(h, i, &two, least, saved, &best);
-    }
-  }
-  return best;
-}
-
-/* Each rank's samples, costliest first. */
-static void index_by_rank(swap_home_t *h) {
-  const dpshim__ctx_t *ctx = h->ctx;
-  for (int32_t r = 0; r <= ctx->ranks; r++) h->start[r] = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++) h->start[ctx->dest[i] + 1]++;
-  for (int32_t r = 0; r < ctx->ranks; r++) h->start[r + 1] += h->start[r];
-  for (int64_t k = 0; k < ctx->nsamples; k++) {
-    int64_t i = ctx->order[k];
-    h->list[h->start[ctx->dest[i]]++] = i;
-  }
-  for (int32_t r = ctx->ranks; r > 0; r--) h->start[r] = h->start[r - 1];
-  h->start[0] = 0;
-}
-
-/* One pass over the moved samples, costliest first, each sent home
- * outright where it fits (the rank it leaves may be another's home), else
- * by the best exchange; returns how many went home. */
-static int64_t exchange_pass(swap_home_t *h) {
-  const dpshim__ctx_t *ctx = h->ctx;
-  int64_t sent = 0;
-  index_by_rank(h);
-  for (int64_t k = 0; k < ctx->nsamples && h->work < EXCHANGE_WORK; k++) {
-    int64_t i = ctx->order[k];
-    h->work++;
-    int32_t o = ctx->samples[i].origin;
-    if (ctx->dest[i] == o) continue;
-    if (may_move(ctx, h->t, i, o, h->limit)) {
-      move(ctx, h->t, i, o);
-      sent++;
-      continue;
-    }
-    exchange_t x = best_exchange(h, i);
-    if (x.gain <= 0) continue;
-    move(ctx, h->t, i, o);
-    for (int q = 0; q < x.g.n; q++) move(ctx, h->t, x.g.j[q], x.to);
-    sent++;
-  }
-  return sent;
-}
-
-/* Loads summed along the way may differ from plan.c's by rounding: the
- * plan is kept only if its maximum, summed afresh, is within the limit. */
-static int home_by_exchange(const dpshim__ctx_t *ctx, tally_t *t) {
-  if (ctx->ranks > SECOND_START_RANKS) return 0;
-  swap_home_t h = {ctx, t, 0, DPSHIM__ALLOC(ctx, int64_t, ctx->ranks + 1),
-                   DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples), 0};
-  int32_t *before = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
-  if (!h.start || !h.list || !before) return DPSHIM_ENOMEM;
-  copy_dest(ctx, before, ctx->dest);
-  tally_of(ctx, ctx->dest, t);
-  h.limit = dpshim__max_load(t->load, ctx->ranks);
-  while (h.work < EXCHANGE_WORK && exchange_pass(&h) > 0) {
-  }
-  tally_of(ctx, ctx->dest, t);
-  if (dpshim__max_load(t->load, ctx->ranks) > h.limit)
-    copy_dest(ctx, ctx->dest, before);
-  return 0;
-}
-
 int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
-  tally_t t;
-  if (reason < 0 || tally_init(ctx, &t) < 0) return reason < 0 ? reason
+  dpshim__tally_t t;
+  if (reason < 0 || dpshim__tally_init(ctx, &t) < 0) return reason < 0 ? reason
                                                                 : DPSHIM_ENOMEM;
   double seed_max = NAN;
-  if (ctx->ranks <= SECOND_START_RANKS)
+  if (ctx->ranks <= DPSHIM__SECOND_START_RANKS)
     reason = second_start(ctx, reason, &t, &seed_max);
   reason = exact_search(ctx, reason, &t, seed_max);
   if (reason != DPSHIM_SKIP_NONE) return reason;
-  int rc = ctx->ranks <= SECOND_START_RANKS ? alike_home(ctx) : 0;
+  int rc = ctx->ranks <= DPSHIM__SECOND_START_RANKS ? alike_home(ctx) : 0;
   if (rc == 0) rc = send_home(ctx, &t);
-  if (rc == 0) rc = home_by_exchange(ctx, &t);
+  if (rc == 0) rc = dpshim__default_home_by_exchange(ctx, &t);
   return rc < 0 ? rc : reason;
 }
