@@ -330,31 +330,38 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
 }
 
 /* Rank r's longest sample's tokens, kept while r is unchanged, with the
- * first such sample (list order) and the longest of the others: unlock()
- * asks for every rank, most have none long enough, and of the rest most
- * have just the one. */
+ * first such sample (list order), the longest of the others and the
+ * costliest sample's cost: unlock() asks for every rank, most have none
+ * long enough, and of the rest most have just the one or none costly
+ * enough to beat the best trade so far. */
 static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
   if (c->longest_version[r] == s->version[r]) return c->longest[r];
   int64_t longest = 0, second = 0, at = -1;
+  double costliest = 0;
   for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
     int64_t len = s->ctx->len[i];
     if (len > longest) second = longest, longest = len, at = i;
     else if (len > second) second = len;
+    if (s->ctx->cost[i] > costliest) costliest = s->ctx->cost[i];
   }
   c->longest_version[r] = s->version[r];
   c->longest_at[r] = at;
   c->second[r] = second;
+  c->costliest[r] = costliest;
   return c->longest[r] = longest;
 }
 
-/* One of unlock()'s trades: x's sample i for lo's shortest (n of them),
- * taken if it moves more than *best. */
+/* One of unlock()'s trades: x's sample i for lo's shortest (n >= 1 of
+ * them), taken if it moves more than *best. Costs are never negative, so
+ * no trade moves more than i's cost less lo's shortest sample's (rounding
+ * is monotone): a sample no costlier than that plus *best is passed over
+ * before the search for how many go back. */
 static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
                         int64_t i, double *best, action_t *a) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-  if (need <= 0) return;
+  if (need <= 0 || ctx->cost[i] - s->trade_cost[1] <= *best) return;
   int64_t m = shortest_covering(s, n, need);
   if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) return;
   if (!trade_rows_fit(s, i, x, lo, m)) return;
@@ -374,15 +381,19 @@ static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
  * so it runs at small rank counts, where the cap binds most, or far from
  * the bound (at large rank counts near it, it cost more than twice the
  * solve for a gain of ~2e-4 of the load). A rank whose other samples are
- * all too short offers its longest alone, without a walk of its list. */
+ * all too short offers its longest alone, without a walk of its list; one
+ * whose costliest sample cannot beat the best so far is passed over, and
+ * once the best fills lo's room under U no trade can beat it. */
 static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
-  double best = 0;
-  for (int32_t x = 0; x < ctx->ranks; x++) {
-    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap) continue;
+  double best = 0, room = s->target - s->load[lo];
+  for (int32_t x = 0; x < ctx->ranks && n > 0 && best < room; x++) {
+    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
+        s->cache.costliest[x] - s->trade_cost[1] <= best)
+      continue;
     if (s->cache.longest_at[x] >= 0 &&
         s->tokens[lo] + s->cache.second[x] <= ctx->cap) {
       unlock_with(s, lo, n, x, s->cache.longest_at[x], &best, &a);
