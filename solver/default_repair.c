@@ -168,12 +168,13 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   uint64_t *key = c->key + at;
   list_keys(s, r, n, key);
   sort_keys(key, n);
-  double *cost = c->cost + at;
+  double *cost = c->cost + at, *each = c->each + at;
   int64_t *tokens = c->tokens + at, *rows = c->rows + at;
   cost[0] = 0;
   tokens[0] = rows[0] = 0;
   for (m = 0; m < n; m++) {
     int64_t j = (int64_t)(key[m] & UINT32_MAX);
+    each[m] = s->ctx->cost[j];
     cost[m + 1] = cost[m] + s->ctx->cost[j];
     tokens[m + 1] = tokens[m] + s->ctx->len[j];
     /* Without rows caps no rows are asked for: not read from the samples. */
@@ -192,21 +193,35 @@ static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo) {
   int64_t at = c->at[lo];
   s->trade_key = c->key + at;
   s->trade_cost = c->cost + at;
+  s->trade_each = c->each + at;
   s->trade_tokens = c->tokens + at;
   s->trade_rows = c->rows + at;
   return n;
 }
 
 /* The position in trade_key (lo's samples by cost ascending) of the last
- * sample costing <= c, or -1. */
+ * sample costing <= c, or -1. The search halves a window whose samples
+ * before it cost <= c and after it more, reading the costs in a row
+ * (trade_each) and choosing, not branching, where it goes: best_exchange()
+ * asks three times for each of hi's samples. */
 static int64_t last_at_most(const dpshim__dstate_t *s, int64_t n, double c) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->ctx->cost[s->trade_key[mid] & UINT32_MAX] <= c) lo = mid + 1;
-    else hi = mid;
+  const double *base = s->trade_each;
+  if (n <= 0) return -1;
+  for (int64_t len = n; len > 1;) {
+    int64_t half = len / 2;
+    base = base[half - 1] <= c ? base + half : base;
+    len -= half;
   }
-  return lo - 1;
+  return (base - s->trade_each) + (*base <= c) - 1;
+}
+
+/* Whether partner k was weighed for an earlier aim (seen[0 .. a), each
+ * with the one after it). Weighing the same swap again changes nothing:
+ * it did not beat the best then, or it is the best now. */
+static int seen_before(const int64_t *seen, int a, int64_t k) {
+  for (int b = 0; b < a; b++)
+    if (k == seen[b] || k == seen[b] + 1) return 1;
+  return 0;
 }
 
 static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
@@ -225,10 +240,11 @@ static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
     double aim[3] = {s->ctx->cost[i] - need, s->ctx->cost[i] - room,
                      s->ctx->cost[i] - even};
+    int64_t seen[3];
     for (int a = 0; a < 3; a++) {
-      int64_t m = last_at_most(s, n, aim[a]);
-      for (int64_t k = m; k <= m + 1; k++)
-        if (k >= 0 && k < n)
+      seen[a] = last_at_most(s, n, aim[a]);
+      for (int64_t k = seen[a]; k <= seen[a] + 1; k++)
+        if (k >= 0 && k < n && !seen_before(seen, a, k))
           consider(s, hi, lo, i, (int64_t)(s->trade_key[k] & UINT32_MAX), &best);
     }
   }
@@ -237,16 +253,18 @@ static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
 
 /* ---- trades under the token cap ---------------------------------------- */
 
-/* The first m with trade_tokens[m] >= need, or n + 1. */
+/* The first m >= 1 with trade_tokens[m] >= need, or n + 1: a window of
+ * [1, n] halved without branches, as in last_at_most() (the sums rise). */
 static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
                                  int64_t need) {
-  int64_t lo = 1, hi = n + 1;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->trade_tokens[mid] >= need) hi = mid;
-    else lo = mid + 1;
+  const int64_t *base = s->trade_tokens + 1;
+  if (n <= 0) return 1;
+  for (int64_t len = n; len > 1;) {
+    int64_t half = len / 2;
+    base = base[half - 1] < need ? base + half : base;
+    len -= half;
   }
-  return lo;
+  return (base - s->trade_tokens) + (*base < need);
 }
 
 /* hi's samples in list order, with their lengths, into s->give: the
