@@ -200,15 +200,17 @@ static int trade_cache_init(dpshim__dstate_t *s) {
   c->room = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->key = DPSHIM__ALLOC(ctx, uint64_t, c->size);
   c->cost = DPSHIM__ALLOC(ctx, double, c->size);
+  c->each = DPSHIM__ALLOC(ctx, double, c->size);
   c->tokens = DPSHIM__ALLOC(ctx, int64_t, c->size);
   c->rows = DPSHIM__ALLOC(ctx, int64_t, c->size);
   c->longest = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->longest_version = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->longest_at = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->second = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
-  if (!c->version || !c->at || !c->room || !c->key || !c->cost ||
+  c->costliest = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  if (!c->version || !c->at || !c->room || !c->key || !c->cost || !c->each ||
       !c->tokens || !c->rows || !c->longest || !c->longest_version ||
-      !c->longest_at || !c->second)
+      !c->longest_at || !c->second || !c->costliest)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++)
     c->version[r] = c->longest_version[r] = -1, c->room[r] = 0;

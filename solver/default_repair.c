@@ -168,12 +168,13 @@ static void fill_slot(dpshim__dstate_t *s, int32_t r, int64_t n) {
   uint64_t *key = c->key + at;
   list_keys(s, r, n, key);
   sort_keys(key, n);
-  double *cost = c->cost + at;
+  double *cost = c->cost + at, *each = c->each + at;
   int64_t *tokens = c->tokens + at, *rows = c->rows + at;
   cost[0] = 0;
   tokens[0] = rows[0] = 0;
   for (m = 0; m < n; m++) {
     int64_t j = (int64_t)(key[m] & UINT32_MAX);
+    each[m] = s->ctx->cost[j];
     cost[m + 1] = cost[m] + s->ctx->cost[j];
     tokens[m + 1] = tokens[m] + s->ctx->len[j];
     /* Without rows caps no rows are asked for: not read from the samples. */
@@ -192,21 +193,35 @@ static int64_t index_shortest(dpshim__dstate_t *s, int32_t lo) {
   int64_t at = c->at[lo];
   s->trade_key = c->key + at;
   s->trade_cost = c->cost + at;
+  s->trade_each = c->each + at;
   s->trade_tokens = c->tokens + at;
   s->trade_rows = c->rows + at;
   return n;
 }
 
 /* The position in trade_key (lo's samples by cost ascending) of the last
- * sample costing <= c, or -1. */
+ * sample costing <= c, or -1. The search halves a window whose samples
+ * before it cost <= c and after it more, reading the costs in a row
+ * (trade_each) and choosing, not branching, where it goes: best_exchange()
+ * asks three times for each of hi's samples. */
 static int64_t last_at_most(const dpshim__dstate_t *s, int64_t n, double c) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->ctx->cost[s->trade_key[mid] & UINT32_MAX] <= c) lo = mid + 1;
-    else hi = mid;
+  const double *base = s->trade_each;
+  if (n <= 0) return -1;
+  for (int64_t len = n; len > 1;) {
+    int64_t half = len / 2;
+    base = base[half - 1] <= c ? base + half : base;
+    len -= half;
   }
-  return lo - 1;
+  return (base - s->trade_each) + (*base <= c) - 1;
+}
+
+/* Whether partner k was weighed for an earlier aim (seen[0 .. a), each
+ * with the one after it). Weighing the same swap again changes nothing:
+ * it did not beat the best then, or it is the best now. */
+static int seen_before(const int64_t *seen, int a, int64_t k) {
+  for (int b = 0; b < a; b++)
+    if (k == seen[b] || k == seen[b] + 1) return 1;
+  return 0;
 }
 
 static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
@@ -225,10 +240,11 @@ static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
     double aim[3] = {s->ctx->cost[i] - need, s->ctx->cost[i] - room,
                      s->ctx->cost[i] - even};
+    int64_t seen[3];
     for (int a = 0; a < 3; a++) {
-      int64_t m = last_at_most(s, n, aim[a]);
-      for (int64_t k = m; k <= m + 1; k++)
-        if (k >= 0 && k < n)
+      seen[a] = last_at_most(s, n, aim[a]);
+      for (int64_t k = seen[a]; k <= seen[a] + 1; k++)
+        if (k >= 0 && k < n && !seen_before(seen, a, k))
           consider(s, hi, lo, i, (int64_t)(s->trade_key[k] & UINT32_MAX), &best);
     }
   }
@@ -237,16 +253,18 @@ static candidate_t best_exchange(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
 
 /* ---- trades under the token cap ---------------------------------------- */
 
-/* The first m with trade_tokens[m] >= need, or n + 1. */
+/* The first m >= 1 with trade_tokens[m] >= need, or n + 1: a window of
+ * [1, n] halved without branches, as in last_at_most() (the sums rise). */
 static int64_t shortest_covering(const dpshim__dstate_t *s, int64_t n,
                                  int64_t need) {
-  int64_t lo = 1, hi = n + 1;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->trade_tokens[mid] >= need) hi = mid;
-    else lo = mid + 1;
+  const int64_t *base = s->trade_tokens + 1;
+  if (n <= 0) return 1;
+  for (int64_t len = n; len > 1;) {
+    int64_t half = len / 2;
+    base = base[half - 1] < need ? base + half : base;
+    len -= half;
   }
-  return lo;
+  return (base - s->trade_tokens) + (*base < need);
 }
 
 /* hi's samples in list order, with their lengths, into s->give: the
@@ -330,31 +348,38 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
 }
 
 /* Rank r's longest sample's tokens, kept while r is unchanged, with the
- * first such sample (list order) and the longest of the others: unlock()
- * asks for every rank, most have none long enough, and of the rest most
- * have just the one. */
+ * first such sample (list order), the longest of the others and the
+ * costliest sample's cost: unlock() asks for every rank, most have none
+ * long enough, and of the rest most have just the one or none costly
+ * enough to beat the best trade so far. */
 static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
   if (c->longest_version[r] == s->version[r]) return c->longest[r];
   int64_t longest = 0, second = 0, at = -1;
+  double costliest = 0;
   for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
     int64_t len = s->ctx->len[i];
     if (len > longest) second = longest, longest = len, at = i;
     else if (len > second) second = len;
+    if (s->ctx->cost[i] > costliest) costliest = s->ctx->cost[i];
   }
   c->longest_version[r] = s->version[r];
   c->longest_at[r] = at;
   c->second[r] = second;
+  c->costliest[r] = costliest;
   return c->longest[r] = longest;
 }
 
-/* One of unlock()'s trades: x's sample i for lo's shortest (n of them),
- * taken if it moves more than *best. */
+/* One of unlock()'s trades: x's sample i for lo's shortest (n >= 1 of
+ * them), taken if it moves more than *best. Costs are never negative, so
+ * no trade moves more than i's cost less lo's shortest sample's (rounding
+ * is monotone): a sample no costlier than that plus *best is passed over
+ * before the search for how many go back. */
 static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
                         int64_t i, double *best, action_t *a) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
-  if (need <= 0) return;
+  if (need <= 0 || ctx->cost[i] - s->trade_cost[1] <= *best) return;
   int64_t m = shortest_covering(s, n, need);
   if (m > n || s->tokens[x] - len + s->trade_tokens[m] > ctx->cap) return;
   if (!trade_rows_fit(s, i, x, lo, m)) return;
@@ -374,21 +399,25 @@ static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
  * so it runs at small rank counts, where the cap binds most, or far from
  * the bound (at large rank counts near it, it cost more than twice the
  * solve for a gain of ~2e-4 of the load). A rank whose other samples are
- * all too short offers its longest alone, without a walk of its list. */
+ * all too short offers its longest alone, without a walk of its list; one
+ * whose costliest sample cannot beat the best so far is passed over, and
+ * once the best fills lo's room under U no trade can beat it. */
 static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   const dpshim__ctx_t *ctx = s->ctx;
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
-  double best = 0;
-  for (int32_t x = 0; x < ctx->ranks; x++) {
-    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap) continue;
-    if (s->cache.longest_at[x] >= 0 &&
-        s->tokens[lo] + s->cache.second[x] <= ctx->cap) {
-      unlock_with(s, lo, n, x, s->cache.longest_at[x], &best, &a);
+  double best = 0, room = s->target - s->load[lo];
+  for (int32_t x = 0; x < ctx->ranks && n > 0 && best < room; x++) {
+    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
+        s->cache.costliest[x] - s->trade_cost[1] <= best)
       continue;
-    }
-    for (int64_t i = s->head[x]; i >= 0; i = s->next[i])
+    /* One call site: unlock_with() is inlined (it runs for every sample
+     * of every rank, a call each cost a fifth of it). */
+    int alone = s->cache.longest_at[x] >= 0 &&
+                s->tokens[lo] + s->cache.second[x] <= ctx->cap;
+    for (int64_t i = alone ? s->cache.longest_at[x] : s->head[x]; i >= 0;
+         i = alone ? -1 : s->next[i])
       unlock_with(s, lo, n, x, i, &best, &a);
   }
   return a;

@@ -33,14 +33,15 @@ typedef struct dpshim__dstate {
     int64_t *version, *at, *room; /* [ranks]; version -1: no slot */
     int64_t used, size;           /* of the pools */
     uint64_t *key;
-    double *cost;
+    double *cost, *each; /* running sums; each sample's own, for searches */
     int64_t *tokens, *rows;
     int64_t *longest, *longest_version; /* [ranks]: its longest sample's */
     int64_t *longest_at, *second; /* tokens, that sample, the others' most */
+    double *costliest; /* [ranks]: its costliest sample's cost (same version) */
   } cache;
   /* The rank last asked for: its slot's arrays (key[0 .. n), sums [0 .. n]) */
   const uint64_t *trade_key;
-  const double *trade_cost;
+  const double *trade_cost, *trade_each;
   const int64_t *trade_tokens, *trade_rows;
   int32_t *viable; /* [ranks] scratch: receivers worth asking */
   /* [nsamples] scratch: a giver's samples and their lengths (nsamples and
