@@ -83,12 +83,12 @@ static void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
   if (ok) *best = (exchange_t){*g, to, gain};
 }
 
-/* The least-loaded rank but `not`. */
+/* The least-loaded rank but `skip`. */
 static int32_t least_loaded_but(const dpshim__tally_t *t, int32_t ranks,
-                                int32_t not ) {
+                                int32_t skip) {
   int32_t best = -1;
   for (int32_t r = 0; r < ranks; r++)
-    if (r != not && (best < 0 || t->load[r] < t->load[best])) best = r;
+    if (r != skip && (best < 0 || t->load[r] < t->load[best])) best = r;
   return best;
 }
 
