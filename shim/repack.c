@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
+
 /* Kept samples from the pack's end a hole may be filled from: the subset
  * sum over them costs candidates x hole rows. */
 #define CANDIDATES 48
@@ -17,16 +19,6 @@
 
 enum { KEPT, FILLER, DEFERRED };     /* r->taken[] */
 enum { PENDING, STASHED, WRITTEN }; /* r->state[] */
-
-static int grow(void *pp, size_t *cap, size_t n, size_t elem) {
-  void **p = pp;
-  if (n <= *cap && *p) return 0;
-  void *q = realloc(*p, (n ? n : 1) * elem);
-  if (!q) return -1;
-  *p = q;
-  *cap = n;
-  return 0;
-}
 
 /* Offsets of field f (cu_seqlens for token-aligned ones); NULL: one row a
  * sample. */
@@ -85,7 +77,7 @@ static int fill(dpshim__repack_t *r, const int32_t *off, const int32_t *later,
   }
   int64_t units = hole / unit; /* patch rows come in multiples of a merge */
   if (sum < hole || c * units > r->budget ||
-      grow(&r->reach, &r->reach_cap, (size_t)units + 1, 1) < 0)
+      dpshim__grow(&r->reach, &r->reach_cap, (size_t)units + 1, 1) < 0)
     return 0;
   r->budget -= c * units;
   /* reach[s]: 1 + the candidate that completes a subset of s units (the
@@ -255,14 +247,14 @@ static int64_t move_rows(dpshim__repack_t *r, const int32_t *off,
 
 int dpshim__repack_reserve(dpshim__repack_t *r, int32_t nsamples) {
   size_t n = (size_t)nsamples;
-  if (grow(&r->order, &r->order_cap, n, sizeof *r->order) < 0 ||
-      grow(&r->ends, &r->ends_cap, n + 1, sizeof *r->ends) < 0 ||
-      grow(&r->moves, &r->moves_cap, n, sizeof *r->moves) < 0 ||
-      grow(&r->by_from, &r->by_from_cap, n, sizeof *r->by_from) < 0 ||
-      grow(&r->rank, &r->rank_cap, n, sizeof *r->rank) < 0 ||
-      grow(&r->next, &r->next_cap, n + 1, sizeof *r->next) < 0 ||
-      grow(&r->state, &r->state_cap, n, 1) < 0 ||
-      grow(&r->taken, &r->taken_cap, n, 1) < 0)
+  if (dpshim__grow(&r->order, &r->order_cap, n, sizeof *r->order) < 0 ||
+      dpshim__grow(&r->ends, &r->ends_cap, n + 1, sizeof *r->ends) < 0 ||
+      dpshim__grow(&r->moves, &r->moves_cap, n, sizeof *r->moves) < 0 ||
+      dpshim__grow(&r->by_from, &r->by_from_cap, n, sizeof *r->by_from) < 0 ||
+      dpshim__grow(&r->rank, &r->rank_cap, n, sizeof *r->rank) < 0 ||
+      dpshim__grow(&r->next, &r->next_cap, n + 1, sizeof *r->next) < 0 ||
+      dpshim__grow(&r->state, &r->state_cap, n, 1) < 0 ||
+      dpshim__grow(&r->taken, &r->taken_cap, n, 1) < 0)
     return DPSHIM_ENOMEM;
   return 0;
 }
@@ -276,7 +268,7 @@ static int64_t count_copies(dpshim__repack_t *r, const dpshim_batch_t *b,
     copied += move_rows(r, offsets_of(b, l, f), NULL, 0, &aside) * row;
     if (aside * row > stash) stash = aside * row;
   }
-  if (stash && grow(&r->stash, &r->stash_cap, (size_t)stash, 1) < 0) return -1;
+  if (stash && dpshim__grow(&r->stash, &r->stash_cap, (size_t)stash, 1) < 0) return -1;
   return copied;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "grow.h"
 #include "encoder_view.h"
 #include "vit_flight.h"
 
@@ -262,16 +263,6 @@ static int gather_headers(dpshim__vit_t *v, header_t *h, const char *mine,
 
 /* ---- the group's images and plan ----------------------------------------- */
 
-static int grow(void *pp, size_t *cap, size_t n, size_t elem) {
-  void **p = pp;
-  if (n <= *cap && *p) return 0;
-  void *q = realloc(*p, (n ? n : 1) * elem);
-  if (!q) return DPSHIM_ENOMEM;
-  *p = q;
-  *cap = n;
-  return 0;
-}
-
 /* Room for n gathered images on every rank: an agreement round only when
  * some rank has to grow. Returns 1 when every rank has it. */
 static int reserve_images(dpshim__vit_t *v, int64_t n,
@@ -282,10 +273,10 @@ static int reserve_images(dpshim__vit_t *v, int64_t n,
   if (n <= room) return 1;
   size_t want = (size_t)(n + n / 2), cap = v->images_cap, c2 = cap, c3 = cap,
          c4 = cap;
-  int rc = grow(&v->wire, &cap, want, sizeof *v->wire) |
-           grow(&v->mine, &c4, want, sizeof *v->mine) |
-           grow(&v->images, &c2, want, sizeof *v->images) |
-           grow(&v->dest, &c3, want, sizeof *v->dest);
+  int rc = dpshim__grow(&v->wire, &cap, want, sizeof *v->wire) |
+           dpshim__grow(&v->mine, &c4, want, sizeof *v->mine) |
+           dpshim__grow(&v->images, &c2, want, sizeof *v->images) |
+           dpshim__grow(&v->dest, &c3, want, sizeof *v->dest);
   if (rc == 0) v->images_cap = want;
   return !agree(v, rc ? DPSHIM_ENOMEM : 0,
                 "out of memory for the gathered images", rep);
