@@ -14,59 +14,127 @@ void dpshim__vit_planner_init(dpshim__vit_planner_t *p) {
 void dpshim__vit_planner_free(dpshim__vit_planner_t *p) {
   dpshim_plan_free(&p->plan);
   free(p->samples);
+  free(p->load);
+  free(p->sample_of);
   dpshim__vit_planner_init(p);
 }
 
-static int64_t empty_ranks(const dpshim__vit_group_t *g) {
-  int64_t n = 0;
-  for (int32_t r = 0; r < g->ranks; r++) n += g->first[r + 1] == g->first[r];
-  return n;
-}
-
-/* The images as samples (both exchanges' bytes move with them), then one
- * placeholder of no patches and no bytes on each rank without an image:
- * the solver wants a sample on every rank. A placeholder costs the model's
- * c, the per-image constant, wherever it goes: a rank without images looks
- * c busier than it is, and where the placeholder lands moves nothing. */
-static int64_t fill_samples(dpshim__vit_planner_t *p,
-                            const dpshim__vit_group_t *g) {
-  int64_t n = 0;
-  for (int32_t r = 0; r < g->ranks; r++) {
-    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
-      const dpshim__vit_image_t *im = &g->images[i];
-      int64_t sq = im->patches_sq ? im->patches_sq : im->patches * im->patches;
-      p->samples[n++] = (dpshim_sample_t){.len = im->patches,
-                                          .bytes = im->in_bytes + im->out_bytes,
-                                          .origin = r,
-                                          .patches_sq = sq};
-    }
-    if (g->first[r + 1] == g->first[r])
-      p->samples[n++] = (dpshim_sample_t){.origin = r};
+static int reserve(dpshim__vit_planner_t *p, size_t images, size_t ranks) {
+  /* samples: at most an image each and one more a rank; sample_of (an
+   * image each) shares the capacity */
+  size_t n = images + ranks;
+  if (n > p->samples_cap) {
+    dpshim_sample_t *s = realloc(p->samples, n * sizeof *s);
+    if (s) p->samples = s;
+    int64_t *of = realloc(p->sample_of, n * sizeof *of);
+    if (of) p->sample_of = of;
+    if (!s || !of) return DPSHIM_ENOMEM;
+    p->samples_cap = n;
   }
-  return n;
-}
-
-static int reserve(dpshim__vit_planner_t *p, size_t n) {
-  if (n <= p->samples_cap) return 0;
-  dpshim_sample_t *s = realloc(p->samples, n * sizeof *s);
-  if (!s) return DPSHIM_ENOMEM;
-  p->samples = s;
-  p->samples_cap = n;
+  if (ranks > p->ranks_cap) {
+    double *load = realloc(p->load, ranks * sizeof *load);
+    if (!load) return DPSHIM_ENOMEM;
+    p->load = load;
+    p->ranks_cap = ranks;
+  }
   return 0;
 }
 
-/* dest of the real images: placeholders come after each rank's images, so
- * the k-th sample of rank r is its k-th image. */
+static void add_image(dpshim_sample_t *smp, const dpshim__vit_image_t *im) {
+  int64_t sq = im->patches_sq ? im->patches_sq : im->patches * im->patches;
+  smp->len += im->patches;
+  smp->bytes += im->in_bytes + im->out_bytes;
+  smp->patches_sq += sq;
+}
+
+static double image_cost(const dpshim__vit_settings_t *s,
+                         const dpshim__vit_image_t *im) {
+  dpshim_sample_t one = {0};
+  add_image(&one, im);
+  return s->model.a * (double)one.patches_sq +
+         s->model.b * (double)one.len + s->model.c;
+}
+
+/* Rank r's images as the solver's samples from p->samples[n]; returns the
+ * next free index. Where `all`, an image a sample. Else its first images
+ * that add up to what the rank holds above the mean (excess) are a sample
+ * each, and the rest one sample (a rank at or below the mean: all of
+ * them), whose per-image constant c but one goes into p->load[r], the
+ * rank's history. */
+static int64_t rank_samples(dpshim__vit_planner_t *p,
+                            const dpshim__vit_group_t *g,
+                            const dpshim__vit_settings_t *s, int32_t r,
+                            double excess, int all, int64_t n) {
+  int64_t rest = -1;
+  double given = 0;
+  for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
+    int64_t at = rest;
+    if (all || given < excess) {
+      given += image_cost(s, &g->images[i]);
+      at = n++;
+      p->samples[at] = (dpshim_sample_t){.origin = r};
+    } else if (rest < 0) {
+      at = rest = n++;
+      p->samples[at] = (dpshim_sample_t){.origin = r};
+    } else {
+      p->load[r] += s->model.c;
+    }
+    add_image(&p->samples[at], &g->images[i]);
+    p->sample_of[i] = at;
+  }
+  if (g->first[r + 1] == g->first[r]) /* a placeholder (fill_samples) */
+    p->samples[n++] = (dpshim_sample_t){.origin = r};
+  return n;
+}
+
+/* The group's images as the solver's samples; returns how many and sets
+ * *history when some rank's history is not 0.
+ *
+ * Both exchanges' bytes move with an image. A rank without images holds a
+ * placeholder of no patches and no bytes: it costs the model's c, the
+ * per-image constant, wherever it goes (a rank without images looks c
+ * busier than it is), and where it lands moves nothing.
+ *
+ * Planning every image of a large group costs several passes over all of
+ * them (~10 ms for the frames of 4096 ranks' videos), on the encoder
+ * call's critical path, while a rank gives at most what it holds above the
+ * mean. So above DPSHIM__VIT_EVERY_IMAGE_RANKS ranks only the images a
+ * rank may give are placed one by one (see rank_samples); the rest of a
+ * rank is one sample, exact in patches (the cap holds) and cost (with the
+ * history). Should such a sample move, its images go together: still a
+ * plan, a coarse one. At most that many ranks, every image is a sample and
+ * the exact searches see them all. */
+static int64_t fill_samples(dpshim__vit_planner_t *p,
+                            const dpshim__vit_group_t *g,
+                            const dpshim__vit_settings_t *s, int *history) {
+  double sum = 0;
+  for (int32_t r = 0; r < g->ranks; r++) {
+    p->load[r] = 0;
+    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++)
+      p->load[r] += image_cost(s, &g->images[i]);
+    sum += p->load[r];
+  }
+  double mean = sum / g->ranks;
+  int all = g->ranks <= DPSHIM__VIT_EVERY_IMAGE_RANKS;
+  int64_t n = 0;
+  *history = 0;
+  for (int32_t r = 0; r < g->ranks; r++) {
+    double excess = p->load[r] - mean;
+    p->load[r] = 0;
+    n = rank_samples(p, g, s, r, excess, all, n);
+    *history |= p->load[r] > 0;
+  }
+  return n;
+}
+
 static int copy_dest(const dpshim__vit_planner_t *p,
                      const dpshim__vit_group_t *g, int apply, int32_t *dest) {
-  int64_t n = 0, moved = 0;
-  for (int32_t r = 0; r < g->ranks; r++) {
-    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++, n++) {
-      dest[i] = apply ? p->plan.dest[n] : r;
+  int64_t moved = 0;
+  for (int32_t r = 0; r < g->ranks; r++)
+    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
+      dest[i] = apply ? p->plan.dest[p->sample_of[i]] : r;
       moved += dest[i] != r;
     }
-    n += g->first[r + 1] == g->first[r];
-  }
   return moved > 0;
 }
 
@@ -75,12 +143,14 @@ int dpshim__vit_plan(dpshim__vit_planner_t *p, const dpshim__vit_group_t *g,
   int64_t images = g->first[g->ranks];
   p->skip_reason = "no-images";
   if (images == 0) return 0;
-  int64_t n = images + empty_ranks(g);
-  if (reserve(p, (size_t)n) < 0) return DPSHIM_ENOMEM;
-  n = fill_samples(p, g);
+  if (reserve(p, (size_t)images, (size_t)g->ranks) < 0) return DPSHIM_ENOMEM;
+  int history;
+  int64_t n = fill_samples(p, g, s, &history);
   dpshim_plan_input_t in = {.ranks = g->ranks,
                             .nsamples = n,
                             .samples = p->samples,
+                            .history = history ? p->load : NULL,
+                            .history_len = history ? g->ranks : 0,
                             .model = {0, s->model.b, s->model.c,
                                       s->model.a, 0},
                             .cap_ratio = s->cap_ratio,

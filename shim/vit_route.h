@@ -44,12 +44,21 @@ typedef struct dpshim__vit_settings {
   double threshold;          /* skip below this imbalance */
 } dpshim__vit_settings_t;
 
+/* Above this many ranks, the solver places one by one only the images a
+ * rank may give: its first ones that add up to what it holds above the
+ * group's mean; the rest of a rank moves as one (see vit_route.c's
+ * fill_samples). */
+#define DPSHIM__VIT_EVERY_IMAGE_RANKS 32
+
 /* Scratch that grows to the largest call; reuse it across calls. */
 typedef struct dpshim__vit_planner {
   dpshim_plan_t plan;
   const char *skip_reason; /* the last plan's, or NULL when it moved */
   dpshim_sample_t *samples;
-  size_t samples_cap;
+  size_t samples_cap;             /* and sample_of's */
+  int64_t *sample_of;             /* [images]: its sample */
+  double *load;                   /* [ranks]: the rank's history */
+  size_t ranks_cap;
 } dpshim__vit_planner_t;
 
 void dpshim__vit_planner_init(dpshim__vit_planner_t *p);

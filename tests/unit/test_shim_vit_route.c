@@ -149,3 +149,55 @@ Test(shim_vit_route, random_groups_under_a_patch_cap) {
     }
   }
 }
+
+/* Above DPSHIM__VIT_EVERY_IMAGE_RANKS ranks the solver sees a rank's images
+ * one by one only as far as the rank holds more than the mean: the images
+ * of a rank at or below it are one sample and go together, and the plan
+ * still brings every rank near the mean, within the cap. */
+Test(shim_vit_route, large_groups_place_only_what_ranks_hold_above_the_mean) {
+  enum { P = 4 * DPSHIM__VIT_EVERY_IMAGE_RANKS, HEAVY = 3, MOST = 3 * P };
+  static int64_t first[P + 1];
+  static dpshim__vit_image_t images[MOST];
+  static int32_t dest[MOST];
+  prng_t g = {5};
+  int64_t n = 0, total = 0;
+  for (int32_t r = 0; r < P; r++) {
+    first[r] = n;
+    int64_t count = r < HEAVY ? P / 2 : prng_range(&g, 0, 2);
+    for (int64_t k = 0; k < count; k++, n++) {
+      int64_t patches = prng_range(&g, 50, 100);
+      images[n] = (dpshim__vit_image_t){patches, 10 * patches, patches / 4, 0};
+      total += patches;
+    }
+  }
+  first[P] = n;
+  dpshim__vit_group_t grp = {P, first, images};
+  dpshim__vit_settings_t s = QUADRATIC;
+  s.cap_ratio = 3;
+  cr_assert_eq(dpshim__vit_plan(&planner, &grp, &s, dest), 1, "%s",
+               planner.plan.message);
+  double load[P] = {0}, home[P] = {0}, sum = 0, biggest = 0;
+  int64_t held[P] = {0};
+  for (int32_t r = 0; r < P; r++)
+    for (int64_t i = first[r]; i < first[r + 1]; i++) {
+      double c = (double)images[i].patches * (double)images[i].patches;
+      cr_assert(dest[i] >= 0 && dest[i] < P, "image %lld: dest %d",
+                (long long)i, dest[i]);
+      load[dest[i]] += c, home[r] += c, sum += c;
+      held[dest[i]] += images[i].patches;
+      biggest = c > biggest ? c : biggest;
+    }
+  for (int32_t r = 0; r < P; r++) {
+    int64_t count = first[r + 1] - first[r];
+    if (home[r] * P > sum && count > 0) continue;
+    for (int64_t i = first[r]; i < first[r + 1]; i++) {
+      cr_assert_eq(planner.sample_of[i], planner.sample_of[first[r]],
+                   "rank %d at or below the mean: one sample", r);
+      cr_assert_eq(dest[i], dest[first[r]], "rank %d's images apart", r);
+    }
+  }
+  for (int32_t r = 0; r < P; r++) {
+    cr_assert_leq(load[r], sum / P + biggest, "rank %d", r);
+    cr_assert_leq(held[r], s.cap_ratio * (double)total / P, "rank %d", r);
+  }
+}
