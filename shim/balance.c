@@ -53,6 +53,13 @@ struct dpshim__balancer {
   int tell_hosts;      /* the solver gets them */
   double inter_host_cost;
   dpshim_plan_t plan;
+  /* The ViT gate's other plan: the LLM's part alone, for a micro-batch
+   * whose encoder calls meet (swapped with `plan` when taken). */
+  dpshim_plan_t meeting;
+  int solved;       /* this hand-off's plan was solved */
+  int took_meeting; /* and then the meeting plan, whose report replaced */
+  dpshim__balance_report_t first_report; /* the first plan's */
+  double apart_end; /* the gate's: the step's end with the calls apart (us) */
   dpshim__price_t price; /* what applying costs this rank */
   /* The ViT gate: the encoder's part of a sample's cost (a: patches_sq,
    * b: patches; microseconds), on when `gating`. */
@@ -108,6 +115,7 @@ dpshim__balancer_t *dpshim__balancer_new(const dpshim__balance_config_t *cfg) {
   b->cfg = *cfg;
   b->step = -1;
   dpshim_plan_init(&b->plan);
+  dpshim_plan_init(&b->meeting);
   dpshim__price_init(&b->price);
   return b;
 }
@@ -141,6 +149,7 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
   free(b->sendbuf);
   free(b->recvbuf);
   dpshim_plan_free(&b->plan);
+  dpshim_plan_free(&b->meeting);
   free(b);
 }
 
@@ -420,17 +429,19 @@ static const int64_t *rows_caps(dpshim__balancer_t *b,
   return b->room;
 }
 
+/* Into b->plan, under `model`, from `history` (NULL: none). */
 static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
-                 int64_t tokens, char *msg) {
+                 dpshim_cost_model_t model, const double *history,
+                 char *msg) {
   const int64_t *rows_cap = rows_caps(b, l, n);
   dpshim_plan_input_t in = {
       .ranks = b->size,
       .nsamples = n,
       .samples = b->samples,
-      .history = b->history,
-      .history_len = b->size,
-      .model = b->cfg.model,
-      .cap_ratio = cap_ratio(b, l, tokens),
+      .history = history,
+      .history_len = history ? b->size : 0,
+      .model = model,
+      .cap_ratio = cap_ratio(b, l, total_tokens(b, n)),
       .threshold = solver_threshold(b),
       .algo = b->cfg.algo,
       .rows_cap = rows_cap,
@@ -646,14 +657,22 @@ static double copied_bytes(const dpshim__balancer_t *b, int32_t r,
   return (double)(b->bytes[r] + b->bytes[b->size + r] + rep->repack_bytes);
 }
 
-/* `auto`: whether the plan pays for what applying it costs, each rank
- * priced by its own line (price.h). */
+/* What applying the plan costs each rank (b->cost_s), each priced by its
+ * own line (price.h); returns the most. */
+static double applying_cost(dpshim__balancer_t *b) {
+  double most = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    b->cost_s[r] = dpshim__price_plan(b->headers[r].price, priced_bytes(b, r));
+    most = fmax(most, b->cost_s[r]);
+  }
+  return most;
+}
+
+/* `auto`: whether the plan pays for what applying it costs. */
 static const char *priced_skip(dpshim__balancer_t *b,
                                dpshim__balance_report_t *rep) {
-  double *cost = b->cost_s;
-  for (int32_t r = 0; r < b->size; r++)
-    cost[r] = dpshim__price_plan(b->headers[r].price, priced_bytes(b, r));
-  return dpshim__policy_worth(&b->plan, cost, b->size, &rep->saving_s,
+  applying_cost(b);
+  return dpshim__policy_worth(&b->plan, b->cost_s, b->size, &rep->saving_s,
                               &rep->cost_s);
 }
 
@@ -740,13 +759,13 @@ static int plan_group(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (b->cfg.threshold < 0 && b->cfg.priced &&
       (rep->skip_reason = unpayable(b, rep)))
     return 0;
-  int64_t tokens = total_tokens(b, n);
-  rc = solve(b, l, n, tokens, msg);
+  rc = solve(b, l, n, b->cfg.model, b->history, msg);
   /* Only a solve that allocated can have failed on one rank alone; whether
    * it allocated is the same on every rank. */
   if (rc < 0 || b->plan.allocations > 0) rc = agree(b, comm, rc, msg, rep);
   if (rc < 0) return rc;
-  report_plan(b, n, tokens, rep);
+  b->solved = 1;
+  report_plan(b, n, total_tokens(b, n), rep);
   return 0;
 }
 
@@ -819,26 +838,51 @@ static int priced_out(int rc, const dpshim__balance_report_t *rep) {
          !strcmp(rep->skip_reason, DPSHIM__POLICY_NOT_WORTH_IT);
 }
 
+static void swap_plans(dpshim__balancer_t *b) {
+  dpshim_plan_t kept = b->plan;
+  b->plan = b->meeting;
+  b->meeting = kept;
+}
+
+/* Back from the meeting plan (meet_with_llm_plan) to the first one. */
+static void drop_meeting_plan(dpshim__balancer_t *b, int32_t me,
+                              dpshim__balance_report_t *rep) {
+  swap_plans(b);
+  *rep = b->first_report;
+  b->took_meeting = 0;
+  if (!rep->skip_reason) plan_counts(b, me);
+}
+
 /* Groups whose ranks are TP/CP peers hold the same samples and must stay
  * so: each group's outcome goes to its peers, and the least of them (an
  * error, else a skip, else apply) is every peer group's; so is whether
- * every group priced its plan out. Collective over the peers, reached once
- * per hand-off whatever the outcome. */
-static int agree_peers(dpshim__comm_t *peers, int rc,
+ * every group priced its plan out, and whether every group took the ViT
+ * gate's meeting plan (the same plan on all: the same samples), which
+ * else all drop. Collective over the peers, reached once per hand-off
+ * whatever the outcome. */
+static int agree_peers(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                       dpshim__comm_t *peers, int rc,
                        dpshim__balance_report_t *rep) {
-  rep->backoff_ok = priced_out(rc, rep);
+  const dpshim__balance_report_t *first =
+      b->took_meeting ? &b->first_report : rep;
+  rep->backoff_ok = priced_out(rc, first);
   if (!peers || peers->size < 2) return rc;
-  int64_t v[3] = {rc < 0, rc == 0 && rep->skip_reason != NULL,
-                  !rep->backoff_ok};
-  int prc = peers->ops->max(peers, v, 3);
+  int64_t v[5] = {rc < 0, rc == 0 && rep->skip_reason != NULL,
+                  !rep->backoff_ok, rc == 0 && !b->took_meeting,
+                  rc == 0 && first->skip_reason != NULL};
+  int prc = peers->ops->max(peers, v, 5);
   if (prc < 0) return prc;
-  rep->backoff_ok = !v[2];
   if (rc < 0) return rc;
   if (v[0]) {
     snprintf(rep->message, sizeof rep->message,
              "a TP/CP peer's DP group could not balance this hand-off");
     return DPSHIM_EINVAL;
   }
+  if (b->took_meeting && v[3]) {
+    drop_meeting_plan(b, comm->rank, rep);
+    v[1] = v[4];
+  }
+  rep->backoff_ok = !v[2];
   if (v[1] && !rep->skip_reason) rep->skip_reason = "peer-skip";
   return 0;
 }
@@ -870,30 +914,21 @@ static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
   return cost;
 }
 
-/* The ViT gate: whether this micro-batch's encoder calls meet, from where
- * its samples end up (policy.h). The same answer everywhere: gathered
- * data. Meeting costs two rounds (a round's latency is the least any rank
- * waited in the last hand-off's: the last to arrive waited for nobody)
- * and the ranks' own part: the costliest rank's measure of its grouped
- * calls beyond the waits, and no less than the exchange's floor, which is
- * all there is to go by until calls have met and moved images. */
-static void gate_encoder(dpshim__balancer_t *b, int applied,
-                         dpshim__balance_report_t *rep) {
-  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
-  double *bytes = b->load_now; /* free once decided */
-  double meet_s = 0, round_s = INFINITY, most = 0, wire = 0;
-  int32_t moved = 0;
-  for (int32_t r = 0; r < b->size; r++) {
-    llm[r] = enc[r] = bytes[r] = 0;
-    meet_s = fmax(meet_s, b->headers[r].meet_s);
-    wire = fmax(wire, b->headers[r].wire_per_patch);
-    round_s = fmin(round_s, b->headers[r].waited_s);
-    moved |= b->headers[r].vit_moved;
-  }
+/* Per rank, with the samples at dest (NULL: where they are): the LLM's and
+ * the encoder's parts of what it holds, and one way's bytes (see
+ * exchange_floor) at `wire` bytes a patch. Returns the encoder part of the
+ * costliest unit the ViT plan can place (policy.h). */
+static double gate_loads(const dpshim__balancer_t *b, const int32_t *dest,
+                         double wire, double *llm, double *enc,
+                         double *bytes) {
+  double most = 0;
+  memset(llm, 0, (size_t)b->size * sizeof *llm);
+  memset(enc, 0, (size_t)b->size * sizeof *enc);
+  memset(bytes, 0, (size_t)b->size * sizeof *bytes);
   for (int32_t r = 0; r < b->size; r++)
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const dpshim_sample_t *s = &b->samples[i];
-      int32_t at = applied ? b->plan.dest[i] : r;
+      int32_t at = dest ? dest[i] : r;
       double e = b->encoder.a * (double)s->patches_sq +
                  b->encoder.b * (double)s->patches;
       enc[at] += e;
@@ -902,12 +937,133 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
       most = fmax(most,
                   dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
     }
-  meet_s = fmax(meet_s, exchange_floor(b, enc, bytes)) + 2 * round_s;
+  return most;
+}
+
+/* What the group tells of meeting: the costliest rank's measure of its
+ * grouped calls (*meet_s), the most bytes a meeting moves per patch, and a
+ * round's latency (the least any rank waited in the last hand-off's first
+ * collective: the last to arrive waited for nobody). */
+static double gate_headers(const dpshim__balancer_t *b, double *meet_s,
+                           double *round_s, int32_t *moved) {
+  double wire = 0;
+  *meet_s = 0, *round_s = INFINITY, *moved = 0;
+  for (int32_t r = 0; r < b->size; r++) {
+    *meet_s = fmax(*meet_s, b->headers[r].meet_s);
+    wire = fmax(wire, b->headers[r].wire_per_patch);
+    *round_s = fmin(*round_s, b->headers[r].waited_s);
+    *moved |= b->headers[r].vit_moved;
+  }
+  return wire;
+}
+
+/* What meeting costs with the loads gate_loads() left: two rounds and the
+ * ranks' own part, no less than the exchange's floor, which is all there
+ * is to go by until calls have met and moved images. bytes: overwritten. */
+static double meeting_cost(const dpshim__balancer_t *b, const double *enc,
+                           double *bytes) {
+  double meet_s, round_s;
+  int32_t moved;
+  gate_headers(b, &meet_s, &round_s, &moved);
+  return fmax(meet_s, exchange_floor(b, enc, bytes)) + 2 * round_s;
+}
+
+/* The ViT gate: whether this micro-batch's encoder calls meet, from where
+ * its samples end up (policy.h). The same answer everywhere: gathered
+ * data. */
+static void gate_encoder(dpshim__balancer_t *b, int applied,
+                         dpshim__balance_report_t *rep) {
+  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
+  double *bytes = b->load_now; /* free once decided */
+  double meet_s, round_s;
+  int32_t moved;
+  double wire = gate_headers(b, &meet_s, &round_s, &moved);
+  double most = gate_loads(b, applied ? b->plan.dest : NULL, wire, llm, enc,
+                           bytes);
+  b->apart_end = 0;
+  for (int32_t r = 0; r < b->size; r++)
+    b->apart_end = fmax(b->apart_end, before[r] + llm[r] + enc[r]);
   rep->vit_gated = 1;
-  rep->vit_meet_s = meet_s;
+  rep->vit_meet_s = meeting_cost(b, enc, bytes);
   rep->vit_apart = dpshim__policy_meet(before, llm, enc, most, b->size,
-                                       meet_s, &rep->vit_saving_s) != NULL;
+                                       rep->vit_meet_s,
+                                       &rep->vit_saving_s) != NULL;
   rep->vit_quiet = rep->vit_apart && !moved;
+}
+
+/* Whether a plan of the LLM's part could pay at all: the step's end with
+ * the calls met at its bound (each part even, none below its costliest
+ * sample's or unit's) saving more than WORTH times what the gate priced a
+ * meeting at, so that a second solve is spent only where it may count. */
+static int llm_plan_could_pay(const dpshim__balancer_t *b, double apart,
+                              double meet_s) {
+  double llm = 0, llm_most = 0, enc = 0, unit = 0;
+  for (int64_t i = 0; i < b->first[b->size]; i++) {
+    const dpshim_sample_t *s = &b->samples[i];
+    double e = b->encoder.a * (double)s->patches_sq +
+               b->encoder.b * (double)s->patches;
+    double part = fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
+    llm += part, enc += e;
+    llm_most = fmax(llm_most, part);
+    unit = fmax(unit, dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
+  }
+  double bound = 0;
+  for (int32_t r = 0; r < b->size; r++) bound = fmax(bound, b->gate[r]);
+  bound += fmax(llm / b->size, llm_most) + fmax(enc / b->size, unit);
+  return 1e-6 * (apart - bound) > DPSHIM__POLICY_WORTH * meet_s;
+}
+
+/* The LLM-level model less the encoder's part (what the ViT balance evens
+ * where the calls meet), with no coefficient below 0. */
+static dpshim_cost_model_t llm_part(const dpshim__balancer_t *b) {
+  dpshim_cost_model_t m = b->cfg.model;
+  m.d = fmax(0, m.d - b->encoder.a);
+  m.e = fmax(0, m.e - b->encoder.b);
+  return m;
+}
+
+/* Where the gate keeps the calls apart: a plan of the LLM's part alone,
+ * from no history (the calls meeting, every rank waits for the others
+ * before the encoder), may end the step sooner with the calls met than
+ * the plan made with the encoder's part does with them apart; it is solved
+ * where its bound says it could (llm_plan_could_pay). Taken (unless a TP/CP
+ * peer group did not: agree_peers), b->plan is that plan (applied unless it
+ * skips), the calls meet, and the step's history is its loads. The same
+ * answer everywhere. 0 or the agreed error. */
+static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                              const dpshim__layout_t *l,
+                              dpshim__balance_report_t *rep) {
+  char msg[MESSAGE_BYTES] = "";
+  int64_t n = b->first[b->size];
+  if (!llm_plan_could_pay(b, b->apart_end, rep->vit_meet_s)) return 0;
+  swap_plans(b);
+  int rc = solve(b, l, n, llm_part(b), NULL, msg);
+  if (rc < 0 || b->plan.allocations > 0) rc = agree(b, comm, rc, msg, rep);
+  if (rc < 0) return rc;
+  const char *why = skip_reason(b, l, comm->rank);
+  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
+  double meet_s, round_s;
+  int32_t moved;
+  double wire = gate_headers(b, &meet_s, &round_s, &moved);
+  double most = gate_loads(b, why ? NULL : b->plan.dest, wire, llm, enc,
+                           b->load_now);
+  double cost = meeting_cost(b, enc, b->load_now);
+  if (!why) cost += applying_cost(b);
+  double saving = 1e-6 * (b->apart_end - dpshim__policy_met_end(
+                                             before, llm, enc, most, b->size));
+  if (saving <= DPSHIM__POLICY_WORTH * cost) {
+    swap_plans(b); /* back to the plan with the encoder's part */
+    if (!rep->skip_reason) plan_counts(b, comm->rank);
+    return 0;
+  }
+  b->first_report = *rep;
+  b->took_meeting = 1;
+  rep->skip_reason = why;
+  rep->vit_apart = rep->vit_quiet = 0;
+  rep->vit_saving_s = saving;
+  rep->vit_meet_s = cost;
+  report_plan(b, n, total_tokens(b, n), rep);
+  return why ? 0 : reserve_exchange(b, comm, rep);
 }
 
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size) {
@@ -919,12 +1075,18 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim__balance_report_t *rep) {
   dpshim__layout_t l;
   memset(rep, 0, sizeof *rep);
-  b->gathered = 0;
+  b->gathered = b->solved = 0;
+  b->took_meeting = 0;
   int rc = ensure_group(b, comm->size);
   if (rc == 0) rc = decide(b, comm, batch, ho, &l, rep);
-  rc = agree_peers(ho->peers, rc, rep);
+  int gate = ho->gate && b->gating && b->cfg.priced;
+  if (rc == 0 && gate && b->gathered) { /* the meeting plan: agreed next */
+    gate_encoder(b, !rep->skip_reason, rep);
+    if (rep->vit_apart && b->solved) rc = meet_with_llm_plan(b, comm, &l, rep);
+  }
+  rc = agree_peers(b, comm, ho->peers, rc, rep);
   if (rc < 0) return rc;
-  if (ho->gate && b->gating && b->cfg.priced && b->gathered)
+  if (gate && b->gathered && !b->took_meeting) /* where the plan now is */
     gate_encoder(b, !rep->skip_reason, rep);
   const double *loads = b->plan.load_before;
   int32_t nsent = 0, nrecv = 0;

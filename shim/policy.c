@@ -96,18 +96,24 @@ double dpshim__policy_vit_unit(double sq, double lin,
   return sq * block * block + lin * block;
 }
 
+double dpshim__policy_met_end(const double *before, const double *llm,
+                              const double *enc, double enc_most,
+                              int32_t ranks) {
+  double enc_sum = 0;
+  for (int32_t r = 0; r < ranks; r++) enc_sum += enc[r];
+  return max_of(before, ranks) + max_of(llm, ranks) +
+         fmax(enc_sum / ranks, enc_most);
+}
+
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,
                                 double *saving_s) {
-  double apart = 0, enc_sum = 0;
-  for (int32_t r = 0; r < ranks; r++) {
+  double apart = 0;
+  for (int32_t r = 0; r < ranks; r++)
     apart = fmax(apart, before[r] + llm[r] + enc[r]);
-    enc_sum += enc[r];
-  }
-  double met = max_of(before, ranks) + max_of(llm, ranks) +
-               fmax(enc_sum / ranks, enc_most);
-  *saving_s = 1e-6 * (apart - met);
+  *saving_s =
+      1e-6 * (apart - dpshim__policy_met_end(before, llm, enc, enc_most, ranks));
   return *saving_s > DPSHIM__POLICY_WORTH * meet_s
              ? NULL
              : DPSHIM__POLICY_NOT_WORTH_IT;

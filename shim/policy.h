@@ -75,6 +75,11 @@ double dpshim__policy_vit_unit(double sq, double lin, const dpshim_sample_t *s);
  * max(llm) + max(mean(enc), enc_most). They meet where that saves more
  * than DPSHIM__POLICY_WORTH times meet_s, what meeting costs (seconds).
  * *saving_s gets the saving (< 0: meeting loses). */
+/* The step's end at best with the calls met (see dpshim__policy_meet), in
+ * the loads' unit. */
+double dpshim__policy_met_end(const double *before, const double *llm,
+                              const double *enc, double enc_most,
+                              int32_t ranks);
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,

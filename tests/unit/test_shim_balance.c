@@ -1009,6 +1009,44 @@ Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
   inst_free(x);
 }
 
+/* Rank 0 holds a video of 8 frames of 10 patches (800 us of encoder, a
+ * frame 100 us) and a text sample, rank 1 two texts (100 us of LLM each).
+ * The plan with the encoder's part gives rank 1 the text: apart the step
+ * ends at 900 us, and meeting under that plan (LLM 300 + encoder 400)
+ * saves 200 us, not 1.5 x the 160 us a meeting costs. Left where they
+ * are, the LLM's parts are even (200) and meeting ends at 600: 300 us
+ * saved. The gate takes that: no LLM-level move, the calls meet. */
+Test(shim_balance, the_calls_meet_under_the_llm_plan_where_that_ends_sooner) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
+  cfg.priced = 1;
+  inst_t *x = inst_new(2, &cfg);
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 2; i++) {
+      int video = r == 0 && i == 0;
+      inst_set(x, 1, r, i, 100, video ? 2 : 0);
+      vision_of[r][i] = video ? (dpshim_vision_t){80, 8 * 10 * 10}
+                              : (dpshim_vision_t){0, 0};
+    }
+  caps_t all = total_use(x), c[2] = {all, all};
+  inst_pack_caps(x, c);
+  for (int r = 0; r < 2; r++) {
+    x->rb[r].batch.vision = vision_of[r];
+    dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
+                                 1);
+    x->meet_s[r] = 160e-6;
+  }
+  x->gate = 1;
+  inst_run(x);
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
+    cr_assert_eq(x->rep[r].vit_apart, 0, "rank %d: apart", r);
+    cr_assert_eq(x->rep[r].applied, 0, "rank %d: the plan with the encoder", r);
+    cr_assert_float_eq(x->rep[r].vit_saving_s, 300e-6, 1e-9);
+  }
+  inst_free(x);
+}
+
 /* Not asked, or without the encoder's model: no answer (the calls meet as
  * they always have). */
 Test(shim_balance, the_gate_answers_only_when_asked) {

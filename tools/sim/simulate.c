@@ -46,6 +46,7 @@ typedef struct ctx {
   sim_workload_t w;
   dpshim_cost_model_t model;
   dpshim_plan_t plan;
+  dpshim_plan_t meeting; /* auto ViT: the LLM part's plan (balance.c's) */
   dpshim_sample_t *samples; /* one hand-off's */
   double *held;     /* [P * micro] unscaled seconds each slot holds */
   double *drawn;    /* [P * micro] the same as drawn */
@@ -104,6 +105,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->c = c;
   x->P = P;
   dpshim_plan_init(&x->plan);
+  dpshim_plan_init(&x->meeting);
   int64_t H = (c->warmup_last + c->steps) * c->micro;
   if (sim_workload_draw(c, P, H, &x->w, err, errlen) < 0) return -1;
   int64_t most = 0;
@@ -150,6 +152,7 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
 static void ctx_free(ctx_t *x) {
   sim_workload_free(&x->w);
   dpshim_plan_free(&x->plan);
+  dpshim_plan_free(&x->meeting);
   sim_vit_free(x->vit);
   free(x->samples);
   free(x->holder);
@@ -430,11 +433,19 @@ static void exchange_costs(ctx_t *x, sim_step_t *st) {
 /* `auto`: whether the solved plan pays for applying it (its exchange
  * tallied), each rank priced as the shim would learn it: by the sweep's
  * network. */
-static const char *priced_skip(ctx_t *x) {
-  for (int32_t r = 0; r < x->P; r++)
+static double applying_cost(ctx_t *x) {
+  double most = 0;
+  for (int32_t r = 0; r < x->P; r++) {
     x->cost[r] = sim_apply_seconds(&x->c->price_net, x->P,
                                    fmax(x->sent[r], x->received[r]),
                                    rank_copy(x, r), rank_partners(x, r));
+    most = fmax(most, x->cost[r]);
+  }
+  return most;
+}
+
+static const char *priced_skip(ctx_t *x) {
+  applying_cost(x);
   double saving, cost;
   return dpshim__policy_worth(&x->plan, x->cost, x->P, &saving, &cost);
 }
@@ -538,13 +549,12 @@ static double exchange_floor(const ctx_t *x, const double *enc, double *held) {
   return cost;
 }
 
-/* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
- * calls meet at all, from where the LLM-level plan made with the vision
- * terms leaves its samples (x->plan.dest where applied, per why), by the
- * shim's rule (dpshim__policy_meet: meeting pays where it saves more than
- * WORTH times the calls' two header rounds; x->before holds the step's
- * loads before the hand-off). The ViT plan is priced again at the call. */
-static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
+/* The gate's loads (balance.c's gate_loads) with the samples at dest (NULL:
+ * where they are): each rank's LLM part, encoder part (the model's image
+ * terms) and one way's bytes a meeting moves, into x->load_now,
+ * x->enc_load and x->cost; returns the costliest unit the ViT plan can
+ * place. */
+static double gate_loads(ctx_t *x, int64_t n, const int32_t *dest) {
   const dpshim_cost_model_t *m = &x->model;
   double *llm = x->load_now, *enc = x->enc_load, *held = x->cost, most = 0;
   memset(llm, 0, (size_t)x->P * sizeof *llm);
@@ -552,7 +562,7 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
   memset(held, 0, (size_t)x->P * sizeof *held);
   for (int64_t i = 0; i < n; i++) {
     const dpshim_sample_t *smp = &x->samples[i];
-    int32_t at = why ? smp->origin : x->plan.dest[i];
+    int32_t at = dest ? dest[i] : smp->origin;
     double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
@@ -560,15 +570,108 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why) {
                      0.5 * x->wire_per_patch * (double)smp->patches);
     most = fmax(most, dpshim__policy_vit_unit(m->d, m->e, smp));
   }
+  return most;
+}
+
+/* What a meeting costs with the loads gate_loads() left: two header rounds
+ * and the ranks' own part learnt, no less than the exchange's floor
+ * (overwrites x->cost). */
+static double meeting_cost(ctx_t *x, int64_t images) {
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
   double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
   double own = x->meet_seen ? fmax(0, x->meet_s - rounds) : 0;
-  double cost = fmax(own, exchange_floor(x, enc, held)) + rounds;
-  double saving;
-  return !dpshim__policy_meet(x->before, llm, enc, most, x->P, cost,
-                              &saving);
+  return fmax(own, exchange_floor(x, x->enc_load, x->cost)) + rounds;
+}
+
+/* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
+ * calls meet at all, from where the LLM-level plan made with the vision
+ * terms leaves its samples (x->plan.dest where applied, per why), by the
+ * shim's rule (dpshim__policy_meet: meeting pays where it saves more than
+ * WORTH times the calls' two header rounds; x->before holds the step's
+ * loads before the hand-off). The ViT plan is priced again at the call. */
+static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
+                       double *cost) {
+  double most = gate_loads(x, n, why ? NULL : x->plan.dest), saving;
+  *cost = meeting_cost(x, images);
+  return !dpshim__policy_meet(x->before, x->load_now, x->enc_load, most, x->P,
+                              *cost, &saving);
+}
+
+/* As balance.c's llm_plan_could_pay(): the LLM part's plan is solved only
+ * where, at its bound, the calls met would save more than WORTH times the
+ * meeting's cost as the gate priced it (meet_s). */
+static int llm_plan_could_pay(ctx_t *x, int64_t n, double apart,
+                              double meet_s) {
+  const dpshim_cost_model_t *m = &x->model;
+  double llm = 0, llm_most = 0, enc = 0, unit = 0, bound = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const dpshim_sample_t *smp = &x->samples[i];
+    double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+    double part = dpshim_sample_cost(*m, smp) - e;
+    llm += part, enc += e;
+    llm_most = fmax(llm_most, part);
+    unit = fmax(unit, dpshim__policy_vit_unit(m->d, m->e, smp));
+  }
+  for (int32_t r = 0; r < x->P; r++) bound = fmax(bound, x->before[r]);
+  bound += fmax(llm / x->P, llm_most) + fmax(enc / x->P, unit);
+  return 1e-6 * (apart - bound) > DPSHIM__POLICY_WORTH * meet_s;
+}
+
+static void swap_plans(ctx_t *x) {
+  dpshim_plan_t kept = x->plan;
+  x->plan = x->meeting;
+  x->meeting = kept;
+}
+
+/* Where the gate keeps the calls apart, as balance.c's
+ * meet_with_llm_plan(): a plan of the LLM part alone, from no history,
+ * taken where the calls meeting under it end the step sooner than apart
+ * under the plan made with the images, by more than WORTH times what
+ * meeting and applying it cost, solved where its bound says it could
+ * (llm_plan_could_pay). Returns 1 when taken (x->plan is it;
+ * *why, *out its), 0 when not (x->plan as it was), -1 on a solver error.
+ * Its solve is timed into the step either way. */
+static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
+                              int64_t images, double meet_s, const char **why,
+                              sim_decide_out_t *out, sim_step_t *st) {
+  gate_loads(x, n, *why ? NULL : x->plan.dest);
+  double apart = 0;
+  for (int32_t r = 0; r < x->P; r++)
+    apart = fmax(apart, x->before[r] + x->load_now[r] + x->enc_load[r]);
+  if (!llm_plan_could_pay(x, n, apart, meet_s)) return 0;
+  dpshim_cost_model_t llm = x->model;
+  llm.d = llm.e = 0;
+  sim_decide_in_t in = {.ranks = x->P, .nsamples = n, .samples = x->samples,
+                        .room = x->room, .model = llm,
+                        .cap_ratio = x->c->cap_ratio,
+                        .threshold = x->c->threshold < 0 ? 0 : x->c->threshold,
+                        .algo = a.algo,
+                        .solve_reps = x->c->solve_reps, .host = x->host,
+                        .ignore_hosts = !x->c->topology,
+                        .inter_host_cost = x->c->inter_host_cost};
+  swap_plans(x);
+  sim_decide_out_t mine;
+  const char *whyb = sim_decide(&in, &x->plan, &mine);
+  st->solve_s += mine.solve_s;
+  if (mine.rc < 0) return -1;
+  double most = gate_loads(x, n, whyb ? NULL : x->plan.dest);
+  double met = dpshim__policy_met_end(x->before, x->load_now, x->enc_load,
+                                      most, x->P);
+  double cost = meeting_cost(x, images);
+  if (!whyb) {
+    tally_exchange(x, n);
+    cost += applying_cost(x);
+  }
+  if (1e-6 * (apart - met) > DPSHIM__POLICY_WORTH * cost) {
+    *why = whyb;
+    *out = mine;
+    return 1;
+  }
+  swap_plans(x);
+  if (!*why) tally_exchange(x, n);
+  return 0;
 }
 
 /* What a met micro-batch's calls cost (from the step's ViT tallies before
@@ -609,10 +712,16 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   sim_decide_out_t out;
   const char *why = plan_handoff(
       x, a, a.vit && !gated ? x->text_model : x->model, n, st, &out);
+  int64_t images = x->w.image_first[first + n] - x->w.image_first[first];
+  double meet_s = 0;
   x->met[m] = (unsigned char)a.vit;
   if (gated && out.rc >= 0)
-    x->met[m] = (unsigned char)meet_or_not(
-        x, n, x->w.image_first[first + n] - x->w.image_first[first], why);
+    x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s);
+  if (gated && out.rc >= 0 && !x->met[m] && out.solved) {
+    int taken = meet_with_llm_plan(x, a, n, images, meet_s, &why, &out, st);
+    if (taken < 0) out.rc = -1;
+    x->met[m] = (unsigned char)(taken > 0);
+  }
   if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
     return -1;
