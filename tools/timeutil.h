@@ -17,6 +17,15 @@ static inline double dpshim__tool_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Seconds of this thread's CPU time: what a single-threaded piece of work
+ * takes, which other processes loading the machine do not inflate (its
+ * wall time on an idle core, up to cache effects). */
+static inline double dpshim__tool_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Sleeps until dpshim__tool_now_s() reaches t. An absolute deadline, so the
  * time spent since t was computed (bookkeeping) is absorbed, not added; a
  * signal does not cut the sleep short. */

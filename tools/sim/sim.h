@@ -149,7 +149,7 @@ typedef struct sim_step {
    * them); max over ranks of its partners on other hosts; all bytes that
    * change host. */
   double inter_xfer_bytes, inter_peers, inter_moved_bytes;
-  double solve_s;       /* solver wall time, median of the reps */
+  double solve_s;       /* solver CPU time, median of the reps */
   /* The vision encoder, per step (summed over micro-batches): its phase's
    * time (the slowest rank's, after the plans), the straggler wait in it
    * (max - mean over ranks), and the images encoded and their unscaled
@@ -160,7 +160,7 @@ typedef struct sim_step {
    * calls and plans applied, the gather's bytes, the alltoallvs' bytes
    * (inputs out, embeddings back, their gradients in the backward: max over
    * ranks of max(sent, received), summed) and partners, the copies, all
-   * bytes that change rank, and the planning's wall time. */
+   * bytes that change rank, and the planning's CPU time. */
   int32_t vit_calls, vit_applied;
   double vit_gather_bytes, vit_xfer_bytes, vit_peers, vit_copy_bytes;
   double vit_moved_bytes, vit_solve_s;
@@ -369,7 +369,7 @@ typedef struct sim_decide_in {
 typedef struct sim_decide_out {
   int rc;         /* 0, or a DPSHIM_E* code with the plan's message */
   int solved;     /* the plan holds this hand-off's (its loads are valid) */
-  double solve_s; /* median wall time of the solves */
+  double solve_s; /* median CPU time of the solves */
 } sim_decide_out_t;
 
 /* The shim's decision: NULL when it applies `plan`, else why it skips

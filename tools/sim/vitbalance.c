@@ -7,7 +7,7 @@
  * encoding rank and the embeddings come back, and in the backward the
  * embeddings' gradients go to the encoding rank.
  *
- * Modelled: the plan (real solver, wall time measured), which rank encodes
+ * Modelled: the plan (real solver, its CPU time measured), which rank encodes
  * what, one allgather of the images' sizes per call (a 48-byte header per
  * rank and 72 B per image, as the shim's), three alltoallvs per call
  * (inputs, embeddings, embedding gradients) priced as the LLM level's
@@ -185,16 +185,16 @@ static int64_t gather_images(sim_vit_t *v, int64_t h, const int32_t *holder) {
 }
 
 /* Plans the call solve_reps times (the plan is the same each time); the
- * median wall time into *solve_s. 1: applied, 0: not, < 0: an error. */
+ * median CPU time into *solve_s. 1: applied, 0: not, < 0: an error. */
 static int timed_plan(sim_vit_t *v, const dpshim__vit_group_t *g,
                       const dpshim__vit_settings_t *s, double *solve_s) {
   double t[SIM_MAX_SOLVE_REPS];
   int reps = v->c->solve_reps < 1 ? 1 : v->c->solve_reps, rc = 0;
   if (reps > SIM_MAX_SOLVE_REPS) reps = SIM_MAX_SOLVE_REPS;
   for (int k = 0; k < reps && rc >= 0; k++) {
-    double t0 = dpshim__tool_now_s();
+    double t0 = dpshim__tool_cpu_s();
     rc = dpshim__vit_plan(&v->planner, g, s, v->dest);
-    t[k] = dpshim__tool_now_s() - t0;
+    t[k] = dpshim__tool_cpu_s() - t0;
   }
   for (int i = 1; i < reps; i++) /* insertion sort: a few reps */
     for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
