@@ -302,21 +302,21 @@ static int triples_round(sets_t *s, rounds_t *w) {
 }
 
 /* Pairs until none improves (cheap, and most of the gain), then, at most
- * TRIPLE_RANKS ranks, a round of triples, and again while that improves. */
-static void all_sets(sets_t *s, rounds_t *w) {
+ * TRIPLE_RANKS ranks, a round of triples, and again while that improves.
+ * Returns whether any set improved. */
+static int all_sets(sets_t *s, rounds_t *w) {
+  int improved = 0, more;
   do {
-    while (s->work < s->total && pairs_round(s, w)) {
-    }
-  } while (s->work < s->total && s->ctx->ranks <= TRIPLE_RANKS &&
-           triples_round(s, w));
-}
-
-int dpshim__default_pairs_apply(const dpshim__ctx_t *ctx) {
-  return ctx->ranks <= DPSHIM__SECOND_START_RANKS && !ctx->rows_cap;
+    while (s->work < s->total && pairs_round(s, w)) improved = 1;
+    more = s->work < s->total && s->ctx->ranks <= TRIPLE_RANKS &&
+           triples_round(s, w);
+    improved |= more;
+  } while (more);
+  return improved;
 }
 
 int dpshim__default_pairs(const dpshim__ctx_t *ctx, dpshim__tally_t *t) {
-  if (!dpshim__default_pairs_apply(ctx)) return 0;
+  if (ctx->ranks > DPSHIM__SECOND_START_RANKS || ctx->rows_cap) return 0;
   int32_t P = ctx->ranks;
   int64_t slots = (int64_t)P * P * (P <= TRIPLE_RANKS ? P + 1 : 1);
   sets_t s;
@@ -329,6 +329,5 @@ int dpshim__default_pairs(const dpshim__ctx_t *ctx, dpshim__tally_t *t) {
   for (int64_t k = 0; k < slots; k++) w.asked[k] = -1;
   dpshim__tally_of(ctx, ctx->dest, t);
   s.limit = dpshim__max_load(t->load, P);
-  all_sets(&s, &w);
-  return 0;
+  return all_sets(&s, &w);
 }

@@ -99,10 +99,9 @@ int dpshim__default_home_by_exchange(const dpshim__ctx_t *ctx,
                                      dpshim__tally_t *t);
 
 /* Step 7 (default_pairs.c): fewer bytes by re-dealing the samples of two
- * or three ranks at a time, exactly, under the plan's maximum; _apply:
- * whether it runs (at most DPSHIM__SECOND_START_RANKS ranks, no rows
- * caps). */
-int dpshim__default_pairs_apply(const dpshim__ctx_t *ctx);
+ * or three ranks at a time, exactly, under the plan's maximum (at most
+ * DPSHIM__SECOND_START_RANKS ranks, no rows caps); returns 1 if it
+ * changed the plan, 0 if not, or ENOMEM. */
 int dpshim__default_pairs(const dpshim__ctx_t *ctx, dpshim__tally_t *t);
 
 #endif
