@@ -37,7 +37,7 @@
  *      steps before leave (they may lower it: never above it): steps 4
  *      and 6 move a sample or two at a time, and cannot bring a re-deal
  *      (seed's, the makespan search's) back home; where it changed the
- *      plan, steps 4 and 6 again. */
+ *      plan, steps 4 and 6 again (6 on half its budget). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
