@@ -8,7 +8,8 @@
  * third rank with room (a chain), wherever that moves fewer priced bytes
  * and keeps every load within the plan's maximum and the caps. Up to
  * DPSHIM__SECOND_START_RANKS ranks, on a work budget (a unit per sample looked
- * at, per pair and per rank weighed; about 0.5 ms here). */
+ * at, per pair and per rank weighed; about 0.5 ms here), half of it when
+ * run again after step 7 (most is done by then). */
 #define EXCHANGE_WORK 50000
 
 typedef struct swap_home {
@@ -16,7 +17,7 @@ typedef struct swap_home {
   dpshim__tally_t *t;
   double limit;
   int64_t *start, *list; /* samples by rank as a pass starts (CSR) */
-  int64_t work;
+  int64_t work, budget;
 } swap_home_t;
 
 /* One or two samples of a home leaving it, as one. */
@@ -107,7 +108,7 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
                      h->limit - h->t->load[least]);
   int64_t saved = -extra_price(ctx, i, o), end = h->start[o + 1];
   exchange_t best = {{{-1, -1}, 0, 0, 0, 0}, -1, 0};
-  for (int64_t k = h->start[o]; k < end && h->work < EXCHANGE_WORK; k++) {
+  for (int64_t k = h->start[o]; k < end && h->work < h->budget; k++) {
     int64_t j = h->list[k];
     h->work++;
     if (ctx->dest[j] != o || cost[j] > most) continue;
@@ -153,7 +154,7 @@ static int64_t exchange_pass(swap_home_t *h) {
   const dpshim__ctx_t *ctx = h->ctx;
   int64_t sent = 0;
   index_by_rank(h);
-  for (int64_t k = 0; k < ctx->nsamples && h->work < EXCHANGE_WORK; k++) {
+  for (int64_t k = 0; k < ctx->nsamples && h->work < h->budget; k++) {
     int64_t i = ctx->order[k];
     h->work++;
     int32_t o = ctx->samples[i].origin;
@@ -176,16 +177,17 @@ static int64_t exchange_pass(swap_home_t *h) {
 /* Loads summed along the way may differ from plan.c's by rounding: the
  * plan is kept only if its maximum, summed afresh, is within the limit. */
 int dpshim__default_home_by_exchange(const dpshim__ctx_t *ctx,
-                                     dpshim__tally_t *t) {
+                                     dpshim__tally_t *t, int again) {
   if (ctx->ranks > DPSHIM__SECOND_START_RANKS) return 0;
   swap_home_t h = {ctx, t, 0, DPSHIM__ALLOC(ctx, int64_t, ctx->ranks + 1),
-                   DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples), 0};
+                   DPSHIM__ALLOC(ctx, int64_t, ctx->nsamples), 0,
+                   again ? EXCHANGE_WORK / 2 : EXCHANGE_WORK};
   int32_t *before = DPSHIM__ALLOC(ctx, int32_t, ctx->nsamples);
   if (!h.start || !h.list || !before) return DPSHIM_ENOMEM;
   dpshim__copy_dest(ctx, before, ctx->dest);
   dpshim__tally_of(ctx, ctx->dest, t);
   h.limit = dpshim__max_load(t->load, ctx->ranks);
-  while (h.work < EXCHANGE_WORK && exchange_pass(&h) > 0) {
+  while (h.work < h.budget && exchange_pass(&h) > 0) {
   }
   dpshim__tally_of(ctx, ctx->dest, t);
   if (dpshim__max_load(t->load, ctx->ranks) > h.limit)

@@ -30,7 +30,14 @@
  *   6. at most 32 ranks (default_exchange.c): a moved sample whose home
  *      is full goes home in exchange for one or two of its home's samples,
  *      sent where it was or to another rank, where that moves fewer bytes
- *      under the same maximum. */
+ *      under the same maximum;
+ *   7. at most 32 ranks, no rows caps (default_pairs.c): the samples of
+ *      two ranks at a time (then three, at most 8 ranks) re-dealt exactly
+ *      among them, where that moves fewer bytes under the maximum the
+ *      steps before leave (they may lower it: never above it): steps 4
+ *      and 6 move a sample or two at a time, and cannot bring a re-deal
+ *      (seed's, the makespan search's) back home; where it changed the
+ *      plan, steps 4 and 6 again (6 on half its budget). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,6 +464,10 @@ int dpshim__default_finish(const dpshim__ctx_t *ctx, int reason) {
   if (reason != DPSHIM_SKIP_NONE) return reason;
   int rc = ctx->ranks <= DPSHIM__SECOND_START_RANKS ? alike_home(ctx) : 0;
   if (rc == 0) rc = send_home(ctx, &t);
-  if (rc == 0) rc = dpshim__default_home_by_exchange(ctx, &t);
+  if (rc == 0) rc = dpshim__default_home_by_exchange(ctx, &t, 0);
+  if (rc == 0) rc = dpshim__default_pairs(ctx, &t);
+  /* Step 7 re-deals whole ranks: where it did, steps 4 and 6 again. */
+  if (rc == 1 && (rc = send_home(ctx, &t)) == 0)
+    rc = dpshim__default_home_by_exchange(ctx, &t, 1);
   return rc < 0 ? rc : reason;
 }

@@ -96,6 +96,12 @@ static inline void dpshim__tally_move(const dpshim__ctx_t *ctx,
 /* Step 6 of the finish (default_exchange.c): moved samples home by
  * exchanges that move fewer bytes under the plan's maximum. */
 int dpshim__default_home_by_exchange(const dpshim__ctx_t *ctx,
-                                     dpshim__tally_t *t);
+                                     dpshim__tally_t *t, int again);
+
+/* Step 7 (default_pairs.c): fewer bytes by re-dealing the samples of two
+ * or three ranks at a time, exactly, under the plan's maximum (at most
+ * DPSHIM__SECOND_START_RANKS ranks, no rows caps); returns 1 if it
+ * changed the plan, 0 if not, or ENOMEM. */
+int dpshim__default_pairs(const dpshim__ctx_t *ctx, dpshim__tally_t *t);
 
 #endif

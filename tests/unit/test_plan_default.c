@@ -623,3 +623,47 @@ Test(plan_default, one_host_plans_as_no_hosts) {
   dpshim_plan_free(&flat);
   dpshim_plan_free(&one);
 }
+
+/* Four packs of 32768 tokens, a quarter of the samples long (2048-12000
+ * tokens) and the rest short (16-600), 12 bytes a token, cost len² +
+ * 8000·len: the `long` profile in small. Returns the sample count. */
+static int64_t long_packs(uint64_t seed, int32_t ranks) {
+  prng_t g = {seed};
+  int64_t n = 0;
+  for (int32_t r = 0; r < ranks; r++) {
+    for (int64_t left = 32768; left > 0; n++) {
+      int64_t len = prng_range(&g, 0, 3) == 0 ? prng_range(&g, 2048, 12000)
+                                              : prng_range(&g, 16, 600);
+      if (len > left) len = left;
+      s[n] = (dpshim_sample_t){len, 12 * len, r, 0, 0, 0};
+      left -= len;
+    }
+  }
+  return n;
+}
+
+/* Seed 207 (53 samples on 4 ranks): the exact search's plan re-deals, and
+ * the steps that move one or two samples at a time leave it at 578 184
+ * bytes; re-dealing two or three ranks at a time exactly under the same
+ * maximum (default_pairs.c) brings it to 187 212. */
+Test(plan_default, pairs_bring_a_re_deal_home) {
+  int64_t n = long_packs(207, 4);
+  dpshim_plan_input_t in = plan_input(4, s, n, DPSHIM_ALGO_DEFAULT);
+  in.model = (dpshim_cost_model_t){1, 8000, 0, 0, 0};
+  in.cap_ratio = 1.2;
+  dpshim_plan_t pl;
+  dpshim_plan_init(&pl);
+  cr_assert_eq(dpshim_plan_solve(&in, &pl), 0, "%s", pl.message);
+  cr_assert_eq(pl.decision, DPSHIM_DECISION_APPLY, "%s", pl.message);
+  cr_assert_eq(n, 53);
+  double ratio = max_of(pl.load_after, 4) / pl.lower_bound_cap;
+  cr_assert(ratio <= 1.0002, "max / cap bound %.6f", ratio);
+  cr_assert(pl.bytes_moved <= 200000, "moved %lld bytes",
+            (long long)pl.bytes_moved);
+  int64_t tokens[4];
+  tokens_of(&in, pl.dest, tokens);
+  for (int32_t r = 0; r < 4; r++)
+    cr_assert(tokens[r] <= pl.cap_tokens, "rank %d over the cap", r);
+  check_no_empty_rank(&pl, n, 4);
+  dpshim_plan_free(&pl);
+}
