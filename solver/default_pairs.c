@@ -162,7 +162,7 @@ static int children(const sets_t *s, int64_t k, int8_t *kids) {
     kids[0] = (int8_t)(full ? !p : p), kids[1] = (int8_t)(full ? p : !p);
     return 2;
   }
-  double room[SET_MAX];
+  double room[SET_MAX] = {0};
   for (int j = 0; j < s->nset; j++)
     room[j] = s->limit - s->load[j] - s->favoured[j];
   room[p] += x->cost;
