@@ -914,6 +914,13 @@ static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
   return cost;
 }
 
+/* The encoder's part of sample s's cost (the gate's microseconds). */
+static double encoder_part(const dpshim__balancer_t *b,
+                           const dpshim_sample_t *s) {
+  return b->encoder.a * (double)s->patches_sq +
+         b->encoder.b * (double)s->patches;
+}
+
 /* Per rank, with the samples at dest (NULL: where they are): the LLM's and
  * the encoder's parts of what it holds, and one way's bytes (see
  * exchange_floor) at `wire` bytes a patch. Returns the encoder part of the
@@ -929,8 +936,7 @@ static double gate_loads(const dpshim__balancer_t *b, const int32_t *dest,
     for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
       const dpshim_sample_t *s = &b->samples[i];
       int32_t at = dest ? dest[i] : r;
-      double e = b->encoder.a * (double)s->patches_sq +
-                 b->encoder.b * (double)s->patches;
+      double e = encoder_part(b, s);
       enc[at] += e;
       llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
       bytes[at] += fmax((double)s->bytes, 0.5 * wire * (double)s->patches);
@@ -1000,8 +1006,7 @@ static int llm_plan_could_pay(const dpshim__balancer_t *b, double apart,
   double llm = 0, llm_most = 0, enc = 0, unit = 0;
   for (int64_t i = 0; i < b->first[b->size]; i++) {
     const dpshim_sample_t *s = &b->samples[i];
-    double e = b->encoder.a * (double)s->patches_sq +
-               b->encoder.b * (double)s->patches;
+    double e = encoder_part(b, s);
     double part = fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
     llm += part, enc += e;
     llm_most = fmax(llm_most, part);

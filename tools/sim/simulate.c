@@ -549,6 +549,13 @@ static double exchange_floor(const ctx_t *x, const double *enc, double *held) {
   return cost;
 }
 
+/* The encoder's part of a sample's cost under the gate's model (its image
+ * terms). */
+static double encoder_part(const dpshim_cost_model_t *m,
+                           const dpshim_sample_t *smp) {
+  return m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+}
+
 /* The gate's loads (balance.c's gate_loads) with the samples at dest (NULL:
  * where they are): each rank's LLM part, encoder part (the model's image
  * terms) and one way's bytes a meeting moves, into x->load_now,
@@ -563,7 +570,7 @@ static double gate_loads(ctx_t *x, int64_t n, const int32_t *dest) {
   for (int64_t i = 0; i < n; i++) {
     const dpshim_sample_t *smp = &x->samples[i];
     int32_t at = dest ? dest[i] : smp->origin;
-    double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+    double e = encoder_part(m, smp);
     enc[at] += e;
     llm[at] += dpshim_sample_cost(*m, smp) - e;
     held[at] += fmax((double)smp->bytes,
@@ -590,10 +597,15 @@ static double meeting_cost(ctx_t *x, int64_t images) {
  * terms leaves its samples (x->plan.dest where applied, per why), by the
  * shim's rule (dpshim__policy_meet: meeting pays where it saves more than
  * WORTH times the calls' two header rounds; x->before holds the step's
- * loads before the hand-off). The ViT plan is priced again at the call. */
+ * loads before the hand-off). The ViT plan is priced again at the call.
+ * *cost: what meeting costs; *apart: the step's end with the calls apart
+ * (us). */
 static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
-                       double *cost) {
+                       double *cost, double *apart) {
   double most = gate_loads(x, n, why ? NULL : x->plan.dest), saving;
+  *apart = 0;
+  for (int32_t r = 0; r < x->P; r++)
+    *apart = fmax(*apart, x->before[r] + x->load_now[r] + x->enc_load[r]);
   *cost = meeting_cost(x, images);
   return !dpshim__policy_meet(x->before, x->load_now, x->enc_load, most, x->P,
                               *cost, &saving);
@@ -608,7 +620,7 @@ static int llm_plan_could_pay(ctx_t *x, int64_t n, double apart,
   double llm = 0, llm_most = 0, enc = 0, unit = 0, bound = 0;
   for (int64_t i = 0; i < n; i++) {
     const dpshim_sample_t *smp = &x->samples[i];
-    double e = m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
+    double e = encoder_part(m, smp);
     double part = dpshim_sample_cost(*m, smp) - e;
     llm += part, enc += e;
     llm_most = fmax(llm_most, part);
@@ -634,12 +646,9 @@ static void swap_plans(ctx_t *x) {
  * *why, *out its), 0 when not (x->plan as it was), -1 on a solver error.
  * Its solve is timed into the step either way. */
 static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
-                              int64_t images, double meet_s, const char **why,
-                              sim_decide_out_t *out, sim_step_t *st) {
-  gate_loads(x, n, *why ? NULL : x->plan.dest);
-  double apart = 0;
-  for (int32_t r = 0; r < x->P; r++)
-    apart = fmax(apart, x->before[r] + x->load_now[r] + x->enc_load[r]);
+                              int64_t images, double meet_s, double apart,
+                              const char **why, sim_decide_out_t *out,
+                              sim_step_t *st) {
   if (!llm_plan_could_pay(x, n, apart, meet_s)) return 0;
   dpshim_cost_model_t llm = x->model;
   llm.d = llm.e = 0;
@@ -713,12 +722,13 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   const char *why = plan_handoff(
       x, a, a.vit && !gated ? x->text_model : x->model, n, st, &out);
   int64_t images = x->w.image_first[first + n] - x->w.image_first[first];
-  double meet_s = 0;
+  double meet_s = 0, apart = 0;
   x->met[m] = (unsigned char)a.vit;
   if (gated && out.rc >= 0)
-    x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s);
+    x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s, &apart);
   if (gated && out.rc >= 0 && !x->met[m] && out.solved) {
-    int taken = meet_with_llm_plan(x, a, n, images, meet_s, &why, &out, st);
+    int taken =
+        meet_with_llm_plan(x, a, n, images, meet_s, apart, &why, &out, st);
     if (taken < 0) out.rc = -1;
     x->met[m] = (unsigned char)(taken > 0);
   }
