@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The most buffers one alltoallv_parts carries. */
+#define DPSHIM__COMM_PARTS_MAX 4
+
 typedef struct dpshim__comm dpshim__comm_t;
 
 typedef struct dpshim__comm_ops {
@@ -26,6 +29,14 @@ typedef struct dpshim__comm_ops {
   int (*alltoallv)(dpshim__comm_t *c, const void *send,
                    const size_t *sendcounts, void *recv,
                    const size_t *recvcounts);
+  /* Several buffers in one exchange, as `parts` alltoallvs would move
+   * them (parts <= DPSHIM__COMM_PARTS_MAX): sendcounts[k * size + r] bytes
+   * of send[k] go to rank r, after send[k]'s bytes for the ranks before r;
+   * recvcounts[k * size + r] bytes from rank r land in recv[k] likewise.
+   * Only the ranks with bytes to move meet. */
+  int (*alltoallv_parts)(dpshim__comm_t *c, int parts,
+                         const void *const *send, const size_t *sendcounts,
+                         void *const *recv, const size_t *recvcounts);
   /* Every rank sends `bytes`; rank 0's recv holds size * bytes (others'
    * recv is not touched and may be NULL). */
   int (*gather)(dpshim__comm_t *c, const void *send, size_t bytes,

@@ -5,12 +5,14 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dpshim/dpshim.h"
 
 typedef struct impl {
   MPI_Comm comm;
   int *ints; /* [4 * size]: counts and displacements, send and receive */
+  MPI_Request *requests; /* [2 * size * DPSHIM__COMM_PARTS_MAX] */
 } impl_t;
 
 /* counts -> ints[0..size), prefix sums -> ints[size..2 size); 0 on overflow. */
@@ -55,6 +57,60 @@ static int mpi_alltoallv(dpshim__comm_t *c, const void *send,
                                r + c->size, MPI_BYTE, m->comm));
 }
 
+/* Posts one message per part and rank with bytes to move (tag: the part),
+ * from or into buf[k] at its running offset at[k]. Returns the requests
+ * posted, or -1 when a count does not fit MPI's int or a post failed. */
+static int post_parts(dpshim__comm_t *c, int parts, void *const *buf,
+                      const size_t *counts, int sending, MPI_Request *req) {
+  impl_t *m = c->impl;
+  size_t at[DPSHIM__COMM_PARTS_MAX] = {0};
+  int n = 0;
+  for (int r = 0; r < c->size; r++)
+    for (int k = 0; k < parts; k++) {
+      size_t b = counts[(size_t)k * (size_t)c->size + (size_t)r];
+      char *p = (char *)buf[k] + at[k];
+      at[k] += b;
+      if (!b || r == c->rank) continue;
+      if (b > INT_MAX) return -1;
+      int rc = sending ? PMPI_Isend(p, (int)b, MPI_BYTE, r, k, m->comm, &req[n])
+                       : PMPI_Irecv(p, (int)b, MPI_BYTE, r, k, m->comm, &req[n]);
+      if (rc != MPI_SUCCESS) return -1;
+      n++;
+    }
+  return n;
+}
+
+/* This rank's own parts: a copy from send[k] to recv[k]. */
+static void copy_own_parts(dpshim__comm_t *c, int parts,
+                           const void *const *send, const size_t *sendcounts,
+                           void *const *recv, const size_t *recvcounts) {
+  for (int k = 0; k < parts; k++) {
+    const size_t *s = sendcounts + (size_t)k * (size_t)c->size,
+                 *r = recvcounts + (size_t)k * (size_t)c->size;
+    size_t from = 0, to = 0;
+    for (int q = 0; q < c->rank; q++) from += s[q], to += r[q];
+    if (s[c->rank])
+      memcpy((char *)recv[k] + to, (const char *)send[k] + from, s[c->rank]);
+  }
+}
+
+/* Point to point: the ViT plan's exchanges are sparse, and each part stays
+ * where the caller wants it (no packing, no datatypes to build). */
+static int mpi_alltoallv_parts(dpshim__comm_t *c, int parts,
+                               const void *const *send,
+                               const size_t *sendcounts, void *const *recv,
+                               const size_t *recvcounts) {
+  impl_t *m = c->impl;
+  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX) return DPSHIM_EINVAL;
+  int nr = post_parts(c, parts, recv, recvcounts, 0, m->requests);
+  int ns = nr < 0 ? -1
+                  : post_parts(c, parts, (void *const *)send, sendcounts, 1,
+                               m->requests + nr);
+  if (nr < 0 || ns < 0) return DPSHIM_EMPI;
+  copy_own_parts(c, parts, send, sendcounts, recv, recvcounts);
+  return mpi_rc(PMPI_Waitall(nr + ns, m->requests, MPI_STATUSES_IGNORE));
+}
+
 static int mpi_gather(dpshim__comm_t *c, const void *send, size_t bytes,
                       void *recv) {
   impl_t *m = c->impl;
@@ -75,9 +131,13 @@ static int mpi_max(dpshim__comm_t *c, int64_t *v, int n) {
                                m->comm));
 }
 
-static const dpshim__comm_ops_t ops = {mpi_allgather, mpi_allgatherv,
-                                       mpi_alltoallv, mpi_gather, mpi_bcast,
-                                       mpi_max};
+static const dpshim__comm_ops_t ops = {.allgather = mpi_allgather,
+                                       .allgatherv = mpi_allgatherv,
+                                       .alltoallv = mpi_alltoallv,
+                                       .alltoallv_parts = mpi_alltoallv_parts,
+                                       .gather = mpi_gather,
+                                       .bcast = mpi_bcast,
+                                       .max = mpi_max};
 
 int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   impl_t *m = calloc(1, sizeof *m);
@@ -95,8 +155,12 @@ int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   PMPI_Comm_rank(m->comm, &c->rank);
   PMPI_Comm_size(m->comm, &c->size);
   m->ints = calloc(4 * (size_t)c->size, sizeof *m->ints);
-  if (!m->ints) {
+  m->requests = calloc(2 * DPSHIM__COMM_PARTS_MAX * (size_t)c->size,
+                       sizeof *m->requests);
+  if (!m->ints || !m->requests) {
     PMPI_Comm_free(&m->comm);
+    free(m->ints);
+    free(m->requests);
     free(m);
     return DPSHIM_ENOMEM;
   }
@@ -110,6 +174,7 @@ void dpshim__comm_mpi_close(dpshim__comm_t *c) {
   if (!m) return;
   PMPI_Comm_free(&m->comm);
   free(m->ints);
+  free(m->requests);
   free(m);
   c->impl = NULL;
 }

@@ -1,6 +1,7 @@
 /* The ViT balance; see vit_balance.h. */
 #include "vit_balance.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 
 #define MESSAGE_BYTES DPSHIM__MESSAGE_BYTES
 #define MAX_IN DPSHIM_ENCODER_MAX_INPUTS
+_Static_assert(MAX_IN <= DPSHIM__COMM_PARTS_MAX,
+               "a forward's inputs travel in one exchange");
 
 typedef dpshim__wire_t wire_t;
 typedef dpshim__shape_t shape_t;
@@ -79,7 +82,7 @@ int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm) {
   size_t n = (size_t)comm->size;
   v->headers = calloc(n, sizeof *v->headers);
   v->first = calloc(n + 1, sizeof *v->first);
-  v->counts = calloc(2 * n, sizeof *v->counts);
+  v->counts = calloc(2 * MAX_IN * n, sizeof *v->counts);
   if (!v->headers || !v->first || !v->counts ||
       dpshim__agree_reserve(&v->agree, comm->size) < 0) {
     free_rank_arrays(v);
@@ -311,6 +314,25 @@ static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
   return 1;
 }
 
+/* Whether every message of the plan's exchanges fits MPI's int count: no
+ * rank sends more than INT_MAX bytes of all its moved images' buffers
+ * together, as their owner or as their encoder (what any one message is
+ * part of). The same answer everywhere: gathered data. */
+static int messages_fit(const dpshim__vit_t *v) {
+  size_t *owner = v->counts, *encoder = v->counts + v->size;
+  memset(v->counts, 0, 2 * (size_t)v->size * sizeof *v->counts);
+  for (int32_t r = 0; r < v->size; r++)
+    for (int64_t i = v->first[r]; i < v->first[r + 1]; i++) {
+      const wire_t *w = &v->wire[i];
+      int32_t e = v->dest[i];
+      size_t b = (size_t)(w->out + w->grad);
+      for (int32_t k = 0; k < MAX_IN; k++) b += (size_t)w->in[k];
+      if (e == r) continue;
+      if ((owner[r] += b) > INT_MAX || (encoder[e] += b) > INT_MAX) return 0;
+    }
+  return 1;
+}
+
 /* Returns 1 when the plan moves images. */
 static int plan(dpshim__vit_t *v, dpshim__vit_report_t *rep) {
   dpshim__vit_group_t g = {v->size, v->first, v->images};
@@ -327,6 +349,10 @@ static int plan(dpshim__vit_t *v, dpshim__vit_report_t *rep) {
     rep->load_after = p->load_after;
   }
   rep->skip_reason = rc > 0 ? NULL : v->planner.skip_reason;
+  if (rc > 0 && !messages_fit(v)) {
+    rep->skip_reason = "exchange-too-large";
+    return 0;
+  }
   return rc > 0;
 }
 
@@ -569,24 +595,38 @@ static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
   return 0;
 }
 
-/* Inputs to the encoding ranks, one all-to-all per input buffer, each
+/* One exchange of `parts` fields (field[k]) of the moved images: toward
+ * the encoding ranks when to_encoder, else back to the owners; send[k] and
+ * recv[k] hold them packed in the order route_counts() counts. */
+static int exchange(dpshim__vit_t *v, const route_t *rt, int parts,
+                    const int32_t *field, int to_encoder,
+                    const unsigned char *const *send, unsigned char *const *recv) {
+  size_t *sendc = v->counts, *recvc = v->counts + MAX_IN * v->size;
+  for (int32_t k = 0; k < parts; k++)
+    route_counts(rt, field[k], to_encoder, sendc + k * v->size,
+                 recvc + k * v->size);
+  return v->comm->ops->alltoallv_parts(v->comm, parts,
+                                       (const void *const *)send, sendc,
+                                       (void *const *)recv, recvc);
+}
+
+/* Inputs to the encoding ranks, every input buffer in one exchange, each
  * landing after this rank's kept images. */
 static int send_inputs(dpshim__vit_t *v, const route_t *rt,
                        const dpshim_encoder_call_t *call, pass_t *p,
                        buffers_t *b) {
   own_copy_t oc = {rt, b->order, b->offset, 0};
-  size_t *send = v->counts, *recv = v->counts + v->size;
+  int32_t field[MAX_IN];
+  unsigned char *recv[MAX_IN];
   for (int32_t k = 0; k < call->ninputs; k++) {
     int64_t kept, sent, encoded;
     field_totals(rt, k, &kept, &sent, &encoded);
-    oc.field = k;
+    oc.field = field[k] = k;
     copy_own(&oc, call->input[k].data, b->in[k], p->sent[k], 0);
-    route_counts(rt, k, 1, send, recv);
-    int rc = v->comm->ops->alltoallv(v->comm, p->sent[k], send,
-                                     b->in[k] + kept, recv);
-    if (rc < 0) return rc;
+    recv[k] = b->in[k] + kept;
   }
-  return 0;
+  return exchange(v, rt, call->ninputs, field, 1,
+                  (const unsigned char *const *)p->sent, recv);
 }
 
 /* Embeddings back to their owners, into the caller's output. */
@@ -594,10 +634,9 @@ static int return_outputs(dpshim__vit_t *v, const route_t *rt,
                           const dpshim_encoder_call_t *call, buffers_t *b) {
   int64_t kept, sent, encoded;
   field_totals(rt, FIELD_OUT, &kept, &sent, &encoded);
-  size_t *send = v->counts, *recv = v->counts + v->size;
-  route_counts(rt, FIELD_OUT, 0, send, recv);
-  int rc = v->comm->ops->alltoallv(v->comm, b->out + kept, send, b->back,
-                                   recv);
+  const int32_t field = FIELD_OUT;
+  const unsigned char *send = b->out + kept;
+  int rc = exchange(v, rt, 1, &field, 0, &send, &b->back);
   if (rc < 0) return rc;
   own_copy_t oc = {rt, b->order, b->offset, FIELD_OUT};
   copy_own(&oc, call->output.data, b->out, b->back, 1);
@@ -785,9 +824,10 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   own_order(rt, b.order);
   own_copy_t oc = {rt, b.order, b.offset, FIELD_OUT};
   copy_own(&oc, (unsigned char *)(uintptr_t)out_grad, b.out, b.back, 0);
-  size_t *send = v->counts, *recv = v->counts + v->size;
-  route_counts(rt, FIELD_OUT, 1, send, recv);
-  int rc = v->comm->ops->alltoallv(v->comm, b.back, send, b.out + kout, recv);
+  int32_t field = FIELD_OUT;
+  const unsigned char *send = b.back;
+  unsigned char *recv = b.out + kout;
+  int rc = exchange(v, rt, 1, &field, 1, &send, &recv);
   if (rc < 0) {
     comm_failed(v, rc, rep);
     goto out;
@@ -798,9 +838,10 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   real = run_backward(v, enc, p->saved, b.out, want ? b.grad : NULL, rep);
   p->saved = NULL;
   if (!want) goto out;
-  route_counts(rt, FIELD_GRAD, 0, send, recv);
+  field = FIELD_GRAD;
+  send = b.grad + kg;
   double t = now(v);
-  rc = v->comm->ops->alltoallv(v->comm, b.grad + kg, send, b.grad_back, recv);
+  rc = exchange(v, rt, 1, &field, 0, &send, &b.grad_back);
   rep->arrival_s += now(v) - t;
   if (rc < 0) {
     comm_failed(v, rc, rep);

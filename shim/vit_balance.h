@@ -2,8 +2,9 @@
  * seam (see <dpshim/encoder.h> for the contract callers see).
  *
  *   forward:  header -> the images' sizes gathered -> plan (vit_route) ->
- *             inputs all-to-all, one per input buffer -> the real encoder
- *             on what this rank holds -> embeddings all-to-all back.
+ *             inputs to the encoding ranks, every input buffer in one
+ *             exchange -> the real encoder on what this rank holds ->
+ *             embeddings back in one more.
  *   backward: header -> embedding gradients to the encoding ranks -> the
  *             real backward there -> input gradients back to the ranks
  *             that asked.

@@ -18,6 +18,8 @@ typedef struct slot {
   size_t bytes;             /* allgather, gather, bcast; max: count */
   const size_t *counts;     /* allgatherv: all counts; alltoallv: sendcounts */
   const size_t *recvcounts; /* alltoallv */
+  int parts;                /* alltoallv_parts: send[k] below, counts by part */
+  const unsigned char *const *sends;
 } slot_t;
 
 typedef struct world {
@@ -115,8 +117,33 @@ static int enter(world_t *w, int rank, const slot_t *s) {
 static const char *op_name(mock_op_t op) {
   static const char *names[MOCK_NOPS] = {"allgather", "allgatherv",
                                          "alltoallv", "gather", "bcast",
-                                         "max"};
+                                         "max", "alltoallv_parts"};
   return names[op];
+}
+
+/* alltoallv_parts: rank r's parts and counts against every receiver's. */
+static int parts_agree(const slot_t *s, int p, int r, char *why, size_t len) {
+  if (s[r].parts != s[0].parts) {
+    snprintf(why, len, "alltoallv_parts: rank %d has %d parts, rank 0 %d", r,
+             s[r].parts, s[0].parts);
+    return 0;
+  }
+  for (int k = 0; k < s[r].parts; k++)
+    for (int q = 0; q < p; q++) {
+      size_t at = (size_t)k * (size_t)p;
+      if (s[r].counts[at + (size_t)q] != s[q].recvcounts[at + (size_t)r]) {
+        snprintf(why, len,
+                 "alltoallv_parts: rank %d sends %zu bytes of part %d to "
+                 "rank %d, which expects %zu", r, s[r].counts[at + (size_t)q],
+                 k, q, s[q].recvcounts[at + (size_t)r]);
+        return 0;
+      }
+      if (s[r].counts[at + (size_t)q] && !s[r].sends[k]) {
+        snprintf(why, len, "alltoallv_parts: rank %d sends NULL", r);
+        return 0;
+      }
+    }
+  return 1;
 }
 
 /* Between the barriers: whether the posted slots agree. Every rank computes
@@ -175,6 +202,9 @@ static int slots_agree(const world_t *w, char *why, size_t len) {
         }
       }
       break;
+    case MOCK_ALLTOALLV_PARTS:
+      if (!parts_agree(s, p, r, why, len)) return 0;
+      break;
     case MOCK_NOPS:
       break;
     }
@@ -189,14 +219,13 @@ static void count_op(world_t *w, int rank) {
   if (rank != 0) return;
   pthread_mutex_lock(&w->mu);
   w->stats.ops[s[0].op]++;
-  if (s[0].op == MOCK_ALLTOALLV) {
-    for (int r = 0; r < p; r++) {
-      for (int q = 0; q < p; q++) {
-        w->stats.alltoallv_total += s[r].counts[q];
-        if (q != r) w->stats.alltoallv_moved += s[r].counts[q];
-      }
+  int parts = s[0].op == MOCK_ALLTOALLV ? 1
+              : s[0].op == MOCK_ALLTOALLV_PARTS ? s[0].parts : 0;
+  for (int r = 0; r < p; r++)
+    for (int q = 0; q < p * parts; q++) {
+      w->stats.alltoallv_total += s[r].counts[q];
+      if (q % p != r) w->stats.alltoallv_moved += s[r].counts[q];
     }
-  }
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -226,6 +255,23 @@ static int complete_in_place(world_t *w, int rank, unsigned char *buf) {
   return rc;
 }
 
+/* alltoallv_parts: what every rank sends this one, part by part, each at
+ * its offset in the sender's buffer and in this rank's. */
+static void copy_parts(const world_t *w, int rank, unsigned char *const *recv) {
+  const slot_t *s = w->slot, *me = &w->slot[rank];
+  size_t p = (size_t)w->size;
+  for (int k = 0; k < me->parts; k++) {
+    size_t at = 0;
+    for (size_t r = 0; r < p; r++) {
+      const size_t *sent = s[r].counts + (size_t)k * p;
+      size_t from = 0, n = me->recvcounts[(size_t)k * p + r];
+      for (int q = 0; q < rank; q++) from += sent[q];
+      if (n) memcpy(recv[k] + at, s[r].sends[k] + from, n);
+      at += n;
+    }
+  }
+}
+
 /* After the first barrier: check, copy, count, second barrier. */
 static int complete(world_t *w, int rank, unsigned char *recv) {
   char why[256];
@@ -240,6 +286,11 @@ static int complete(world_t *w, int rank, unsigned char *recv) {
   if (me->op == MOCK_BCAST || me->op == MOCK_MAX)
     return complete_in_place(w, rank, recv);
   if (me->op == MOCK_GATHER && rank != 0) {
+    count_op(w, rank);
+    return barrier(w, rank);
+  }
+  if (me->op == MOCK_ALLTOALLV_PARTS) {
+    copy_parts(w, rank, (unsigned char *const *)(void *)recv);
     count_op(w, rank);
     return barrier(w, rank);
   }
@@ -299,6 +350,20 @@ static int mock_alltoallv(dpshim__comm_t *c, const void *send,
   return rc < 0 ? rc : complete(c->impl, c->rank, recv);
 }
 
+static int mock_alltoallv_parts(dpshim__comm_t *c, int parts,
+                                const void *const *send,
+                                const size_t *sendcounts, void *const *recv,
+                                const size_t *recvcounts) {
+  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX) return DPSHIM_EINVAL;
+  slot_t s = {.op = MOCK_ALLTOALLV_PARTS,
+              .counts = sendcounts,
+              .recvcounts = recvcounts,
+              .parts = parts,
+              .sends = (const unsigned char *const *)send};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, (void *)recv);
+}
+
 static int mock_gather(dpshim__comm_t *c, const void *send, size_t bytes,
                        void *recv) {
   slot_t s = {.op = MOCK_GATHER, .send = send, .bytes = bytes};
@@ -322,6 +387,7 @@ static const dpshim__comm_ops_t mock_ops = {
     .allgather = mock_allgather,
     .allgatherv = mock_allgatherv,
     .alltoallv = mock_alltoallv,
+    .alltoallv_parts = mock_alltoallv_parts,
     .gather = mock_gather,
     .bcast = mock_bcast,
     .max = mock_max,

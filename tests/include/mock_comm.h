@@ -13,8 +13,8 @@
  *
  * The mock also checks the collectives themselves: every rank must call the
  * same operation with counts that agree (allgather: the same byte count;
- * allgatherv: the same counts array; alltoallv: sendcounts[r -> s] ==
- * recvcounts[s <- r]). A disagreement fails that collective on every rank
+ * allgatherv: the same counts array; alltoallv and alltoallv_parts:
+ * sendcounts[r -> s] == recvcounts[s <- r], part by part). A disagreement fails that collective on every rank
  * and is recorded in the stats. A barrier nobody completes within
  * MOCK_DEADLOCK_SECONDS (ranks reaching different collectives) breaks the
  * world and is recorded too: a safety net so a bug hangs no test, not a
@@ -56,7 +56,7 @@ typedef void (*mock_group_fn_t)(dpshim__comm_t *world, dpshim__comm_t *dp,
 
 typedef enum {
   MOCK_ALLGATHER, MOCK_ALLGATHERV, MOCK_ALLTOALLV, MOCK_GATHER, MOCK_BCAST,
-  MOCK_MAX, MOCK_NOPS
+  MOCK_MAX, MOCK_ALLTOALLV_PARTS, MOCK_NOPS
 } mock_op_t;
 
 typedef struct mock_stats {
@@ -67,8 +67,8 @@ typedef struct mock_stats {
   char message[256];          /* what the first deadlock/mismatch was */
   long calls[MOCK_MAX_RANKS]; /* collectives each rank entered */
   long ops[MOCK_NOPS];        /* completed collectives of each mock_op_t */
-  /* Bytes over all completed alltoallv calls: to other ranks, and in all
-   * (self included). */
+  /* Bytes over all completed alltoallv and alltoallv_parts calls: to
+   * other ranks, and in all (self included). */
   size_t alltoallv_moved, alltoallv_total;
 } mock_stats_t;
 
