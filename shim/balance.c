@@ -60,6 +60,8 @@ struct dpshim__balancer {
   int took_meeting; /* and then the meeting plan, whose report replaced */
   dpshim__balance_report_t first_report; /* the first plan's */
   double apart_end; /* the gate's: the step's end with the calls apart (us) */
+  int gate_held; /* apart only for what meetings measured (the retry's) */
+  dpshim__policy_retry_t retry;
   dpshim__price_t price; /* what applying costs this rank */
   /* The ViT gate: the encoder's part of a sample's cost (a: patches_sq,
    * b: patches; microseconds), on when `gating`. */
@@ -965,36 +967,16 @@ static double gate_headers(const dpshim__balancer_t *b, double *meet_s,
 
 /* What meeting costs with the loads gate_loads() left: two rounds and the
  * ranks' own part, no less than the exchange's floor, which is all there
- * is to go by until calls have met and moved images. bytes: overwritten. */
+ * is to go by until calls have met and moved images; *unmeasured the same
+ * without the part measured (NULL: not wanted). bytes: overwritten. */
 static double meeting_cost(const dpshim__balancer_t *b, const double *enc,
-                           double *bytes) {
+                           double *bytes, double *unmeasured) {
   double meet_s, round_s;
   int32_t moved;
   gate_headers(b, &meet_s, &round_s, &moved);
-  return fmax(meet_s, exchange_floor(b, enc, bytes)) + 2 * round_s;
-}
-
-/* The ViT gate: whether this micro-batch's encoder calls meet, from where
- * its samples end up (policy.h). The same answer everywhere: gathered
- * data. */
-static void gate_encoder(dpshim__balancer_t *b, int applied,
-                         dpshim__balance_report_t *rep) {
-  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
-  double *bytes = b->load_now; /* free once decided */
-  double meet_s, round_s;
-  int32_t moved;
-  double wire = gate_headers(b, &meet_s, &round_s, &moved);
-  double most = gate_loads(b, applied ? b->plan.dest : NULL, wire, llm, enc,
-                           bytes);
-  b->apart_end = 0;
-  for (int32_t r = 0; r < b->size; r++)
-    b->apart_end = fmax(b->apart_end, before[r] + llm[r] + enc[r]);
-  rep->vit_gated = 1;
-  rep->vit_meet_s = meeting_cost(b, enc, bytes);
-  rep->vit_apart = dpshim__policy_meet(before, llm, enc, most, b->size,
-                                       rep->vit_meet_s,
-                                       &rep->vit_saving_s) != NULL;
-  rep->vit_quiet = rep->vit_apart && !moved;
+  double floor = exchange_floor(b, enc, bytes);
+  if (unmeasured) *unmeasured = floor + 2 * round_s;
+  return fmax(meet_s, floor) + 2 * round_s;
 }
 
 /* Whether a plan of the LLM's part could pay at all: the step's end with
@@ -1016,6 +998,44 @@ static int llm_plan_could_pay(const dpshim__balancer_t *b, double apart,
   for (int32_t r = 0; r < b->size; r++) bound = fmax(bound, b->gate[r]);
   bound += fmax(llm / b->size, llm_most) + fmax(enc / b->size, unit);
   return 1e-6 * (apart - bound) > DPSHIM__POLICY_WORTH * meet_s;
+}
+
+/* The ViT gate: whether this micro-batch's encoder calls meet, from where
+ * its samples end up (policy.h). The same answer everywhere: gathered
+ * data. */
+static void gate_encoder(dpshim__balancer_t *b, int applied,
+                         dpshim__balance_report_t *rep) {
+  double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
+  double *bytes = b->load_now; /* free once decided */
+  double meet_s, round_s;
+  int32_t moved;
+  double wire = gate_headers(b, &meet_s, &round_s, &moved);
+  double most = gate_loads(b, applied ? b->plan.dest : NULL, wire, llm, enc,
+                           bytes);
+  b->apart_end = 0;
+  for (int32_t r = 0; r < b->size; r++)
+    b->apart_end = fmax(b->apart_end, before[r] + llm[r] + enc[r]);
+  rep->vit_gated = 1;
+  double unmeasured;
+  rep->vit_meet_s = meeting_cost(b, enc, bytes, &unmeasured);
+  rep->vit_apart = dpshim__policy_meet(before, llm, enc, most, b->size,
+                                       rep->vit_meet_s,
+                                       &rep->vit_saving_s) != NULL;
+  rep->vit_quiet = rep->vit_apart && !moved;
+  b->gate_held = rep->vit_apart &&
+                 (rep->vit_saving_s > DPSHIM__POLICY_WORTH * unmeasured ||
+                  (b->solved && llm_plan_could_pay(b, b->apart_end, unmeasured)));
+}
+
+/* The gate's retry (policy.h), once its answer is final: calls kept apart
+ * only by what meetings measured meet now and then to measure again. */
+static void retry_meeting(dpshim__balancer_t *b,
+                          dpshim__balance_report_t *rep) {
+  if (!dpshim__policy_retry(&b->retry, !rep->vit_apart,
+                            rep->vit_apart && b->gate_held))
+    return;
+  rep->vit_apart = rep->vit_quiet = 0;
+  rep->vit_retry = 1;
 }
 
 /* The LLM-level model less the encoder's part (what the ViT balance evens
@@ -1052,7 +1072,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   double wire = gate_headers(b, &meet_s, &round_s, &moved);
   double most = gate_loads(b, why ? NULL : b->plan.dest, wire, llm, enc,
                            b->load_now);
-  double cost = meeting_cost(b, enc, b->load_now);
+  double cost = meeting_cost(b, enc, b->load_now, NULL);
   if (!why) cost += applying_cost(b);
   double saving = 1e-6 * (b->apart_end - dpshim__policy_met_end(
                                              before, llm, enc, most, b->size));
@@ -1093,6 +1113,7 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rc < 0) return rc;
   if (gate && b->gathered && !b->took_meeting) /* where the plan now is */
     gate_encoder(b, !rep->skip_reason, rep);
+  if (gate && b->gathered) retry_meeting(b, rep);
   const double *loads = b->plan.load_before;
   int32_t nsent = 0, nrecv = 0;
   if (!rep->skip_reason) {

@@ -79,6 +79,10 @@ typedef struct dpshim__balance_report {
    * and the saving meeting would bring against its cost (seconds). */
   int vit_gated, vit_apart;
   double vit_saving_s, vit_meet_s;
+  /* The calls meet though priced apart, to measure meeting again (the
+   * gate's retry, policy.h): what they then cost replaces what was
+   * learnt. */
+  int vit_retry;
   /* Apart, and no rank has a forward in flight whose images moved: until
    * the next hand-off no encoder call meets, on any rank. */
   int vit_quiet;

@@ -655,6 +655,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     c->vit_quiet = c->vit_apart && rep.vit_quiet;
     c->stats.vit_gated += rc == 0 && rep.vit_gated;
     c->stats.vit_apart += c->vit_apart;
+    c->stats.vit_retried += rc == 0 && rep.vit_retry;
+    if (rc == 0 && rep.vit_retry) c->meet_fresh[0] = c->meet_fresh[1] = 1;
     if (rc == 0 && rep.vit_gated && !rep.vit_apart) {
       c->stats.vit_met_saving += rep.vit_saving_s;
       c->stats.vit_met_cost += rep.vit_meet_s;
@@ -764,7 +766,8 @@ int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet) {
 /* Under c->lock: what a grouped call cost this rank beyond the encoder and
  * the wait for the other ranks (the header round, the plan, the copies and
  * exchanges), a moving average per kind: a micro-batch's meeting costs a
- * forward's and a backward's. */
+ * forward's and a backward's. A retry's call (the gate's, policy.h) starts
+ * the average again. */
 static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
                        double seconds) {
   int k = r->kind == DPSHIM__VIT_FORWARD ? 0
@@ -772,9 +775,11 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
   if (k < 0 || !r->grouped) return;
   double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
   if (c->stats.vit_gated > 0) c->stats.vit_met_took += cost;
-  c->meet_s[k] = c->meet_seen[k]++ ? c->meet_s[k] + DPSHIM__POLICY_MEET_WEIGHT *
-                                         (cost - c->meet_s[k])
-                                   : cost;
+  int fresh = !c->meet_seen[k]++ || c->meet_fresh[k];
+  c->meet_fresh[k] = 0;
+  c->meet_s[k] = fresh ? cost
+                       : c->meet_s[k] +
+                             DPSHIM__POLICY_MEET_WEIGHT * (cost - c->meet_s[k]);
 }
 
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model) {

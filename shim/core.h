@@ -84,6 +84,7 @@ typedef struct dpshim__stats {
   /* Main-thread hand-offs the ViT gate decided, and those whose encoder
    * calls it kept apart (DPSHIM_VIT_TRIGGER_THRESHOLD=auto) */
   int64_t vit_gated, vit_apart;
+  int64_t vit_retried; /* of those met, to measure meeting again */
   /* Of those it let meet: the savings it predicted and the costs it
    * priced meeting at (seconds, summed) */
   double vit_met_saving, vit_met_cost;
@@ -134,6 +135,7 @@ typedef struct dpshim__core {
   int vit_apart, vit_quiet;
   double meet_s[2];
   int64_t meet_seen[2];
+  int meet_fresh[2]; /* the next call of the kind replaces meet_s (a retry) */
   /* The most bytes a meeting moved per patch of this rank's own images in
    * any forward so far (inputs, embeddings and their gradients); 0 before
    * its first forward with an image. */

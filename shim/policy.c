@@ -119,6 +119,15 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
              : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
+int dpshim__policy_retry(dpshim__policy_retry_t *r, int met, int held) {
+  if (met || r->after == 0) *r = (dpshim__policy_retry_t){0, DPSHIM__POLICY_RETRY_FIRST};
+  if (met || !held || ++r->waited < r->after) return 0;
+  r->waited = 0;
+  r->after = r->after < DPSHIM__POLICY_RETRY_MOST / 2 ? 2 * r->after
+                                                     : DPSHIM__POLICY_RETRY_MOST;
+  return 1;
+}
+
 void dpshim__policy_vit_sent(const double *enc, const double *held,
                              int32_t ranks, double *sent) {
   double sum = 0;

@@ -88,7 +88,8 @@ void dpshim__report_handoff(dpshim__core_t *c, int rc,
   print_block(&b, c->dp->size);
   if (rep->vit_gated)
     fprintf(stderr, "[DP Balance][ViT] %s | the encoder calls meeting saves "
-            "%.3g ms, costs %.3g ms\n", rep->vit_apart ? "APART" : "MEET",
+            "%.3g ms, costs %.3g ms\n",
+            rep->vit_apart ? "APART" : rep->vit_retry ? "MEET (retry)" : "MEET",
             1e3 * rep->vit_saving_s, 1e3 * rep->vit_meet_s);
   print_cumulative(stderr, &c->stats);
 }
@@ -195,7 +196,8 @@ enum {
   S_VIT_IMB_AFTER, S_VIT_BYTES, S_VIT_TIME, S_VIT_SHIM, S_VIT_ARRIVAL,
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
   S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
-  S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_COUNT
+  S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_VIT_RETRIED,
+  S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -218,7 +220,8 @@ static int collect(dpshim__core_t *c, double *v) {
       s->predicted_error, s->predicted_steps, group * (double)s->vit_gated,
       group * (double)s->vit_apart, group * (double)s->backed_off,
       group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took,
-      s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes};
+      s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes,
+      group * (double)s->vit_retried};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -310,8 +313,10 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
   double met = v[S_VIT_GATED] - v[S_VIT_APART];
   if (v[S_VIT_GATED] > 0) {
     dpshim__core_say(c, "  ViT gate (%s=auto): the encoder calls met at %.0f "
-                     "of %.0f hand-offs, kept apart where meeting would not "
-                     "pay", DPSHIM_ENV_VIT_THRESHOLD, met, v[S_VIT_GATED]);
+                     "of %.0f hand-offs (%.0f of them to measure meeting "
+                     "again), kept apart where meeting would not pay",
+                     DPSHIM_ENV_VIT_THRESHOLD, met, v[S_VIT_GATED],
+                     v[S_VIT_RETRIED]);
     if (met > 0) say_met(c, v, met);
   } else {
     dpshim__core_say(c, "  ViT gate (%s=auto): no hand-off decided (the "

@@ -179,6 +179,7 @@ static void count_decisions(sim_result_t *res, const sim_step_t *s) {
   res->handoffs += s->handoffs;
   res->applied += s->applied;
   res->vit_calls += s->vit_calls;
+  res->vit_retried += s->vit_retried;
   res->vit_applied += s->vit_applied;
   for (int k = 0; k < SIM_NSKIPS; k++) res->skipped[k] += s->skipped[k];
 }

@@ -16,7 +16,7 @@ enum {
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_MIX, OPT_TEXT_COST,
-  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_RANKS_PER_HOST,
+  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_RANKS_PER_HOST,
   OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
   OPT_HELP
 };
@@ -33,6 +33,7 @@ static const struct option longopts[] = {
     {"vit-balance", no_argument, NULL, OPT_VIT_BALANCE},
     {"vit-cap-ratio", required_argument, NULL, OPT_VIT_CAP_RATIO},
     {"vit-threshold", required_argument, NULL, OPT_VIT_THRESHOLD},
+    {"slow-first-meeting", required_argument, NULL, OPT_SLOW_MEETING},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -107,7 +108,9 @@ static void usage(void) {
 "  --vit-cap-ratio X|none  DPSHIM_VIT_MAX_PATCH_RATIO, x mean patches per\n"
 "                        rank [2]\n"
 "  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD: a ratio, or auto (the\n"
-"                        gate; see tools/sim/README.md) [auto]\n",
+"                        gate; see tools/sim/README.md) [auto]\n"
+"  --slow-first-meeting F  auto: the gate measures its first meeting F times\n"
+"                        as dear as it is (a rank preempted there) [1]\n",
       stdout);
   /* In two: one string would exceed what C11 compilers must take. */
   fputs(
@@ -412,6 +415,9 @@ static int apply_vlm(int code, const char *opt, const char *arg,
     o->cfg.vit_threshold = strcmp(arg, "auto") == 0 ? -1
         : need_double(opt, arg, 0, 1e3, "a number in [0, 1000] or 'auto'");
     return 1;
+  case OPT_SLOW_MEETING:
+    o->cfg.slow_meeting = need_double(opt, arg, 1, 1e6, "a number >= 1");
+    return 1;
   }
   return 0;
 }
@@ -495,6 +501,7 @@ static void defaults(sim_options_t *o) {
                           .warmup_last = 11, .steps = 20, .cap_ratio = 1.2,
                           .threshold = -1, .headroom = 2.0, .solve_reps = 3,
                           .vit_cap_ratio = 2.0, .vit_threshold = -1,
+                          .slow_meeting = 1,
                           .topology = 1, .model = emu_model_default()};
   o->net = sim_net_default();
   parse_ranks("ranks", "4,8,16,32,64,128,256,512,1024,2048,4096", o);

@@ -48,11 +48,12 @@ static void print_fields(FILE *f, const sim_result_t *r) {
   fprintf(f, ",\"vit_balance\":%d,\"vit_ms\":%.3f,\"vit_wait_ms\":%.3f,"
           "\"vit_shim_ms\":%.4f,\"vit_solve_ms\":%.4f,"
           "\"vit_bytes_moved_per_step\":%.0f,"
-          "\"vit_calls\":%lld,\"vit_applied\":%lld,\"vit_ceiling\":%.4f",
+          "\"vit_calls\":%lld,\"vit_applied\":%lld,\"vit_retried\":%lld,"
+          "\"vit_ceiling\":%.4f",
           r->algo.vit, 1e3 * r->vit_s, 1e3 * r->vit_wait_s,
           1e3 * r->vit_shim_s, 1e3 * r->vit_solve_s, r->vit_bytes_moved,
           (long long)r->vit_calls, (long long)r->vit_applied,
-          r->vit_ceiling);
+          (long long)r->vit_retried, r->vit_ceiling);
   print_hosts(f, r);
   fputc('}', f);
 }

@@ -98,6 +98,7 @@ typedef struct sim_config {
    * DPSHIM_VIT_MAX_PATCH_RATIO (0 = none) and DPSHIM_VIT_TRIGGER_THRESHOLD
    * (< 0: auto, see simulate.c's meet_or_not()). */
   double vit_cap_ratio, vit_threshold;
+  double slow_meeting; /* --slow-first-meeting: the first one's measure x */
   /* The hosts: DP rank r on host r / ranks_per_host (0: every rank on one
    * host, and the network in one level). topology: the solver is told the
    * hosts (the shim's DPSHIM_TOPOLOGY=1); 0: it plans as on one host and
@@ -162,6 +163,7 @@ typedef struct sim_step {
    * ranks of max(sent, received), summed) and partners, the copies, all
    * bytes that change rank, and the planning's CPU time. */
   int32_t vit_calls, vit_applied;
+  int32_t vit_retried; /* auto: micro-batches met to measure meeting again */
   double vit_gather_bytes, vit_xfer_bytes, vit_peers, vit_copy_bytes;
   double vit_moved_bytes, vit_solve_s;
   /* With hosts, the ViT balance's three alltoallvs as inter_* above. */
@@ -195,6 +197,7 @@ typedef struct sim_result {
    * it, the ViT balance's share of shim_s and bytes that change rank. */
   double vit_s, vit_wait_s, vit_shim_s, vit_solve_s, vit_bytes_moved;
   int64_t vit_calls, vit_applied; /* over all steps */
+  int64_t vit_retried;            /* of those calls, the gate's retries */
   /* sum held_max_s / sum vit_floor_s - 1 (sim_step_t): the most an encoder
    * balance could gain on this run's compute; 0 for text. */
   double vit_ceiling;

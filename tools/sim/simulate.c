@@ -64,6 +64,8 @@ typedef struct ctx {
   double *before;   /* [P] the step's loads before the hand-off */
   double meet_s;    /* auto ViT: what a met micro-batch cost, learnt */
   int64_t meet_seen;
+  int meet_fresh;  /* the next met micro-batch replaces meet_s (a retry) */
+  dpshim__policy_retry_t retry;
   /* auto ViT: the most bytes a meeting moves per patch of an image
    * (inputs, embeddings and their gradients), as the shim learns it from
    * its warm-up's encoder calls */
@@ -582,14 +584,17 @@ static double gate_loads(ctx_t *x, int64_t n, const int32_t *dest) {
 
 /* What a meeting costs with the loads gate_loads() left: two header rounds
  * and the ranks' own part learnt, no less than the exchange's floor
- * (overwrites x->cost). */
-static double meeting_cost(ctx_t *x, int64_t images) {
+ * (overwrites x->cost); *unmeasured the same without the part learnt
+ * (NULL: not wanted). */
+static double meeting_cost(ctx_t *x, int64_t images, double *unmeasured) {
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
   double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
   double own = x->meet_seen ? fmax(0, x->meet_s - rounds) : 0;
-  return fmax(own, exchange_floor(x, x->enc_load, x->cost)) + rounds;
+  double floor = exchange_floor(x, x->enc_load, x->cost);
+  if (unmeasured) *unmeasured = floor + rounds;
+  return fmax(own, floor) + rounds;
 }
 
 /* DPSHIM_VIT_TRIGGER_THRESHOLD=auto: whether micro-batch m's encoder
@@ -599,16 +604,18 @@ static double meeting_cost(ctx_t *x, int64_t images) {
  * WORTH times the calls' two header rounds; x->before holds the step's
  * loads before the hand-off). The ViT plan is priced again at the call.
  * *cost: what meeting costs; *apart: the step's end with the calls apart
- * (us). */
+ * (us); *unmeasured: the cost without the part learnt; *saving: what
+ * meeting saves (s). */
 static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
-                       double *cost, double *apart) {
-  double most = gate_loads(x, n, why ? NULL : x->plan.dest), saving;
+                       double *cost, double *apart, double *unmeasured,
+                       double *saving) {
+  double most = gate_loads(x, n, why ? NULL : x->plan.dest);
   *apart = 0;
   for (int32_t r = 0; r < x->P; r++)
     *apart = fmax(*apart, x->before[r] + x->load_now[r] + x->enc_load[r]);
-  *cost = meeting_cost(x, images);
+  *cost = meeting_cost(x, images, unmeasured);
   return !dpshim__policy_meet(x->before, x->load_now, x->enc_load, most, x->P,
-                              *cost, &saving);
+                              *cost, saving);
 }
 
 /* As balance.c's llm_plan_could_pay(): the LLM part's plan is solved only
@@ -668,7 +675,7 @@ static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
   double most = gate_loads(x, n, whyb ? NULL : x->plan.dest);
   double met = dpshim__policy_met_end(x->before, x->load_now, x->enc_load,
                                       most, x->P);
-  double cost = meeting_cost(x, images);
+  double cost = meeting_cost(x, images, NULL);
   if (!whyb) {
     tally_exchange(x, n);
     cost += applying_cost(x);
@@ -701,9 +708,10 @@ static void learn_meet(ctx_t *x, const sim_step_t *before,
       after->vit_inter_xfer_bytes - before->vit_inter_xfer_bytes;
   d.vit_inter_peers = after->vit_inter_peers - before->vit_inter_peers;
   double s = sim_vit_seconds(&x->c->price_net, x->c, x->P, &d);
-  x->meet_s = x->meet_seen++ ? x->meet_s + DPSHIM__POLICY_MEET_WEIGHT *
-                                               (s - x->meet_s)
-                             : s;
+  if (!x->meet_seen && x->c->slow_meeting > 1) s *= x->c->slow_meeting;
+  int fresh = !x->meet_seen++ || x->meet_fresh;
+  x->meet_fresh = 0;
+  x->meet_s = fresh ? s : x->meet_s + DPSHIM__POLICY_MEET_WEIGHT * (s - x->meet_s);
 }
 
 /* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
@@ -722,15 +730,26 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   const char *why = plan_handoff(
       x, a, a.vit && !gated ? x->text_model : x->model, n, st, &out);
   int64_t images = x->w.image_first[first + n] - x->w.image_first[first];
-  double meet_s = 0, apart = 0;
+  double meet_s = 0, apart = 0, unmeasured = 0, saving = 0;
   x->met[m] = (unsigned char)a.vit;
   if (gated && out.rc >= 0)
-    x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s, &apart);
+    x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s, &apart,
+                                           &unmeasured, &saving);
+  /* balance.c's gate_held: apart only for what meetings measured */
+  int held = gated && out.rc >= 0 && !x->met[m] &&
+             (saving > DPSHIM__POLICY_WORTH * unmeasured ||
+              (out.solved && llm_plan_could_pay(x, n, apart, unmeasured)));
   if (gated && out.rc >= 0 && !x->met[m] && out.solved) {
     int taken =
         meet_with_llm_plan(x, a, n, images, meet_s, apart, &why, &out, st);
     if (taken < 0) out.rc = -1;
     x->met[m] = (unsigned char)(taken > 0);
+  }
+  if (gated && out.rc >= 0 &&
+      dpshim__policy_retry(&x->retry, x->met[m], !x->met[m] && held)) {
+    x->met[m] = 1; /* balance.c's retry_meeting() */
+    x->meet_fresh = 1;
+    st->vit_retried++;
   }
   if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
@@ -831,6 +850,8 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
     x.meet_seen = 0;
+    x.meet_fresh = 0;
+    x.retry = (dpshim__policy_retry_t){0, 0};
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
                           algos[a].vit && c->vit_threshold >= 0 ? x.text_model
                                                                 : x.model,
