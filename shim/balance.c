@@ -880,8 +880,8 @@ static int agree_peers(dpshim__balancer_t *b, dpshim__comm_t *comm,
              "a TP/CP peer's DP group could not balance this hand-off");
     return DPSHIM_EINVAL;
   }
-  if (b->took_meeting && v[3]) {
-    drop_meeting_plan(b, comm->rank, rep);
+  if (v[3]) { /* every group on its first plan: their skips count */
+    if (b->took_meeting) drop_meeting_plan(b, comm->rank, rep);
     v[1] = v[4];
   }
   rep->backoff_ok = !v[2];

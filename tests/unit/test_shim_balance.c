@@ -1009,34 +1009,44 @@ Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
   inst_free(x);
 }
 
-/* Rank 0 holds a video of 8 frames of 10 patches (800 us of encoder, a
- * frame 100 us) and a text sample, rank 1 two texts (100 us of LLM each).
- * The plan with the encoder's part gives rank 1 the text: apart the step
- * ends at 900 us, and meeting under that plan (LLM 300 + encoder 400)
- * saves 200 us, not 1.5 x the 160 us a meeting costs. Left where they
- * are, the LLM's parts are even (200) and meeting ends at 600: 300 us
- * saved. The gate takes that: no LLM-level move, the calls meet. */
-Test(shim_balance, the_calls_meet_under_the_llm_plan_where_that_ends_sooner) {
+/* Each DP group of `groups` (world rank r is DP rank r / groups) holds
+ * the same: DP rank 0 a video of 8 frames of 10 patches (800 us of
+ * encoder, a frame 100 us) and a text sample, DP rank 1 two texts (100 us
+ * of LLM each). meet_s: what meeting costs in each group. */
+static inst_t *video_and_texts(int groups, const double *meet_s) {
   dpshim__balance_config_t cfg = base_config();
   cfg.model = (dpshim_cost_model_t){0, 1, 0, 1, 0};
   cfg.priced = 1;
-  inst_t *x = inst_new(2, &cfg);
-  for (int r = 0; r < 2; r++)
+  inst_t *x = inst_new(2 * groups, &cfg);
+  for (int r = 0; r < x->P; r++)
     for (int i = 0; i < 2; i++) {
-      int video = r == 0 && i == 0;
+      int video = r / groups == 0 && i == 0;
       inst_set(x, 1, r, i, 100, video ? 2 : 0);
       vision_of[r][i] = video ? (dpshim_vision_t){80, 8 * 10 * 10}
                               : (dpshim_vision_t){0, 0};
     }
-  caps_t all = total_use(x), c[2] = {all, all};
+  caps_t all = total_use(x), c[MAXP];
+  for (int r = 0; r < x->P; r++) c[r] = all;
   inst_pack_caps(x, c);
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < x->P; r++) {
     x->rb[r].batch.vision = vision_of[r];
     dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
                                  1);
-    x->meet_s[r] = 160e-6;
+    x->meet_s[r] = meet_s[r % groups];
   }
   x->gate = 1;
+  return x;
+}
+
+/* One group of the above. The plan with the encoder's part gives rank 1
+ * the text: apart the step ends at 900 us, and meeting under that plan (LLM
+ * 300 + encoder 400) saves 200 us, not 1.5 x the 160 us a meeting costs.
+ * Left where they are, the LLM's parts are even (200) and meeting ends at
+ * 600: 300 us saved. The gate takes that: no LLM-level move, the calls
+ * meet. */
+Test(shim_balance, the_calls_meet_under_the_llm_plan_where_that_ends_sooner) {
+  const double meet = 160e-6;
+  inst_t *x = video_and_texts(1, &meet);
   inst_run(x);
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
@@ -1045,6 +1055,42 @@ Test(shim_balance, the_calls_meet_under_the_llm_plan_where_that_ends_sooner) {
     cr_assert_float_eq(x->rep[r].vit_saving_s, 300e-6, 1e-9);
   }
   inst_free(x);
+}
+
+/* One hand-off over two DP groups whose ranks are TP peers (world rank r
+ * in group r % 2, peers r / 2), with the peers' handles. */
+static void balance_group_rank(dpshim__comm_t *world, dpshim__comm_t *dp,
+                               dpshim__comm_t *peers, int rank, void *arg) {
+  (void)world;
+  inst_t *x = arg;
+  double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
+  dpshim__handoff_t ho = {x->step, 1, note, peers, NULL, x->gate,
+                          x->meet_s[rank], x->wire[rank], 0, 0};
+  x->rc[rank] = dpshim__balance(x->bal[rank], dp, &x->rb[rank].batch, &ho,
+                                &x->rep[rank]);
+}
+
+/* TP peer groups hold the same samples, so they take the gate's meeting
+ * plan only together: where group 1's meetings cost 1 ms (300 us saved is
+ * not worth it there), group 0 drops the plan it took and both apply the
+ * plan with the encoder's part, the calls apart; where both cost 160 us,
+ * both take it. */
+Test(shim_balance, peer_groups_take_the_meeting_plan_only_together) {
+  const double apart_one[2] = {160e-6, 1e-3}, both[2] = {160e-6, 160e-6};
+  for (int k = 0; k < 2; k++) {
+    inst_t *x = video_and_texts(2, k ? both : apart_one);
+    cr_assert_eq(mock_run_groups(&x->opts, 2, balance_group_rank, x, &x->stats),
+                 0, "mock: %s", x->stats.message);
+    for (int r = 0; r < 4; r++) {
+      cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
+      cr_assert_eq(x->rep[r].vit_apart, !k, "rank %d (case %d)", r, k);
+      cr_assert_eq(x->rep[r].applied, !k, "rank %d (case %d): %s", r, k,
+                   x->rep[r].skip_reason ? x->rep[r].skip_reason : "applied");
+      cr_assert_float_eq(x->rep[r].vit_saving_s, k ? 300e-6 : 200e-6, 1e-9,
+                         "rank %d (case %d)", r, k);
+    }
+    inst_free(x);
+  }
 }
 
 /* Hand-off k (1-based) of `runs`, each of a new step, on x: bit k of the
