@@ -24,6 +24,7 @@ static int reserve(dpshim__vit_planner_t *p, size_t images, size_t ranks) {
    * image each) shares the capacity */
   size_t n = images + ranks;
   if (n > p->samples_cap) {
+    n += n / 2; /* room to grow, as the solver's (solver/arena.c) */
     dpshim_sample_t *s = realloc(p->samples, n * sizeof *s);
     if (s) p->samples = s;
     int64_t *of = realloc(p->sample_of, n * sizeof *of);

@@ -1,6 +1,7 @@
 /* A bump allocator that learns its size: allocations past the block go to
- * overflow chunks, and the next reset grows the block to cover them all, so
- * repeated solves of similar instances stop calling malloc. */
+ * overflow chunks, and the next reset grows the block to cover them all
+ * and half as much again, so repeated solves of similar instances stop
+ * calling malloc. */
 #include <stdlib.h>
 
 #include "internal.h"
@@ -47,6 +48,11 @@ int dpshim__arena_reset(dpshim__arena_t *a) {
   a->used = 0;
   a->mallocs = 0;
   if (want <= a->size) return 0;
+  /* Room for the next instances a little larger than this one: a block
+   * grown to the byte comes back as fresh pages (page faults on first
+   * touch, tens of ms at 4096 ranks) and, in the shim, an agreement round
+   * (solver.h's allocations) at nearly every solve while sizes creep up. */
+  want += want / 2;
   free(a->base);
   a->base = malloc(want);
   a->mallocs = 1;

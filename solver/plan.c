@@ -170,12 +170,13 @@ static int reserve_outputs(dpshim_plan_t *p, int32_t ranks, int64_t n) {
       return DPSHIM_ENOMEM;
   }
   if (dpshim__arena_reset(p->scratch_) < 0) return DPSHIM_ENOMEM;
-  if (n > p->samples_cap_) {
+  if (n > p->samples_cap_) { /* with the arena's room to grow (arena.c) */
     p->allocations++;
-    int32_t *d = realloc(p->dest, sizeof *d * (size_t)n);
+    int64_t cap = n + n / 2;
+    int32_t *d = realloc(p->dest, sizeof *d * (size_t)cap);
     if (!d) return DPSHIM_ENOMEM;
     p->dest = d;
-    p->samples_cap_ = n;
+    p->samples_cap_ = cap;
   }
   if (ranks > p->ranks_cap_) {
     p->allocations += 2;

@@ -297,3 +297,34 @@ Test(plan_properties, seed_algo) { run_algo(DPSHIM_ALGO_SEED, 2); }
 Test(plan_properties, kk_algo) { run_algo(DPSHIM_ALGO_KK, 3); }
 Test(plan_properties, none_algo) { run_algo(DPSHIM_ALGO_NONE, 4); }
 Test(plan_properties, kk_cap_algo) { run_algo(DPSHIM_ALGO_KK_CAP, 5); }
+
+/* n samples over 64 ranks, origin i % 64, lengths from a fixed stride:
+ * the same instance a little longer as n grows. */
+static void creeping_instance(instance_t *t, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    t->s[i] = (dpshim_sample_t){.len = 1 + (i * 7919) % 4000,
+                                .bytes = 4 * (1 + (i * 7919) % 4000),
+                                .origin = (int32_t)(i % 64)};
+  t->in = (dpshim_plan_input_t){.ranks = 64, .nsamples = n, .samples = t->s,
+                                .model = {1, 8000, 0, 0, 0}, .cap_ratio = 1.2,
+                                .algo = DPSHIM_ALGO_DEFAULT};
+}
+
+/* A plan that has learnt an instance's size solves instances up to a
+ * quarter larger without allocating (arena.c's room to grow): while sizes
+ * creep up, no solve comes back to fresh pages or costs the shim an
+ * agreement round. */
+Test(plan_properties, sizes_creeping_up_do_not_allocate) {
+  static instance_t t;
+  dpshim_plan_t p;
+  dpshim_plan_init(&p);
+  creeping_instance(&t, 600);
+  for (int k = 0; k < 2; k++) cr_assert_eq(dpshim_plan_solve(&t.in, &p), 0);
+  for (int64_t n = 600; n <= 750 && n <= MAX_N; n += 25) {
+    creeping_instance(&t, n);
+    cr_assert_eq(dpshim_plan_solve(&t.in, &p), 0, "%s", p.message);
+    cr_assert_eq(p.allocations, 0, "%lld samples after 600: %lld allocations",
+                 (long long)n, (long long)p.allocations);
+  }
+  dpshim_plan_free(&p);
+}
