@@ -13,6 +13,11 @@
  * there (parameter gradients stay there: the trainer's all-reduce sums
  * them) and input gradients come back when the caller asks for them.
  *
+ * What travels back is what the call outputs: an adapter whose call runs
+ * the tower with its patch merger returns merged rows (a quarter of the
+ * patches' for a 2 x 2 merge, as libvit.so's Qwen layout does), the
+ * fewest bytes; one that stops before the merger returns every patch's.
+ *
  * An adapter describes one call as images with rows in buffers, and gives
  * the real encoder as callbacks that the shim calls on whatever images a
  * rank encodes (its own and others'), or on the caller's own call as it was
