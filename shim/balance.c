@@ -61,6 +61,7 @@ struct dpshim__balancer {
   dpshim__balance_report_t first_report; /* the first plan's */
   double apart_end; /* the gate's: the step's end with the calls apart (us) */
   int gate_held; /* apart only for what meetings measured (the retry's) */
+  double gate_unmeasured; /* the meeting priced without that measure (s) */
   dpshim__policy_retry_t retry;
   dpshim__price_t price; /* what applying costs this rank */
   /* The ViT gate: the encoder's part of a sample's cost (a: patches_sq,
@@ -968,14 +969,14 @@ static double gate_headers(const dpshim__balancer_t *b, double *meet_s,
 /* What meeting costs with the loads gate_loads() left: two rounds and the
  * ranks' own part, no less than the exchange's floor, which is all there
  * is to go by until calls have met and moved images; *unmeasured the same
- * without the part measured (NULL: not wanted). bytes: overwritten. */
+ * without the part measured. bytes: overwritten. */
 static double meeting_cost(const dpshim__balancer_t *b, const double *enc,
                            double *bytes, double *unmeasured) {
   double meet_s, round_s;
   int32_t moved;
   gate_headers(b, &meet_s, &round_s, &moved);
   double floor = exchange_floor(b, enc, bytes);
-  if (unmeasured) *unmeasured = floor + 2 * round_s;
+  *unmeasured = floor + 2 * round_s;
   return fmax(meet_s, floor) + 2 * round_s;
 }
 
@@ -1022,20 +1023,29 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                                        rep->vit_meet_s,
                                        &rep->vit_saving_s) != NULL;
   rep->vit_quiet = rep->vit_apart && !moved;
+  b->gate_unmeasured = unmeasured;
   b->gate_held = rep->vit_apart &&
                  (rep->vit_saving_s > DPSHIM__POLICY_WORTH * unmeasured ||
                   (b->solved && llm_plan_could_pay(b, b->apart_end, unmeasured)));
 }
 
+/* Whether this micro-batch, held apart, meets to measure again. */
+static int retry_due(const dpshim__balancer_t *b,
+                     const dpshim__balance_report_t *rep) {
+  return rep->vit_apart && b->gate_held && dpshim__policy_retry_due(&b->retry);
+}
+
 /* The gate's retry (policy.h), once its answer is final: calls kept apart
- * only by what meetings measured meet now and then to measure again. */
+ * only by what meetings measured meet now and then to measure again (the
+ * meeting plan may have met them already: meet_with_llm_plan). */
 static void retry_meeting(dpshim__balancer_t *b,
                           dpshim__balance_report_t *rep) {
-  if (!dpshim__policy_retry(&b->retry, !rep->vit_apart,
-                            rep->vit_apart && b->gate_held))
-    return;
-  rep->vit_apart = rep->vit_quiet = 0;
-  rep->vit_retry = 1;
+  int held = rep->vit_apart && b->gate_held;
+  if (retry_due(b, rep)) {
+    rep->vit_apart = rep->vit_quiet = 0;
+    rep->vit_retry = 1;
+  }
+  dpshim__policy_retry_note(&b->retry, !rep->vit_apart, held, rep->vit_retry);
 }
 
 /* The LLM-level model less the encoder's part (what the ViT balance evens
@@ -1060,7 +1070,10 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
                               dpshim__balance_report_t *rep) {
   char msg[MESSAGE_BYTES] = "";
   int64_t n = b->first[b->size];
-  if (!llm_plan_could_pay(b, b->apart_end, rep->vit_meet_s)) return 0;
+  int retry = retry_due(b, rep); /* priced without what meetings measured */
+  if (!llm_plan_could_pay(b, b->apart_end,
+                          retry ? b->gate_unmeasured : rep->vit_meet_s))
+    return 0;
   swap_plans(b);
   int rc = solve(b, l, n, llm_part(b), NULL, msg);
   if (rc < 0 || b->plan.allocations > 0) rc = agree(b, comm, rc, msg, rep);
@@ -1072,7 +1085,8 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   double wire = gate_headers(b, &meet_s, &round_s, &moved);
   double most = gate_loads(b, why ? NULL : b->plan.dest, wire, llm, enc,
                            b->load_now);
-  double cost = meeting_cost(b, enc, b->load_now, NULL);
+  double unmeasured, cost = meeting_cost(b, enc, b->load_now, &unmeasured);
+  if (retry) cost = unmeasured;
   if (!why) cost += applying_cost(b);
   double saving = 1e-6 * (b->apart_end - dpshim__policy_met_end(
                                              before, llm, enc, most, b->size));
@@ -1085,6 +1099,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   b->took_meeting = 1;
   rep->skip_reason = why;
   rep->vit_apart = rep->vit_quiet = 0;
+  rep->vit_retry = retry;
   rep->vit_saving_s = saving;
   rep->vit_meet_s = cost;
   report_plan(b, n, total_tokens(b, n), rep);

@@ -119,13 +119,25 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
              : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
-int dpshim__policy_retry(dpshim__policy_retry_t *r, int met, int held) {
-  if (met || r->after == 0) *r = (dpshim__policy_retry_t){0, DPSHIM__POLICY_RETRY_FIRST};
-  if (met || !held || ++r->waited < r->after) return 0;
-  r->waited = 0;
-  r->after = r->after < DPSHIM__POLICY_RETRY_MOST / 2 ? 2 * r->after
-                                                     : DPSHIM__POLICY_RETRY_MOST;
-  return 1;
+static int32_t retry_after(const dpshim__policy_retry_t *r) {
+  return r->after ? r->after : DPSHIM__POLICY_RETRY_FIRST;
+}
+
+int dpshim__policy_retry_due(const dpshim__policy_retry_t *r) {
+  return r->waited + 1 >= retry_after(r);
+}
+
+void dpshim__policy_retry_note(dpshim__policy_retry_t *r, int met, int held,
+                               int retried) {
+  int32_t after = retry_after(r);
+  if (retried)
+    *r = (dpshim__policy_retry_t){
+        0, after < DPSHIM__POLICY_RETRY_MOST / 2 ? 2 * after
+                                                 : DPSHIM__POLICY_RETRY_MOST};
+  else if (met)
+    *r = (dpshim__policy_retry_t){0, DPSHIM__POLICY_RETRY_FIRST};
+  else
+    *r = (dpshim__policy_retry_t){r->waited + (held != 0), after};
 }
 
 void dpshim__policy_vit_sent(const double *enc, const double *held,

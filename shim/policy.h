@@ -98,19 +98,23 @@ void dpshim__policy_vit_sent(const double *enc, const double *held,
 #define DPSHIM__POLICY_MEET_WEIGHT 0.25
 /* What meetings cost is all the gate learns from them, so one slow meeting
  * (a preempted rank) would keep the calls apart for good. Where that
- * measure alone keeps them apart (the saving pays for the exchange's floor
- * and the rounds), they meet anyway once every `after` such micro-batches,
- * and that meeting's measure replaces the average; `after` doubles at
- * each such retry, up to the most, and starts again when the gate meets on
- * its own. The same answer everywhere: from the gate's agreed decisions. */
+ * measure alone keeps them apart (held: either plan would pay for the
+ * exchange's floor and the rounds), the calls meet anyway once every
+ * `after` such micro-batches (due), priced without it, and that meeting's
+ * measure replaces the average; `after` doubles at each such retry, up to
+ * the most, and starts again when the gate meets on its own. The same
+ * answer everywhere: from the gate's agreed decisions. */
 #define DPSHIM__POLICY_RETRY_FIRST 8
 #define DPSHIM__POLICY_RETRY_MOST 512
 typedef struct dpshim__policy_retry {
   int32_t waited, after; /* zero: not started */
 } dpshim__policy_retry_t;
-/* After the gate's decision: met (it meets), held (apart only for what
- * meetings measured). 1 when this micro-batch meets as a retry. */
-int dpshim__policy_retry(dpshim__policy_retry_t *r, int met, int held);
+/* Whether a micro-batch held apart is the one to meet again. */
+int dpshim__policy_retry_due(const dpshim__policy_retry_t *r);
+/* After the gate's final answer: met on its own, held apart, or met to
+ * measure again (retried). */
+void dpshim__policy_retry_note(dpshim__policy_retry_t *r, int met, int held,
+                               int retried);
 /* The model's prediction for one rank's features (p->time is not read),
  * in the model's unit. */
 double dpshim__policy_predict(dpshim_cost_model_t model,

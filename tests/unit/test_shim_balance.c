@@ -1009,6 +1009,14 @@ Test(shim_balance, an_even_plan_keeps_encoder_calls_apart) {
   inst_free(x);
 }
 
+/* The batches of video_and_texts() as they were before any hand-off. */
+static void pack_video_and_texts(inst_t *x) {
+  caps_t all = total_use(x), c[MAXP];
+  for (int r = 0; r < x->P; r++) c[r] = all;
+  inst_pack_caps(x, c);
+  for (int r = 0; r < x->P; r++) x->rb[r].batch.vision = vision_of[r];
+}
+
 /* Each DP group of `groups` (world rank r is DP rank r / groups) holds
  * the same: DP rank 0 a video of 8 frames of 10 patches (800 us of
  * encoder, a frame 100 us) and a text sample, DP rank 1 two texts (100 us
@@ -1025,11 +1033,8 @@ static inst_t *video_and_texts(int groups, const double *meet_s) {
       vision_of[r][i] = video ? (dpshim_vision_t){80, 8 * 10 * 10}
                               : (dpshim_vision_t){0, 0};
     }
-  caps_t all = total_use(x), c[MAXP];
-  for (int r = 0; r < x->P; r++) c[r] = all;
-  inst_pack_caps(x, c);
+  pack_video_and_texts(x);
   for (int r = 0; r < x->P; r++) {
-    x->rb[r].batch.vision = vision_of[r];
     dpshim__balancer_set_encoder(x->bal[r], (dpshim_cost_model_t){1, 0, 0, 0, 0},
                                  1);
     x->meet_s[r] = meet_s[r % groups];
@@ -1123,6 +1128,31 @@ Test(shim_balance, the_gate_measures_meeting_again_now_and_then) {
   inst_free(x);
   x = gate_ready(1e9, NULL, 600000, 1, 1);
   cr_assert_eq(retries_over(x, 40), 0);
+  inst_free(x);
+}
+
+/* The retry prices the meeting without what meetings measured, the gate's
+ * second plan too: with meetings measured at 1 ms, video_and_texts()
+ * applies the plan with the encoder's part, the calls apart, until the
+ * 8th hand-off meets under the plan of the LLM parts (which moves
+ * nothing), as the gate would have at the meeting's floor. */
+Test(shim_balance, a_retry_meets_under_the_plan_the_gate_would_take) {
+  const double slow = 1e-3;
+  inst_t *x = video_and_texts(1, &slow);
+  for (int k = 1; k <= 8; k++) {
+    x->step = k;
+    pack_video_and_texts(x);
+    inst_run(x);
+    for (int r = 0; r < 2; r++) {
+      cr_assert_eq(x->rc[r], 0, "%s", x->rep[r].message);
+      cr_assert_eq(x->rep[r].vit_retry, k == 8, "rank %d, hand-off %d", r, k);
+      cr_assert_eq(x->rep[r].vit_apart, k < 8, "rank %d, hand-off %d", r, k);
+      cr_assert_eq(x->rep[r].applied, k < 8, "rank %d, hand-off %d: %s", r, k,
+                   x->rep[r].skip_reason ? x->rep[r].skip_reason : "applied");
+    }
+  }
+  cr_assert_float_eq(x->rep[0].vit_saving_s, 300e-6, 1e-9,
+                     "met under the plan of the LLM parts");
   inst_free(x);
 }
 

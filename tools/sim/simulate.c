@@ -584,8 +584,7 @@ static double gate_loads(ctx_t *x, int64_t n, const int32_t *dest) {
 
 /* What a meeting costs with the loads gate_loads() left: two header rounds
  * and the ranks' own part learnt, no less than the exchange's floor
- * (overwrites x->cost); *unmeasured the same without the part learnt
- * (NULL: not wanted). */
+ * (overwrites x->cost); *unmeasured the same without the part learnt. */
 static double meeting_cost(ctx_t *x, int64_t images, double *unmeasured) {
   double bytes = (double)x->P * SIM_VIT_HEADER_BYTES +
                  (double)images * SIM_VIT_META_BYTES;
@@ -593,7 +592,7 @@ static double meeting_cost(ctx_t *x, int64_t images, double *unmeasured) {
                                             bytes);
   double own = x->meet_seen ? fmax(0, x->meet_s - rounds) : 0;
   double floor = exchange_floor(x, x->enc_load, x->cost);
-  if (unmeasured) *unmeasured = floor + rounds;
+  *unmeasured = floor + rounds;
   return fmax(own, floor) + rounds;
 }
 
@@ -649,13 +648,14 @@ static void swap_plans(ctx_t *x) {
  * taken where the calls meeting under it end the step sooner than apart
  * under the plan made with the images, by more than WORTH times what
  * meeting and applying it cost, solved where its bound says it could
- * (llm_plan_could_pay). Returns 1 when taken (x->plan is it;
+ * (llm_plan_could_pay); retry: priced without what meetings measured
+ * (meet_s is then the same). Returns 1 when taken (x->plan is it;
  * *why, *out its), 0 when not (x->plan as it was), -1 on a solver error.
  * Its solve is timed into the step either way. */
 static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
                               int64_t images, double meet_s, double apart,
-                              const char **why, sim_decide_out_t *out,
-                              sim_step_t *st) {
+                              int retry, const char **why,
+                              sim_decide_out_t *out, sim_step_t *st) {
   if (!llm_plan_could_pay(x, n, apart, meet_s)) return 0;
   dpshim_cost_model_t llm = x->model;
   llm.d = llm.e = 0;
@@ -675,7 +675,8 @@ static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
   double most = gate_loads(x, n, whyb ? NULL : x->plan.dest);
   double met = dpshim__policy_met_end(x->before, x->load_now, x->enc_load,
                                       most, x->P);
-  double cost = meeting_cost(x, images, NULL);
+  double unmeasured, cost = meeting_cost(x, images, &unmeasured);
+  if (retry) cost = unmeasured;
   if (!whyb) {
     tally_exchange(x, n);
     cost += applying_cost(x);
@@ -735,21 +736,24 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   if (gated && out.rc >= 0)
     x->met[m] = (unsigned char)meet_or_not(x, n, images, why, &meet_s, &apart,
                                            &unmeasured, &saving);
-  /* balance.c's gate_held: apart only for what meetings measured */
+  /* balance.c's gate_held (apart only for what meetings measured) and
+   * retry_meeting() */
   int held = gated && out.rc >= 0 && !x->met[m] &&
              (saving > DPSHIM__POLICY_WORTH * unmeasured ||
               (out.solved && llm_plan_could_pay(x, n, apart, unmeasured)));
+  int due = held && dpshim__policy_retry_due(&x->retry), retried = 0;
   if (gated && out.rc >= 0 && !x->met[m] && out.solved) {
-    int taken =
-        meet_with_llm_plan(x, a, n, images, meet_s, apart, &why, &out, st);
+    int taken = meet_with_llm_plan(x, a, n, images, due ? unmeasured : meet_s,
+                                   apart, due, &why, &out, st);
     if (taken < 0) out.rc = -1;
     x->met[m] = (unsigned char)(taken > 0);
+    retried = taken > 0 && due;
   }
-  if (gated && out.rc >= 0 &&
-      dpshim__policy_retry(&x->retry, x->met[m], !x->met[m] && held)) {
-    x->met[m] = 1; /* balance.c's retry_meeting() */
-    x->meet_fresh = 1;
-    st->vit_retried++;
+  if (gated && out.rc >= 0) {
+    if (due && !x->met[m]) x->met[m] = 1, retried = 1;
+    dpshim__policy_retry_note(&x->retry, x->met[m], held, retried);
+    x->meet_fresh |= retried;
+    st->vit_retried += retried;
   }
   if (out.rc < 0) {
     snprintf(err, errlen, "%d ranks: solver: %s", (int)x->P, x->plan.message);
