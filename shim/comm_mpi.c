@@ -57,27 +57,33 @@ static int mpi_alltoallv(dpshim__comm_t *c, const void *send,
                                r + c->size, MPI_BYTE, m->comm));
 }
 
+/* Whether every count fits MPI's int (checked before anything is posted). */
+static int parts_fit(const dpshim__comm_t *c, int parts, const size_t *counts) {
+  for (size_t i = 0; i < (size_t)parts * (size_t)c->size; i++)
+    if (counts[i] > INT_MAX) return 0;
+  return 1;
+}
+
 /* Posts one message per part and rank with bytes to move (tag: the part),
- * from or into buf[k] at its running offset at[k]. Returns the requests
- * posted, or -1 when a count does not fit MPI's int or a post failed. */
+ * from or into buf[k] at its running offset at[k]; *n counts the requests
+ * posted. 0, or -1 when a post failed. */
 static int post_parts(dpshim__comm_t *c, int parts, void *const *buf,
-                      const size_t *counts, int sending, MPI_Request *req) {
+                      const size_t *counts, int sending, MPI_Request *req,
+                      int *n) {
   impl_t *m = c->impl;
   size_t at[DPSHIM__COMM_PARTS_MAX] = {0};
-  int n = 0;
   for (int r = 0; r < c->size; r++)
     for (int k = 0; k < parts; k++) {
       size_t b = counts[(size_t)k * (size_t)c->size + (size_t)r];
       char *p = (char *)buf[k] + at[k];
       at[k] += b;
       if (!b || r == c->rank) continue;
-      if (b > INT_MAX) return -1;
-      int rc = sending ? PMPI_Isend(p, (int)b, MPI_BYTE, r, k, m->comm, &req[n])
-                       : PMPI_Irecv(p, (int)b, MPI_BYTE, r, k, m->comm, &req[n]);
+      int rc = sending ? PMPI_Isend(p, (int)b, MPI_BYTE, r, k, m->comm, &req[*n])
+                       : PMPI_Irecv(p, (int)b, MPI_BYTE, r, k, m->comm, &req[*n]);
       if (rc != MPI_SUCCESS) return -1;
-      n++;
+      (*n)++;
     }
-  return n;
+  return 0;
 }
 
 /* This rank's own parts: a copy from send[k] to recv[k]. */
@@ -101,14 +107,18 @@ static int mpi_alltoallv_parts(dpshim__comm_t *c, int parts,
                                const size_t *sendcounts, void *const *recv,
                                const size_t *recvcounts) {
   impl_t *m = c->impl;
-  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX) return DPSHIM_EINVAL;
-  int nr = post_parts(c, parts, recv, recvcounts, 0, m->requests);
-  int ns = nr < 0 ? -1
-                  : post_parts(c, parts, (void *const *)send, sendcounts, 1,
-                               m->requests + nr);
-  if (nr < 0 || ns < 0) return DPSHIM_EMPI;
-  copy_own_parts(c, parts, send, sendcounts, recv, recvcounts);
-  return mpi_rc(PMPI_Waitall(nr + ns, m->requests, MPI_STATUSES_IGNORE));
+  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX ||
+      !parts_fit(c, parts, sendcounts) || !parts_fit(c, parts, recvcounts))
+    return DPSHIM_EINVAL;
+  int n = 0;
+  int failed = post_parts(c, parts, recv, recvcounts, 0, m->requests, &n) ||
+               post_parts(c, parts, (void *const *)send, sendcounts, 1,
+                          m->requests, &n);
+  if (!failed)
+    copy_own_parts(c, parts, send, sendcounts, recv, recvcounts);
+  /* what was posted completes before its buffers can go */
+  int rc = mpi_rc(PMPI_Waitall(n, m->requests, MPI_STATUSES_IGNORE));
+  return failed ? DPSHIM_EMPI : rc;
 }
 
 static int mpi_gather(dpshim__comm_t *c, const void *send, size_t bytes,
