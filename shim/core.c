@@ -640,7 +640,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
      * in warm-up, so that steps, the fit and the log still go by. */
     dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
                             noted ? note : NULL, c->peers, invalid,
-                            main, c->meet_s[0] + c->meet_s[1], wire,
+                            main, c->meet[0].s + c->meet[1].s, wire,
                             vit_moved, queued};
     rc = dpshim__balance(c->balancer, c->dp, batch, &ho, &rep);
     arrival += rep.arrival_wait;
@@ -656,8 +656,8 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     c->stats.vit_gated += rc == 0 && rep.vit_gated;
     c->stats.vit_apart += c->vit_apart;
     c->stats.vit_retried += rc == 0 && rep.vit_retry;
-    if (rc == 0 && rep.vit_retry) c->meet_fresh[0] = c->meet_fresh[1] = 1;
-    if (rc == 0 && rep.vit_gated && !rep.vit_apart) {
+    if (rc == 0 && rep.vit_retry) c->meet[0].fresh = c->meet[1].fresh = 1;
+    if (rc == 0 && rep.vit_gated && !rep.vit_apart && !rep.vit_retry) {
       c->stats.vit_met_saving += rep.vit_saving_s;
       c->stats.vit_met_cost += rep.vit_meet_s;
     }
@@ -775,11 +775,7 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
   if (k < 0 || !r->grouped) return;
   double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
   if (c->stats.vit_gated > 0) c->stats.vit_met_took += cost;
-  int fresh = !c->meet_seen[k]++ || c->meet_fresh[k];
-  c->meet_fresh[k] = 0;
-  c->meet_s[k] = fresh ? cost
-                       : c->meet_s[k] +
-                             DPSHIM__POLICY_MEET_WEIGHT * (cost - c->meet_s[k]);
+  dpshim__policy_learn(&c->meet[k], cost);
 }
 
 int dpshim__core_vit_model(dpshim__core_t *c, dpshim_cost_model_t *model) {

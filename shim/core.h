@@ -33,6 +33,7 @@
 #include "config.h"
 #include "dpshim/batch.h"
 #include "dpshim/fit.h"
+#include "policy.h"
 #include "steplog.h"
 #include "vit_balance.h"
 
@@ -85,8 +86,8 @@ typedef struct dpshim__stats {
    * calls it kept apart (DPSHIM_VIT_TRIGGER_THRESHOLD=auto) */
   int64_t vit_gated, vit_apart;
   int64_t vit_retried; /* of those met, to measure meeting again */
-  /* Of those it let meet: the savings it predicted and the costs it
-   * priced meeting at (seconds, summed) */
+  /* Of those it let meet, retries aside: the savings it predicted and
+   * the costs it priced meeting at (seconds, summed) */
   double vit_met_saving, vit_met_cost;
   /* What this rank's grouped calls took beyond the encoder and the waits
    * once the gate decided (seconds, summed) */
@@ -133,9 +134,7 @@ typedef struct dpshim__core {
    * calls apart (agreed), and what a grouped forward [0] and backward [1]
    * cost this rank beyond the encoder and the waits (seconds, averaged) */
   int vit_apart, vit_quiet;
-  double meet_s[2];
-  int64_t meet_seen[2];
-  int meet_fresh[2]; /* the next call of the kind replaces meet_s (a retry) */
+  dpshim__policy_learnt_t meet[2];
   /* The most bytes a meeting moved per patch of this rank's own images in
    * any forward so far (inputs, embeddings and their gradients); 0 before
    * its first forward with an image. */

@@ -119,6 +119,12 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
              : DPSHIM__POLICY_NOT_WORTH_IT;
 }
 
+void dpshim__policy_learn(dpshim__policy_learnt_t *m, double seconds) {
+  int fresh = !m->seen++ || m->fresh;
+  m->fresh = 0;
+  m->s = fresh ? seconds : m->s + DPSHIM__POLICY_MEET_WEIGHT * (seconds - m->s);
+}
+
 static int32_t retry_after(const dpshim__policy_retry_t *r) {
   return r->after ? r->after : DPSHIM__POLICY_RETRY_FIRST;
 }

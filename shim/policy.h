@@ -94,8 +94,15 @@ void dpshim__policy_vit_sent(const double *enc, const double *held,
  * this keeps the exchanges for plans that change something. */
 #define DPSHIM__POLICY_VIT_MET_RATIO 0.1
 /* What meeting costs is learnt from the calls that met: a moving average,
- * the latest call weighing this much. */
+ * the latest call weighing this much; the first call, and the first after
+ * a retry (below: fresh), start it again. */
 #define DPSHIM__POLICY_MEET_WEIGHT 0.25
+typedef struct dpshim__policy_learnt {
+  double s;     /* seconds; 0 before any call */
+  int64_t seen; /* calls learnt from */
+  int fresh;    /* the next call replaces s */
+} dpshim__policy_learnt_t;
+void dpshim__policy_learn(dpshim__policy_learnt_t *m, double seconds);
 /* What meetings cost is all the gate learns from them, so one slow meeting
  * (a preempted rank) would keep the calls apart for good. Where that
  * measure alone keeps them apart (held: either plan would pay for the

@@ -207,8 +207,8 @@ def scenario_schedules(args):
 def check_gate_summary(what, err, must_meet=False):
     """The summary's gate line counts as many decided hand-offs as the
     verbose MEET / APART lines, some; where some met, its prediction line
-    (a saving above 1.5 x the cost, and what meeting took) is there, and
-    only then."""
+    (a saving above 1.5 x the cost, retries aside, and what meeting took) is
+    there, and only then."""
     m = re.search(r"ViT gate \(DPSHIM_VIT_TRIGGER_THRESHOLD=auto\): the "
                   r"encoder calls met at (\d+) of (\d+) hand-offs", err)
     lines = len(re.findall(r"^\[DP Balance\]\[ViT\] (?:MEET|APART) ",
@@ -219,15 +219,16 @@ def check_gate_summary(what, err, must_meet=False):
     check(int(m.group(2)) > 0 and int(m.group(2)) == lines,
           "%s: the summary counts %s decided hand-offs, the verbose lines %d"
           % (what, m.group(2), lines))
-    met = re.search(r"ViT gate: a met hand-off was predicted to save "
-                    r"([0-9.e+-]+) ms against ([0-9.e+-]+) ms of meeting; "
-                    r"meeting took ([0-9.e+-]+) ms a rank", err)
+    met = re.search(r"ViT gate: (?:a met hand-off was predicted to save "
+                    r"([0-9.e+-]+) ms against ([0-9.e+-]+) ms of meeting|met "
+                    r"only to measure meeting again); meeting took "
+                    r"([0-9.e+-]+) ms a rank", err)
     check(int(m.group(1)) > 0 or not must_meet,
           "%s: no hand-off met where the encoder's cost dominates" % what)
     check((met is not None) == (int(m.group(1)) > 0),
           "%s: %s hand-offs met, and the summary's prediction line is %s"
           % (what, m.group(1), "there" if met else "missing"))
-    if met:
+    if met and met.group(1):
         check(float(met.group(1)) > 1.5 * float(met.group(2)),
               "%s: met where the saving %s ms was below 1.5 x the cost %s ms"
               % (what, met.group(1), met.group(2)))

@@ -62,9 +62,7 @@ typedef struct ctx {
   dpshim_cost_model_t text_model, vit_model; /* "+vit": the shim's fits */
   double *history;  /* [P] */
   double *before;   /* [P] the step's loads before the hand-off */
-  double meet_s;    /* auto ViT: what a met micro-batch cost, learnt */
-  int64_t meet_seen;
-  int meet_fresh;  /* the next met micro-batch replaces meet_s (a retry) */
+  dpshim__policy_learnt_t meet; /* auto ViT: what a met micro-batch cost */
   dpshim__policy_retry_t retry;
   /* auto ViT: the most bytes a meeting moves per patch of an image
    * (inputs, embeddings and their gradients), as the shim learns it from
@@ -590,7 +588,7 @@ static double meeting_cost(ctx_t *x, int64_t images, double *unmeasured) {
                  (double)images * SIM_VIT_META_BYTES;
   double rounds = 2 * sim_vit_round_seconds(&x->c->price_net, x->c, x->P,
                                             bytes);
-  double own = x->meet_seen ? fmax(0, x->meet_s - rounds) : 0;
+  double own = x->meet.seen ? fmax(0, x->meet.s - rounds) : 0;
   double floor = exchange_floor(x, x->enc_load, x->cost);
   *unmeasured = floor + rounds;
   return fmax(own, floor) + rounds;
@@ -709,10 +707,8 @@ static void learn_meet(ctx_t *x, const sim_step_t *before,
       after->vit_inter_xfer_bytes - before->vit_inter_xfer_bytes;
   d.vit_inter_peers = after->vit_inter_peers - before->vit_inter_peers;
   double s = sim_vit_seconds(&x->c->price_net, x->c, x->P, &d);
-  if (!x->meet_seen && x->c->slow_meeting > 1) s *= x->c->slow_meeting;
-  int fresh = !x->meet_seen++ || x->meet_fresh;
-  x->meet_fresh = 0;
-  x->meet_s = fresh ? s : x->meet_s + DPSHIM__POLICY_MEET_WEIGHT * (s - x->meet_s);
+  if (!x->meet.seen && x->c->slow_meeting > 1) s *= x->c->slow_meeting;
+  dpshim__policy_learn(&x->meet, s);
 }
 
 /* The shim at one hand-off; 1 when its plan is applied, 0 when not, -1
@@ -752,7 +748,7 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
   if (gated && out.rc >= 0) {
     if (due && !x->met[m]) x->met[m] = 1, retried = 1;
     dpshim__policy_retry_note(&x->retry, x->met[m], held, retried);
-    x->meet_fresh |= retried;
+    x->meet.fresh |= retried;
     st->vit_retried += retried;
   }
   if (out.rc < 0) {
@@ -853,8 +849,7 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   if (rc == 0 && any_vit(algos, nalgos)) rc = prepare_vit(&x, err, errlen);
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
-    x.meet_seen = 0;
-    x.meet_fresh = 0;
+    x.meet = (dpshim__policy_learnt_t){0, 0, 0};
     x.retry = (dpshim__policy_retry_t){0, 0};
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
                           algos[a].vit && c->vit_threshold >= 0 ? x.text_model
