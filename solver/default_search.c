@@ -57,10 +57,21 @@ typedef struct search {
   uint8_t *stays;       /* [n] scratch: whether home could take it now */
   double limit; /* makespan: loads stay below it; bytes: at most it */
   double stop;
-  double *load;
-  int64_t *tokens, *count;
-  int32_t empty;        /* ranks of the set holding no sample yet */
-  int32_t *at;          /* [nsamples] where the search put each sample */
+  /* What every node reads, per depth and per place (a rank's position in
+   * the set), gathered once per set: the nodes touch no sample and no
+   * rank array. */
+  double *cost;         /* [n] */
+  int64_t *len;         /* [n] */
+  int32_t *home;        /* [n] the origin's place, or -1 outside the set */
+  int32_t *now;         /* [n] the plan's place (the best leaf's) */
+  uint8_t *twin;        /* [n] the same sample as the one before */
+  int64_t *price;       /* [n * nset] bytes mode: priced bytes at each place */
+  int32_t *placed;      /* [n] where the search put each depth */
+  double *load;         /* [nset] */
+  int64_t *tokens, *count; /* [nset] */
+  int tokens_fit; /* the set's tokens fit its caps: token room never prunes */
+  int32_t empty;        /* places holding no sample yet */
+  int32_t *at;          /* [nsamples] where a leaf puts each sample */
   int32_t *kids;        /* [n * nset] children per depth */
   double *rest_cost;    /* [n + 1] cost of items[k..] */
   int64_t *rest_tokens; /* [n + 1] tokens of items[k..] */
@@ -73,26 +84,23 @@ typedef struct search {
   int32_t *by_load;     /* [ranks] scratch: ranks by those, least first */
 } search_t;
 
-static inline int fits(const search_t *s, int32_t r, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  double load = s->load[r] + ctx->cost[i];
-  if (ctx->samples[i].len > ctx->cap - s->tokens[r]) return 0;
+/* Whether depth k fits at place j. */
+static inline int fits(const search_t *s, int32_t j, int64_t k) {
+  if (s->len[k] > s->ctx->cap - s->tokens[j]) return 0;
+  double load = s->load[j] + s->cost[k];
   return s->bytes_mode ? load <= s->limit * (1 + ROUNDING) : load < s->limit;
 }
 
-/* Whether the samples from depth k on can still fill the room left. */
+/* Whether the samples from depth k on can still fill the room left. The
+ * token room left is the set's caps less the tokens of depths before k,
+ * so against the tokens from k on it is one test per set (tokens_fit). */
 static int room_left(const search_t *s, int64_t k) {
-  const dpshim__ctx_t *ctx = s->ctx;
   if (s->empty > s->n - k) return 0;
-  double room = 0;
-  int64_t token_room = 0;
-  for (int32_t j = 0; j < s->nset; j++) {
-    int32_t r = s->set[j];
-    if (s->load[r] < s->limit) room += s->limit - s->load[r];
-    if (ctx->cap != DPSHIM__NO_CAP) token_room += ctx->cap - s->tokens[r];
-  }
-  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * s->limit) return 0;
-  return ctx->cap == DPSHIM__NO_CAP || token_room >= s->rest_tokens[k];
+  double room = 0, limit = s->limit;
+  for (int32_t j = 0; j < s->nset; j++)
+    if (s->load[j] < limit) room += limit - s->load[j];
+  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return 0;
+  return s->tokens_fit;
 }
 
 /* A bound on the bytes still to move: the samples from depth k on whose
@@ -100,26 +108,22 @@ static int room_left(const search_t *s, int64_t k) {
  * bytes of the cheapest fractional cover of what its other samples exceed
  * its room by (loads only grow), taken by bytes per cost. */
 static int64_t bytes_bound(const search_t *s, int64_t k) {
-  const dpshim__ctx_t *ctx = s->ctx;
   double *need = s->exact, bound = 0;
-  for (int32_t j = 0; j < s->nset; j++)
-    need[s->set[j]] = s->load[s->set[j]] - s->limit;
+  for (int32_t j = 0; j < s->nset; j++) need[j] = s->load[j] - s->limit;
   for (int64_t q = k; q < s->n; q++) {
-    int64_t i = s->items[q];
-    int32_t o = ctx->samples[i].origin;
-    s->stays[q] = s->in_set[o] && fits(s, o, i);
-    if (s->stays[q]) need[o] += ctx->cost[i];
+    int32_t o = s->home[q];
+    s->stays[q] = o >= 0 && fits(s, o, q);
+    if (s->stays[q]) need[o] += s->cost[q];
     else bound += (double)s->leave[q];
   }
   for (int64_t q = 0; q < s->n; q++) {
     int64_t d = s->by_ratio[q];
     if (d < k || !s->stays[d]) continue;
-    int64_t i = s->items[d];
-    int32_t o = ctx->samples[i].origin;
+    int32_t o = s->home[d];
     if (need[o] <= 0) continue;
-    double part = need[o] < ctx->cost[i] ? need[o] / ctx->cost[i] : 1;
+    double part = need[o] < s->cost[d] ? need[o] / s->cost[d] : 1;
     bound += part * (double)s->leave[d];
-    need[o] -= ctx->cost[i];
+    need[o] -= s->cost[d];
   }
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
@@ -161,54 +165,49 @@ static int same_sample(const search_t *s, int64_t i, int64_t j) {
   return !s->bytes_mode || (a->bytes == b->bytes && a->origin == b->origin);
 }
 
-/* Whether child p of sample i comes before r (p is there first): by price
- * in bytes mode, then by load, home first among equals, then rank. */
-static int kid_before(const search_t *s, int64_t i, int32_t r, int32_t p) {
-  int32_t origin = s->ctx->samples[i].origin;
+/* Whether child place p of depth k comes before place r (p is there
+ * first): by price in bytes mode, then by load, home first among equals,
+ * then place. */
+static int kid_before(const search_t *s, int64_t k, int32_t r, int32_t p) {
+  int32_t home = s->home[k];
   if (s->bytes_mode) {
-    int64_t pp = dpshim__move_price(s->ctx, i, p);
-    int64_t pr = dpshim__move_price(s->ctx, i, r);
-    if (pp != pr) return pp < pr;
+    const int64_t *price = s->price + k * s->nset;
+    if (price[p] != price[r]) return price[p] < price[r];
   }
   return s->load[p] < s->load[r] ||
-         (s->load[p] == s->load[r] && (p == origin || r != origin));
+         (s->load[p] == s->load[r] && (p == home || r != home));
 }
 
-/* Children of the sample at depth k, in the mode's order, into kids;
- * returns how many. A sample the same as the one before goes to a rank no
- * earlier in the set than that one's (any plan can swap them so); else, in
- * makespan mode, of ranks in the same state only the first is kept (any
- * plan can swap their samples from here on). */
+/* Children of the sample at depth k, in the mode's order, into kids (as
+ * places); returns how many. A sample the same as the one before goes to
+ * a place no earlier in the set than that one's (any plan can swap them
+ * so); else, in makespan mode, of places in the same state only the first
+ * is kept (any plan can swap their samples from here on). */
 static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t i = s->items[k];
-  int32_t n = 0, origin = ctx->samples[i].origin, now = ctx->dest[i];
-  int twin = k > 0 && same_sample(s, s->items[k - 1], i);
-  int32_t from = twin ? s->pos[s->at[s->items[k - 1]]] : 0;
+  int32_t n = 0, home = s->home[k], now = s->now[k];
+  int twin = s->twin[k];
+  int32_t from = twin ? s->placed[k - 1] : 0;
   if (s->bytes_mode) {
-    if (s->in_set[origin] && s->pos[origin] >= from && fits(s, origin, i))
-      kids[n++] = origin;
-    if (now != origin && s->pos[now] >= from && fits(s, now, i))
-      kids[n++] = now;
+    if (home >= from && fits(s, home, k)) kids[n++] = home;
+    if (now != home && now >= from && fits(s, now, k)) kids[n++] = now;
   }
   int32_t first = n;
   for (int32_t j = from; j < s->nset; j++) {
-    int32_t r = s->set[j];
-    if (s->bytes_mode && (r == origin || r == now)) continue;
-    if (!fits(s, r, i)) continue;
+    if (s->bytes_mode && (j == home || j == now)) continue;
+    if (!fits(s, j, k)) continue;
     int32_t q = n++;
-    for (; q > first && !kid_before(s, i, r, kids[q - 1]); q--)
+    for (; q > first && !kid_before(s, k, j, kids[q - 1]); q--)
       kids[q] = kids[q - 1];
-    kids[q] = r;
+    kids[q] = j;
   }
   if (s->bytes_mode || twin) return n;
   int32_t kept = 0;
   for (int32_t c = 0; c < n; c++) {
-    int32_t r = kids[c], p = kept ? kids[kept - 1] : -1;
-    if (p >= 0 && s->load[p] == s->load[r] && s->tokens[p] == s->tokens[r] &&
-        (s->count[p] == 0) == (s->count[r] == 0))
+    int32_t j = kids[c], p = kept ? kids[kept - 1] : -1;
+    if (p >= 0 && s->load[p] == s->load[j] && s->tokens[p] == s->tokens[j] &&
+        (s->count[p] == 0) == (s->count[j] == 0))
       continue;
-    kids[kept++] = r;
+    kids[kept++] = j;
   }
   return kept;
 }
@@ -217,6 +216,7 @@ static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
  * within the limit. */
 static int within_limit(search_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t k = 0; k < s->n; k++) s->at[s->items[k]] = s->set[s->placed[k]];
   for (int32_t j = 0; j < s->nset; j++)
     s->exact[s->set[j]] = ctx->history[s->set[j]];
   for (int64_t i = 0; i < ctx->nsamples; i++)
@@ -236,21 +236,23 @@ static void leaf(search_t *s) {
   } else {
     double max = 0;
     for (int32_t j = 0; j < s->nset; j++)
-      if (s->load[s->set[j]] > max) max = s->load[s->set[j]];
+      if (s->load[j] > max) max = s->load[j];
     if (max >= s->limit * (1 - BETTER)) return;
     s->limit = max;
     s->done = max <= s->stop;
   }
-  for (int64_t k = 0; k < s->n; k++) ctx->dest[s->items[k]] = s->at[s->items[k]];
+  for (int64_t k = 0; k < s->n; k++) {
+    ctx->dest[s->items[k]] = s->set[s->placed[k]];
+    s->now[k] = s->placed[k]; /* children prefer the plan's place */
+  }
 }
 
-static void place(search_t *s, int64_t i, int32_t r, int sign) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  s->tokens[r] += sign * ctx->samples[i].len;
-  if (sign > 0 && s->count[r]++ == 0) s->empty--;
-  if (sign < 0 && --s->count[r] == 0) s->empty++;
-  s->bytes += sign * dpshim__move_price(ctx, i, r);
-  s->at[i] = r;
+static void place(search_t *s, int64_t k, int32_t j, int sign) {
+  s->tokens[j] += sign * s->len[k];
+  if (sign > 0 && s->count[j]++ == 0) s->empty--;
+  if (sign < 0 && --s->count[j] == 0) s->empty++;
+  if (s->bytes_mode) s->bytes += sign * s->price[k * s->nset + j];
+  s->placed[k] = j;
 }
 
 static void dfs(search_t *s, int64_t k) {
@@ -265,23 +267,34 @@ static void dfs(search_t *s, int64_t k) {
   }
   if (!room_left(s, k)) return;
   if (s->bytes_mode && s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t i = s->items[k];
   int32_t *kids = s->kids + k * s->nset;
   int32_t n = children(s, k, kids);
   for (int32_t c = 0; c < n && !s->done; c++) {
-    int32_t r = kids[c];
-    if (!fits(s, r, i)) continue; /* the limit fell meanwhile */
-    if (s->bytes_mode &&
-        s->bytes + dpshim__move_price(ctx, i, r) >= s->best_bytes)
+    int32_t j = kids[c];
+    if (!fits(s, j, k)) continue; /* the limit fell meanwhile */
+    if (s->bytes_mode && s->bytes + s->price[k * s->nset + j] >= s->best_bytes)
       continue;
-    double old = s->load[r];
-    s->load[r] = old + ctx->cost[i];
-    place(s, i, r, +1);
+    double old = s->load[j];
+    s->load[j] = old + s->cost[k];
+    place(s, k, j, +1);
     dfs(s, k + 1);
-    place(s, i, r, -1);
-    s->load[r] = old; /* restored exactly, not by subtraction */
+    place(s, k, j, -1);
+    s->load[j] = old; /* restored exactly, not by subtraction */
   }
+}
+
+/* What the nodes read of depth k (sample i). */
+static void gather(search_t *s, int64_t k, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int32_t o = ctx->samples[i].origin;
+  s->cost[k] = ctx->cost[i];
+  s->len[k] = ctx->samples[i].len;
+  s->home[k] = s->in_set[o] ? s->pos[o] : -1;
+  s->now[k] = s->pos[ctx->dest[i]];
+  s->twin[k] = k > 0 && same_sample(s, s->items[k - 1], i);
+  if (s->bytes_mode)
+    for (int32_t j = 0; j < s->nset; j++)
+      s->price[k * s->nset + j] = dpshim__move_price(ctx, i, s->set[j]);
 }
 
 /* Searches the ranks in s->set (nset of them) on at most `budget` work;
@@ -293,8 +306,8 @@ static int search_set(search_t *s, int64_t budget, double max) {
     int32_t r = s->set[j];
     s->in_set[r] = 1;
     s->pos[r] = j;
-    s->load[r] = ctx->history[r];
-    s->tokens[r] = s->count[r] = 0;
+    s->load[j] = ctx->history[r];
+    s->tokens[j] = s->count[j] = 0;
   }
   s->n = 0;
   s->best_bytes = 0;
@@ -318,7 +331,12 @@ static int search_set(search_t *s, int64_t budget, double max) {
     int64_t i = s->items[k];
     s->rest_cost[k] = s->rest_cost[k + 1] + ctx->cost[i];
     s->rest_tokens[k] = s->rest_tokens[k + 1] + ctx->samples[i].len;
+    gather(s, k, i);
   }
+  int64_t caps = 0;
+  for (int32_t j = 0; j < s->nset && ctx->cap != DPSHIM__NO_CAP; j++)
+    caps += ctx->cap;
+  s->tokens_fit = ctx->cap == DPSHIM__NO_CAP || caps >= s->rest_tokens[0];
   int64_t bytes_before = s->best_bytes;
   if (s->bytes_mode) {
     leave_prices(s);
@@ -411,6 +429,22 @@ static int bytes_pass(search_t *s, double max) {
   return improved;
 }
 
+/* The per-depth arrays the nodes read. */
+static int depth_init(search_t *s, const dpshim__ctx_t *ctx) {
+  int64_t n = ctx->nsamples;
+  s->cost = DPSHIM__ALLOC(ctx, double, n);
+  s->len = DPSHIM__ALLOC(ctx, int64_t, n);
+  s->home = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->now = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->twin = DPSHIM__ALLOC(ctx, uint8_t, n);
+  s->price = DPSHIM__ALLOC(ctx, int64_t, n * ctx->ranks);
+  s->placed = DPSHIM__ALLOC(ctx, int32_t, n);
+  return s->cost && s->len && s->home && s->now && s->twin && s->price &&
+                 s->placed
+             ? 0
+             : DPSHIM_ENOMEM;
+}
+
 static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
   int64_t n = ctx->nsamples;
   *s = (search_t){.ctx = ctx,
@@ -435,7 +469,8 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
       !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
       !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
-      !s->exact || !s->hosts || !s->rank_load || !s->by_load)
+      !s->exact || !s->hosts || !s->rank_load || !s->by_load ||
+      depth_init(s, ctx) < 0)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
   s->stop = dpshim__default_search_stop(ctx);
