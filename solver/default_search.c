@@ -108,22 +108,35 @@ static int room_left(const search_t *s, int64_t k) {
  * bytes of the cheapest fractional cover of what its other samples exceed
  * its room by (loads only grow), taken by bytes per cost. */
 static int64_t bytes_bound(const search_t *s, int64_t k) {
-  double *need = s->exact, bound = 0;
-  for (int32_t j = 0; j < s->nset; j++) need[j] = s->load[j] - s->limit;
-  for (int64_t q = k; q < s->n; q++) {
-    int32_t o = s->home[q];
-    s->stays[q] = o >= 0 && fits(s, o, q);
-    if (s->stays[q]) need[o] += s->cost[q];
-    else bound += (double)s->leave[q];
+  /* Locals throughout: stays is bytes, which may alias anything, so each
+   * store would reload every field read through s. */
+  double need[SEARCH_RANKS], held[SEARCH_RANKS], bound = 0;
+  int64_t tokens_left[SEARCH_RANKS];
+  double limit = s->limit, roof = limit * (1 + ROUNDING);
+  int64_t n = s->n, cap = s->ctx->cap;
+  const double *cost = s->cost;
+  const int64_t *len = s->len, *leave = s->leave, *by_ratio = s->by_ratio;
+  const int32_t *home = s->home;
+  uint8_t *stays = s->stays;
+  for (int32_t j = 0; j < s->nset; j++) {
+    need[j] = s->load[j] - limit;
+    held[j] = s->load[j];
+    tokens_left[j] = cap - s->tokens[j];
   }
-  for (int64_t q = 0; q < s->n; q++) {
-    int64_t d = s->by_ratio[q];
-    if (d < k || !s->stays[d]) continue;
-    int32_t o = s->home[d];
+  for (int64_t q = k; q < n; q++) {
+    int32_t o = home[q]; /* fits(s, o, q), its terms hoisted */
+    stays[q] = o >= 0 && len[q] <= tokens_left[o] && held[o] + cost[q] <= roof;
+    if (stays[q]) need[o] += cost[q];
+    else bound += (double)leave[q];
+  }
+  for (int64_t q = 0; q < n; q++) {
+    int64_t d = by_ratio[q];
+    if (d < k || !stays[d]) continue;
+    int32_t o = home[d];
     if (need[o] <= 0) continue;
-    double part = need[o] < s->cost[d] ? need[o] / s->cost[d] : 1;
-    bound += part * (double)s->leave[d];
-    need[o] -= s->cost[d];
+    double part = need[o] < cost[d] ? need[o] / cost[d] : 1;
+    bound += part * (double)leave[d];
+    need[o] -= cost[d];
   }
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
@@ -166,41 +179,39 @@ static int same_sample(const search_t *s, int64_t i, int64_t j) {
 }
 
 /* Whether child place p of depth k comes before place r (p is there
- * first): by price in bytes mode, then by load, home first among equals,
+ * first), bytes mode: by price, then by load, home first among equals,
  * then place. */
 static int kid_before(const search_t *s, int64_t k, int32_t r, int32_t p) {
   int32_t home = s->home[k];
-  if (s->bytes_mode) {
-    const int64_t *price = s->price + k * s->nset;
-    if (price[p] != price[r]) return price[p] < price[r];
-  }
+  const int64_t *price = s->price + k * s->nset;
+  if (price[p] != price[r]) return price[p] < price[r];
   return s->load[p] < s->load[r] ||
          (s->load[p] == s->load[r] && (p == home || r != home));
 }
 
-/* Children of the sample at depth k, in the mode's order, into kids (as
- * places); returns how many. A sample the same as the one before goes to
- * a place no earlier in the set than that one's (any plan can swap them
- * so); else, in makespan mode, of places in the same state only the first
- * is kept (any plan can swap their samples from here on). */
-static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
+/* Children of the sample at depth k in bytes mode, into kids (as places):
+ * home, the plan's place, then by kid_before; returns how many. A sample
+ * the same as the one before goes to a place no earlier in the set than
+ * that one's (any plan can swap them so). */
+static int32_t bytes_children(const search_t *s, int64_t k, int32_t *kids) {
   int32_t n = 0, home = s->home[k], now = s->now[k];
-  int twin = s->twin[k];
-  int32_t from = twin ? s->placed[k - 1] : 0;
-  if (s->bytes_mode) {
-    if (home >= from && fits(s, home, k)) kids[n++] = home;
-    if (now != home && now >= from && fits(s, now, k)) kids[n++] = now;
-  }
+  int32_t from = s->twin[k] ? s->placed[k - 1] : 0;
+  if (home >= from && fits(s, home, k)) kids[n++] = home;
+  if (now != home && now >= from && fits(s, now, k)) kids[n++] = now;
   int32_t first = n;
   for (int32_t j = from; j < s->nset; j++) {
-    if (s->bytes_mode && (j == home || j == now)) continue;
-    if (!fits(s, j, k)) continue;
+    if (j == home || j == now || !fits(s, j, k)) continue;
     int32_t q = n++;
     for (; q > first && !kid_before(s, k, j, kids[q - 1]); q--)
       kids[q] = kids[q - 1];
     kids[q] = j;
   }
-  if (s->bytes_mode || twin) return n;
+  return n;
+}
+
+/* Of makespan children (by load) in the same state only the first is
+ * kept: any plan can swap their samples from here on. Returns how many. */
+static int32_t distinct(const search_t *s, int32_t *kids, int32_t n) {
   int32_t kept = 0;
   for (int32_t c = 0; c < n; c++) {
     int32_t j = kids[c], p = kept ? kids[kept - 1] : -1;
@@ -210,6 +221,30 @@ static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
     kids[kept++] = j;
   }
   return kept;
+}
+
+/* Children of the sample at depth k in makespan mode, into kids (as
+ * places): least loaded first, home first among equals, then place; a
+ * twin of the one before goes no earlier than it, else places in the
+ * same state count once. Returns how many. (fits, its terms per node.) */
+static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
+  int32_t n = 0, home = s->home[k], twin = s->twin[k];
+  int32_t from = twin ? s->placed[k - 1] : 0;
+  int64_t tokens_max = s->ctx->cap - s->len[k];
+  double c = s->cost[k], limit = s->limit;
+  for (int32_t j = from; j < s->nset; j++) {
+    double lj = s->load[j];
+    if (s->tokens[j] > tokens_max || !(lj + c < limit)) continue;
+    int32_t q = n++;
+    for (; q > 0; q--) {
+      int32_t p = kids[q - 1];
+      double lp = s->load[p];
+      if (lp < lj || (lp == lj && (p == home || j != home))) break;
+      kids[q] = p;
+    }
+    kids[q] = j;
+  }
+  return twin ? n : distinct(s, kids, n);
 }
 
 /* Whether the set's loads, summed in index order as plan.c sums them, are
@@ -255,30 +290,55 @@ static void place(search_t *s, int64_t k, int32_t j, int sign) {
   s->placed[k] = j;
 }
 
-static void dfs(search_t *s, int64_t k) {
-  if (s->done) return;
+/* Counts the node's work; whether the search goes on into it. */
+static int enter(search_t *s, int64_t k) {
+  if (s->done) return 0;
   if ((s->work += s->node_work) > s->budget) {
     s->done = s->out_of_budget = 1;
-    return;
+    return 0;
   }
   if (k == s->n) {
     leaf(s);
-    return;
+    return 0;
   }
-  if (!room_left(s, k)) return;
-  if (s->bytes_mode && s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
+  return room_left(s, k);
+}
+
+static void bytes_dfs(search_t *s, int64_t k) {
+  if (!enter(s, k) || s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
   int32_t *kids = s->kids + k * s->nset;
-  int32_t n = children(s, k, kids);
+  int32_t n = bytes_children(s, k, kids);
   for (int32_t c = 0; c < n && !s->done; c++) {
     int32_t j = kids[c];
-    if (!fits(s, j, k)) continue; /* the limit fell meanwhile */
-    if (s->bytes_mode && s->bytes + s->price[k * s->nset + j] >= s->best_bytes)
+    if (!fits(s, j, k) || s->bytes + s->price[k * s->nset + j] >= s->best_bytes)
       continue;
     double old = s->load[j];
     s->load[j] = old + s->cost[k];
     place(s, k, j, +1);
-    dfs(s, k + 1);
+    bytes_dfs(s, k + 1);
     place(s, k, j, -1);
+    s->load[j] = old; /* restored exactly, not by subtraction */
+  }
+}
+
+static void makespan_dfs(search_t *s, int64_t k) {
+  if (!enter(s, k)) return;
+  int32_t *kids = s->kids + k * s->nset;
+  int32_t n = makespan_children(s, k, kids);
+  double c = s->cost[k];
+  int64_t len = s->len[k];
+  for (int32_t q = 0; q < n && !s->done; q++) {
+    int32_t j = kids[q];
+    double old = s->load[j];
+    /* The limit may have fallen meanwhile; the tokens are as they were. */
+    if (!(old + c < s->limit)) continue;
+    s->load[j] = old + c;
+    s->tokens[j] += len;
+    s->empty -= s->count[j]++ == 0;
+    s->placed[k] = j;
+    makespan_dfs(s, k + 1);
+    s->empty += --s->count[j] == 0;
+    s->tokens[j] -= len;
     s->load[j] = old; /* restored exactly, not by subtraction */
   }
 }
@@ -349,7 +409,8 @@ static int search_set(search_t *s, int64_t budget, double max) {
   s->node_work = s->nset + (s->bytes_mode ? s->n : 0);
   s->budget = budget;
   s->done = s->out_of_budget = 0;
-  if (!s->bytes_mode || s->best_bytes > 0) dfs(s, 0);
+  if (!s->bytes_mode) makespan_dfs(s, 0);
+  else if (s->best_bytes > 0) bytes_dfs(s, 0);
   s->spent += s->work + ctx->nsamples + s->nset * s->n; /* and the set-up */
   for (int32_t j = 0; j < s->nset; j++) s->in_set[s->set[j]] = 0;
   return s->bytes_mode ? s->best_bytes < bytes_before : s->limit < set_max;
