@@ -321,25 +321,45 @@ static void bytes_dfs(search_t *s, int64_t k) {
   }
 }
 
+/* Whether the makespan node at depth k is worth its children: room_left,
+ * on locals (the stores to loads and tokens would reload s's fields). */
+static inline int makespan_room(const search_t *s, int64_t k) {
+  if (!s->tokens_fit || s->empty > s->n - k) return 0;
+  const double *load = s->load;
+  double room = 0, limit = s->limit;
+  for (int32_t j = 0, nset = s->nset; j < nset; j++)
+    if (load[j] < limit) room += limit - load[j];
+  return !(room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit);
+}
+
 static void makespan_dfs(search_t *s, int64_t k) {
-  if (!enter(s, k)) return;
+  if (s->done) return;
+  if ((s->work += s->node_work) > s->budget) {
+    s->done = s->out_of_budget = 1;
+    return;
+  }
+  if (k == s->n) {
+    leaf(s);
+    return;
+  }
+  if (!makespan_room(s, k)) return;
   int32_t *kids = s->kids + k * s->nset;
   int32_t n = makespan_children(s, k, kids);
-  double c = s->cost[k];
-  int64_t len = s->len[k];
+  double c = s->cost[k], *load = s->load;
+  int64_t len = s->len[k], *tokens = s->tokens, *count = s->count;
   for (int32_t q = 0; q < n && !s->done; q++) {
     int32_t j = kids[q];
-    double old = s->load[j];
+    double old = load[j];
     /* The limit may have fallen meanwhile; the tokens are as they were. */
     if (!(old + c < s->limit)) continue;
-    s->load[j] = old + c;
-    s->tokens[j] += len;
-    s->empty -= s->count[j]++ == 0;
+    load[j] = old + c;
+    tokens[j] += len;
+    s->empty -= count[j]++ == 0;
     s->placed[k] = j;
     makespan_dfs(s, k + 1);
-    s->empty += --s->count[j] == 0;
-    s->tokens[j] -= len;
-    s->load[j] = old; /* restored exactly, not by subtraction */
+    s->empty += --count[j] == 0;
+    tokens[j] -= len;
+    load[j] = old; /* restored exactly, not by subtraction */
   }
 }
 
