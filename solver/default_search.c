@@ -129,7 +129,9 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
     if (stays[q]) need[o] += cost[q];
     else bound += (double)leave[q];
   }
-  for (int64_t q = 0; q < n; q++) {
+  int32_t short_of = 0; /* homes still in need: none, and the rest adds 0 */
+  for (int32_t j = 0; j < s->nset; j++) short_of += need[j] > 0;
+  for (int64_t q = 0; q < n && short_of > 0; q++) {
     int64_t d = by_ratio[q];
     if (d < k || !stays[d]) continue;
     int32_t o = home[d];
@@ -137,6 +139,7 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
     double part = need[o] < cost[d] ? need[o] / cost[d] : 1;
     bound += part * (double)leave[d];
     need[o] -= cost[d];
+    short_of -= need[o] <= 0;
   }
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
