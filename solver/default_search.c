@@ -229,25 +229,31 @@ static int32_t distinct(const search_t *s, int32_t *kids, int32_t n) {
 /* Children of the sample at depth k in makespan mode, into kids (as
  * places): least loaded first, home first among equals, then place; a
  * twin of the one before goes no earlier than it, else places in the
- * same state count once. Returns how many. (fits, its terms per node.) */
+ * same state count once. Returns how many, or -1 where the room left
+ * (room_left, its cost part: the tokens are s->tokens_fit) cannot hold
+ * the samples from k on; one pass over the places for both. */
 static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
-  int32_t n = 0, home = s->home[k], twin = s->twin[k];
+  int32_t n = 0, home = s->home[k], twin = s->twin[k], nset = s->nset;
   int32_t from = twin ? s->placed[k - 1] : 0;
   int64_t tokens_max = s->ctx->cap - s->len[k];
-  double c = s->cost[k], limit = s->limit;
-  for (int32_t j = from; j < s->nset; j++) {
-    double lj = s->load[j];
-    if (s->tokens[j] > tokens_max || !(lj + c < limit)) continue;
+  const double *load = s->load;
+  const int64_t *tokens = s->tokens;
+  double c = s->cost[k], limit = s->limit, room = 0;
+  for (int32_t j = 0; j < nset; j++) {
+    double lj = load[j];
+    if (lj < limit) room += limit - lj;
+    if (j < from || tokens[j] > tokens_max || !(lj + c < limit)) continue;
     int32_t q = n++;
     for (; q > 0; q--) {
       int32_t p = kids[q - 1];
-      double lp = s->load[p];
+      double lp = load[p];
       if (lp < lj || (lp == lj && (p == home || j != home))) break;
       kids[q] = p;
     }
     kids[q] = j;
   }
-  return twin ? n : distinct(s, kids, n);
+  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return -1;
+  return twin || n < 2 ? n : distinct(s, kids, n);
 }
 
 /* Whether the set's loads, summed in index order as plan.c sums them, are
@@ -324,17 +330,6 @@ static void bytes_dfs(search_t *s, int64_t k) {
   }
 }
 
-/* Whether the makespan node at depth k is worth its children: room_left,
- * on locals (the stores to loads and tokens would reload s's fields). */
-static inline int makespan_room(const search_t *s, int64_t k) {
-  if (!s->tokens_fit || s->empty > s->n - k) return 0;
-  const double *load = s->load;
-  double room = 0, limit = s->limit;
-  for (int32_t j = 0, nset = s->nset; j < nset; j++)
-    if (load[j] < limit) room += limit - load[j];
-  return !(room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit);
-}
-
 static void makespan_dfs(search_t *s, int64_t k) {
   if (s->done) return;
   if ((s->work += s->node_work) > s->budget) {
@@ -345,8 +340,8 @@ static void makespan_dfs(search_t *s, int64_t k) {
     leaf(s);
     return;
   }
-  if (!makespan_room(s, k)) return;
-  int32_t *kids = s->kids + k * s->nset;
+  if (!s->tokens_fit || s->empty > s->n - k) return; /* room_left */
+  int32_t kids[SEARCH_RANKS];
   int32_t n = makespan_children(s, k, kids);
   double c = s->cost[k], *load = s->load;
   int64_t len = s->len[k], *tokens = s->tokens, *count = s->count;
