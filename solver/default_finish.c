@@ -362,10 +362,13 @@ static kind_key_t kind_key(const dpshim__ctx_t *ctx, int64_t i) {
   return (kind_key_t){ctx->cost[i], smp->len, smp->rows, smp->bytes, i};
 }
 
-/* keys[0 .. m) sorted, each kind in them dealt. */
+/* keys[0 .. m) sorted, each kind in them dealt. A run of one length is
+ * mostly sorted already (ctx->order breaks ties by index): then no sort. */
 static void deal_kinds(const dpshim__ctx_t *ctx, kind_key_t *key, int64_t m,
                        int64_t *places) {
-  qsort(key, (size_t)m, sizeof *key, by_kind);
+  int64_t sorted = 1;
+  while (sorted < m && by_kind(&key[sorted - 1], &key[sorted]) < 0) sorted++;
+  if (sorted < m) qsort(key, (size_t)m, sizeof *key, by_kind);
   for (int64_t k = 0, n; k < m; k += n) {
     for (n = 1; k + n < m && same_kind(&key[k], &key[k + n]); n++) {
     }
