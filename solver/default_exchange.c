@@ -44,7 +44,8 @@ static int takes(const swap_home_t *h, int32_t r, double cost, int64_t len,
 }
 
 /* What sending j from its rank to `to` adds in priced bytes. */
-static int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j, int32_t to) {
+static inline int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j,
+                                  int32_t to) {
   return dpshim__move_price(ctx, j, to) -
          dpshim__move_price(ctx, j, ctx->dest[j]);
 }
@@ -133,11 +134,14 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
       int64_t j2 = h->list[q];
       h->work++;
       if (ctx->dest[j2] != o || cost[j] + cost[j2] > most) continue;
+      int64_t gain_a = at_a - extra_price(ctx, j2, a);
+      int64_t gain_least = least >= 0 ? at_least - extra_price(ctx, j2, least) : 0;
+      if (gain_a <= best.gain && (least < 0 || gain_least <= best.gain))
+        continue; /* weigh() would keep neither: the fit is not asked */
       leaving_t two = leaving(ctx, j, j2);
       if (!home_takes(h, i, &two)) continue;
-      weigh(h, i, &two, a, at_a - extra_price(ctx, j2, a), &best);
-      if (least >= 0)
-        weigh(h, i, &two, least, at_least - extra_price(ctx, j2, least), &best);
+      weigh(h, i, &two, a, gain_a, &best);
+      if (least >= 0) weigh(h, i, &two, least, gain_least, &best);
     }
   }
   return best;
