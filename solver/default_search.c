@@ -330,6 +330,31 @@ static void bytes_dfs(search_t *s, int64_t k) {
   }
 }
 
+/* makespan_children for a pair of places, the most common set (and most
+ * of the nodes), without the loops. */
+static int32_t pair_children(const search_t *s, int64_t k, int32_t *kids) {
+  const double *load = s->load;
+  const int64_t *tokens = s->tokens;
+  int32_t home = s->home[k], twin = s->twin[k];
+  int64_t tokens_max = s->ctx->cap - s->len[k];
+  double c = s->cost[k], limit = s->limit, room = 0, l0 = load[0], l1 = load[1];
+  if (l0 < limit) room += limit - l0;
+  if (l1 < limit) room += limit - l1;
+  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return -1;
+  int ok0 = (!twin || s->placed[k - 1] == 0) && tokens[0] <= tokens_max &&
+            l0 + c < limit;
+  int ok1 = tokens[1] <= tokens_max && l1 + c < limit;
+  if (!ok0 || !ok1) {
+    kids[0] = ok0 ? 0 : 1;
+    return ok0 + ok1;
+  }
+  int first = l0 < l1 || (l0 == l1 && (home == 0 || home != 1)) ? 0 : 1;
+  kids[0] = first, kids[1] = !first;
+  int same = l0 == l1 && tokens[0] == tokens[1] &&
+             (s->count[0] == 0) == (s->count[1] == 0);
+  return !twin && same ? 1 : 2;
+}
+
 static void makespan_dfs(search_t *s, int64_t k) {
   if (s->done) return;
   if ((s->work += s->node_work) > s->budget) {
@@ -342,7 +367,8 @@ static void makespan_dfs(search_t *s, int64_t k) {
   }
   if (!s->tokens_fit || s->empty > s->n - k) return; /* room_left */
   int32_t kids[SEARCH_RANKS];
-  int32_t n = makespan_children(s, k, kids);
+  int32_t n = s->nset == 2 ? pair_children(s, k, kids)
+                           : makespan_children(s, k, kids);
   double c = s->cost[k], *load = s->load;
   int64_t len = s->len[k], *tokens = s->tokens, *count = s->count;
   for (int32_t q = 0; q < n && !s->done; q++) {
