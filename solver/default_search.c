@@ -44,6 +44,15 @@
  * keeps on loads summed as the plan's are. */
 #define ROUNDING 1e-12
 
+/* What a makespan node reads of its depth k: cost, tokens, the cost of
+ * the samples from k on less the rounding room_left allows, the most
+ * tokens a place may hold to take it, its home's place, whether a twin. */
+typedef struct depth {
+  double cost, rest;
+  int64_t len, tokens_max;
+  int32_t home, twin;
+} depth_t;
+
 typedef struct search {
   const dpshim__ctx_t *ctx;
   int bytes_mode;
@@ -67,6 +76,7 @@ typedef struct search {
   uint8_t *twin;        /* [n] the same sample as the one before */
   int64_t *price;       /* [n * nset] bytes mode: priced bytes at each place */
   int32_t *placed;      /* [n] where the search put each depth */
+  struct depth *depth;  /* [n] what a makespan node reads, in one place */
   double *load;         /* [nset] */
   int64_t *tokens, *count; /* [nset] */
   int tokens_fit; /* the set's tokens fit its caps: token room never prunes */
@@ -233,12 +243,13 @@ static int32_t distinct(const search_t *s, int32_t *kids, int32_t n) {
  * (room_left, its cost part: the tokens are s->tokens_fit) cannot hold
  * the samples from k on; one pass over the places for both. */
 static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
-  int32_t n = 0, home = s->home[k], twin = s->twin[k], nset = s->nset;
+  const depth_t *d = &s->depth[k];
+  int32_t n = 0, home = d->home, twin = d->twin, nset = s->nset;
   int32_t from = twin ? s->placed[k - 1] : 0;
-  int64_t tokens_max = s->ctx->cap - s->len[k];
+  int64_t tokens_max = d->tokens_max;
   const double *load = s->load;
   const int64_t *tokens = s->tokens;
-  double c = s->cost[k], limit = s->limit, room = 0;
+  double c = d->cost, limit = s->limit, room = 0;
   for (int32_t j = 0; j < nset; j++) {
     double lj = load[j];
     if (lj < limit) room += limit - lj;
@@ -252,7 +263,7 @@ static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
     }
     kids[q] = j;
   }
-  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return -1;
+  if (room < d->rest - ROUNDING * limit) return -1;
   return twin || n < 2 ? n : distinct(s, kids, n);
 }
 
@@ -335,12 +346,13 @@ static void bytes_dfs(search_t *s, int64_t k) {
 static int32_t pair_children(const search_t *s, int64_t k, int32_t *kids) {
   const double *load = s->load;
   const int64_t *tokens = s->tokens;
-  int32_t home = s->home[k], twin = s->twin[k];
-  int64_t tokens_max = s->ctx->cap - s->len[k];
-  double c = s->cost[k], limit = s->limit, room = 0, l0 = load[0], l1 = load[1];
+  const depth_t *d = &s->depth[k];
+  int32_t home = d->home, twin = d->twin;
+  int64_t tokens_max = d->tokens_max;
+  double c = d->cost, limit = s->limit, room = 0, l0 = load[0], l1 = load[1];
   if (l0 < limit) room += limit - l0;
   if (l1 < limit) room += limit - l1;
-  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return -1;
+  if (room < d->rest - ROUNDING * limit) return -1;
   int ok0 = (!twin || s->placed[k - 1] == 0) && tokens[0] <= tokens_max &&
             l0 + c < limit;
   int ok1 = tokens[1] <= tokens_max && l1 + c < limit;
@@ -369,8 +381,8 @@ static void makespan_dfs(search_t *s, int64_t k) {
   int32_t kids[SEARCH_RANKS];
   int32_t n = s->nset == 2 ? pair_children(s, k, kids)
                            : makespan_children(s, k, kids);
-  double c = s->cost[k], *load = s->load;
-  int64_t len = s->len[k], *tokens = s->tokens, *count = s->count;
+  double c = s->depth[k].cost, *load = s->load;
+  int64_t len = s->depth[k].len, *tokens = s->tokens, *count = s->count;
   for (int32_t q = 0; q < n && !s->done; q++) {
     int32_t j = kids[q];
     double old = load[j];
@@ -436,6 +448,9 @@ static int search_set(search_t *s, int64_t budget, double max) {
     s->rest_cost[k] = s->rest_cost[k + 1] + ctx->cost[i];
     s->rest_tokens[k] = s->rest_tokens[k + 1] + ctx->samples[i].len;
     gather(s, k, i);
+    s->depth[k] = (depth_t){s->cost[k], s->rest_cost[k] * (1 - ROUNDING),
+                            s->len[k], ctx->cap - s->len[k], s->home[k],
+                            s->twin[k]};
   }
   int64_t caps = 0;
   for (int32_t j = 0; j < s->nset && ctx->cap != DPSHIM__NO_CAP; j++)
@@ -544,8 +559,9 @@ static int depth_init(search_t *s, const dpshim__ctx_t *ctx) {
   s->twin = DPSHIM__ALLOC(ctx, uint8_t, n);
   s->price = DPSHIM__ALLOC(ctx, int64_t, n * ctx->ranks);
   s->placed = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->depth = DPSHIM__ALLOC(ctx, depth_t, n);
   return s->cost && s->len && s->home && s->now && s->twin && s->price &&
-                 s->placed
+                 s->placed && s->depth
              ? 0
              : DPSHIM_ENOMEM;
 }
