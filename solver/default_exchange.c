@@ -69,8 +69,8 @@ static int home_takes(const swap_home_t *h, int64_t i, const leaving_t *g) {
 
 /* g leaving i's home for `to` in exchange for i coming home from a, which
  * saves `gain` priced bytes: kept in *best if it saves more and fits. */
-static void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
-                  int32_t to, int64_t gain, exchange_t *best) {
+static inline void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
+                         int32_t to, int64_t gain, exchange_t *best) {
   const dpshim__ctx_t *ctx = h->ctx;
   const dpshim_sample_t *si = &ctx->samples[i];
   int32_t a = ctx->dest[i];
