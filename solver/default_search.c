@@ -341,30 +341,64 @@ static void bytes_dfs(search_t *s, int64_t k) {
   }
 }
 
-/* makespan_children for a pair of places, the most common set (and most
- * of the nodes), without the loops. */
-static int32_t pair_children(const search_t *s, int64_t k, int32_t *kids) {
-  const double *load = s->load;
-  const int64_t *tokens = s->tokens;
+/* makespan_dfs for a pair of places, the commonest set (most of the
+ * search's nodes): the places' loads, tokens and counts travel as
+ * arguments, in registers, and reach memory only for a leaf. The same
+ * nodes in the same order: room_left, then makespan_children's order
+ * (least loaded first, home among equals; a twin no earlier than the one
+ * before; places alike once). */
+static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
+                     int64_t t1, int64_t n0, int64_t n1);
+
+static void pair_leaf(search_t *s, double l0, double l1, int64_t n0,
+                      int64_t n1) {
+  s->load[0] = l0, s->load[1] = l1;
+  s->empty = (n0 == 0) + (n1 == 0);
+  leaf(s);
+}
+
+/* Depth k's sample to place j (0 or 1) and on, if the limit (which may
+ * have fallen meanwhile) still admits it. */
+static void pair_child(search_t *s, int64_t k, int j, double l0, double l1,
+                       int64_t t0, int64_t t1, int64_t n0, int64_t n1) {
   const depth_t *d = &s->depth[k];
-  int32_t home = d->home, twin = d->twin;
-  int64_t tokens_max = d->tokens_max;
-  double c = d->cost, limit = s->limit, room = 0, l0 = load[0], l1 = load[1];
+  if (j == 0 && l0 + d->cost < s->limit) {
+    s->placed[k] = 0;
+    pair_dfs(s, k + 1, l0 + d->cost, l1, t0 + d->len, t1, n0 + 1, n1);
+  } else if (j == 1 && l1 + d->cost < s->limit) {
+    s->placed[k] = 1;
+    pair_dfs(s, k + 1, l0, l1 + d->cost, t0, t1 + d->len, n0, n1 + 1);
+  }
+}
+
+static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
+                     int64_t t1, int64_t n0, int64_t n1) {
+  if (s->done) return;
+  if ((s->work += s->node_work) > s->budget) {
+    s->done = s->out_of_budget = 1;
+    return;
+  }
+  if (k == s->n) {
+    pair_leaf(s, l0, l1, n0, n1);
+    return;
+  }
+  const depth_t *d = &s->depth[k];
+  double c = d->cost, limit = s->limit, room = 0;
+  if (!s->tokens_fit || (n0 == 0) + (n1 == 0) > s->n - k) return;
   if (l0 < limit) room += limit - l0;
   if (l1 < limit) room += limit - l1;
-  if (room < d->rest - ROUNDING * limit) return -1;
-  int ok0 = (!twin || s->placed[k - 1] == 0) && tokens[0] <= tokens_max &&
+  if (room < d->rest - ROUNDING * limit) return;
+  int ok0 = (!d->twin || s->placed[k - 1] == 0) && t0 <= d->tokens_max &&
             l0 + c < limit;
-  int ok1 = tokens[1] <= tokens_max && l1 + c < limit;
+  int ok1 = t1 <= d->tokens_max && l1 + c < limit;
   if (!ok0 || !ok1) {
-    kids[0] = ok0 ? 0 : 1;
-    return ok0 + ok1;
+    if (ok0 || ok1) pair_child(s, k, ok1, l0, l1, t0, t1, n0, n1);
+    return;
   }
-  int first = l0 < l1 || (l0 == l1 && (home == 0 || home != 1)) ? 0 : 1;
-  kids[0] = first, kids[1] = !first;
-  int same = l0 == l1 && tokens[0] == tokens[1] &&
-             (s->count[0] == 0) == (s->count[1] == 0);
-  return !twin && same ? 1 : 2;
+  int first = l0 < l1 || (l0 == l1 && (d->home == 0 || d->home != 1)) ? 0 : 1;
+  int alike = !d->twin && l0 == l1 && t0 == t1 && (n0 == 0) == (n1 == 0);
+  pair_child(s, k, first, l0, l1, t0, t1, n0, n1);
+  if (!alike && !s->done) pair_child(s, k, !first, l0, l1, t0, t1, n0, n1);
 }
 
 static void makespan_dfs(search_t *s, int64_t k) {
@@ -379,8 +413,7 @@ static void makespan_dfs(search_t *s, int64_t k) {
   }
   if (!s->tokens_fit || s->empty > s->n - k) return; /* room_left */
   int32_t kids[SEARCH_RANKS];
-  int32_t n = s->nset == 2 ? pair_children(s, k, kids)
-                           : makespan_children(s, k, kids);
+  int32_t n = makespan_children(s, k, kids);
   double c = s->depth[k].cost, *load = s->load;
   int64_t len = s->depth[k].len, *tokens = s->tokens, *count = s->count;
   for (int32_t q = 0; q < n && !s->done; q++) {
@@ -468,7 +501,10 @@ static int search_set(search_t *s, int64_t budget, double max) {
   s->node_work = s->nset + (s->bytes_mode ? s->n : 0);
   s->budget = budget;
   s->done = s->out_of_budget = 0;
-  if (!s->bytes_mode) makespan_dfs(s, 0);
+  if (!s->bytes_mode && s->nset == 2)
+    pair_dfs(s, 0, s->load[0], s->load[1], 0, 0, 0, 0);
+  else if (!s->bytes_mode)
+    makespan_dfs(s, 0);
   else if (s->best_bytes > 0) bytes_dfs(s, 0);
   s->spent += s->work + ctx->nsamples + s->nset * s->n; /* and the set-up */
   for (int32_t j = 0; j < s->nset; j++) s->in_set[s->set[j]] = 0;
