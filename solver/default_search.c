@@ -359,8 +359,9 @@ static void pair_leaf(search_t *s, double l0, double l1, int64_t n0,
 
 /* Depth k's sample to place j (0 or 1) and on, if the limit (which may
  * have fallen meanwhile) still admits it. */
-static void pair_child(search_t *s, int64_t k, int j, double l0, double l1,
-                       int64_t t0, int64_t t1, int64_t n0, int64_t n1) {
+static inline void pair_child(search_t *s, int64_t k, int j, double l0,
+                              double l1, int64_t t0, int64_t t1, int64_t n0,
+                              int64_t n1) {
   const depth_t *d = &s->depth[k];
   if (j == 0 && l0 + d->cost < s->limit) {
     s->placed[k] = 0;
