@@ -62,6 +62,9 @@ typedef struct search {
   int32_t *set, nset;
   int64_t *items, n;
   int64_t *by_ratio;    /* [n] depths by leave price per cost, for the bound */
+  /* [n + 1] the depths not placed yet in by_ratio's order, linked (n: the
+   * head): the bound reads only those; a depth leaves while placed. */
+  int64_t *ratio_next, *ratio_prev;
   int64_t *leave;       /* [n] bytes mode: the least price of leaving home */
   uint8_t *stays;       /* [n] scratch: whether home could take it now */
   double limit; /* makespan: loads stay below it; bytes: at most it */
@@ -125,7 +128,7 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
   double limit = s->limit, roof = limit * (1 + ROUNDING);
   int64_t n = s->n, cap = s->ctx->cap;
   const double *cost = s->cost;
-  const int64_t *len = s->len, *leave = s->leave, *by_ratio = s->by_ratio;
+  const int64_t *len = s->len, *leave = s->leave, *next = s->ratio_next;
   const int32_t *home = s->home;
   uint8_t *stays = s->stays;
   for (int32_t j = 0; j < s->nset; j++) {
@@ -141,9 +144,8 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
   }
   int32_t short_of = 0; /* homes still in need: none, and the rest adds 0 */
   for (int32_t j = 0; j < s->nset; j++) short_of += need[j] > 0;
-  for (int64_t q = 0; q < n && short_of > 0; q++) {
-    int64_t d = by_ratio[q];
-    if (d < k || !stays[d]) continue;
+  for (int64_t d = next[n]; d != n && short_of > 0; d = next[d]) {
+    if (!stays[d]) continue;
     int32_t o = home[d];
     if (need[o] <= 0) continue;
     double part = need[o] < cost[d] ? need[o] / cost[d] : 1;
@@ -324,10 +326,33 @@ static int enter(search_t *s, int64_t k) {
   return room_left(s, k);
 }
 
+/* Depth k leaves (or rejoins) the bound's list while it is placed: the
+ * nodes below hold the depths after k alone. */
+static void ratio_unlink(search_t *s, int64_t k) {
+  s->ratio_next[s->ratio_prev[k]] = s->ratio_next[k];
+  s->ratio_prev[s->ratio_next[k]] = s->ratio_prev[k];
+}
+
+static void ratio_relink(search_t *s, int64_t k) {
+  s->ratio_next[s->ratio_prev[k]] = k;
+  s->ratio_prev[s->ratio_next[k]] = k;
+}
+
+/* The list in by_ratio's order, every depth in it. */
+static void ratio_link(search_t *s) {
+  int64_t prev = s->n;
+  for (int64_t q = 0; q < s->n; q++) {
+    int64_t d = s->by_ratio[q];
+    s->ratio_next[prev] = d, s->ratio_prev[d] = prev, prev = d;
+  }
+  s->ratio_next[prev] = s->n, s->ratio_prev[s->n] = prev;
+}
+
 static void bytes_dfs(search_t *s, int64_t k) {
   if (!enter(s, k) || s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
   int32_t *kids = s->kids + k * s->nset;
   int32_t n = bytes_children(s, k, kids);
+  ratio_unlink(s, k);
   for (int32_t c = 0; c < n && !s->done; c++) {
     int32_t j = kids[c];
     if (!fits(s, j, k) || s->bytes + s->price[k * s->nset + j] >= s->best_bytes)
@@ -339,6 +364,7 @@ static void bytes_dfs(search_t *s, int64_t k) {
     place(s, k, j, -1);
     s->load[j] = old; /* restored exactly, not by subtraction */
   }
+  ratio_relink(s, k);
 }
 
 /* makespan_dfs for a pair of places, the commonest set (most of the
@@ -494,6 +520,7 @@ static int search_set(search_t *s, int64_t budget, double max) {
   if (s->bytes_mode) {
     leave_prices(s);
     order_by_ratio(s);
+    ratio_link(s);
   }
   s->limit = s->bytes_mode ? max : set_max;
   s->empty = s->nset;
@@ -609,6 +636,8 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .set = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
                   .items = DPSHIM__ALLOC(ctx, int64_t, n),
                   .by_ratio = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .ratio_next = DPSHIM__ALLOC(ctx, int64_t, n + 1),
+                  .ratio_prev = DPSHIM__ALLOC(ctx, int64_t, n + 1),
                   .leave = DPSHIM__ALLOC(ctx, int64_t, n),
                   .stays = DPSHIM__ALLOC(ctx, uint8_t, n),
                   .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
@@ -625,6 +654,7 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .rank_load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks)};
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
+      !s->ratio_next || !s->ratio_prev ||
       !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
       !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
       !s->exact || !s->hosts || !s->rank_load || !s->by_load ||
