@@ -44,7 +44,8 @@ static int takes(const swap_home_t *h, int32_t r, double cost, int64_t len,
 }
 
 /* What sending j from its rank to `to` adds in priced bytes. */
-static int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j, int32_t to) {
+static inline int64_t extra_price(const dpshim__ctx_t *ctx, int64_t j,
+                                  int32_t to) {
   return dpshim__move_price(ctx, j, to) -
          dpshim__move_price(ctx, j, ctx->dest[j]);
 }
@@ -66,22 +67,29 @@ static int home_takes(const swap_home_t *h, int64_t i, const leaving_t *g) {
                si->rows - g->rows);
 }
 
-/* g leaving i's home for `to` in exchange for i coming home from a: kept
- * in *best if it saves more and fits. */
-static void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
-                  int32_t to, int64_t saved, exchange_t *best) {
+/* g leaving i's home for `to` in exchange for i coming home from a, which
+ * saves `gain` priced bytes: kept in *best if it saves more and fits. */
+static inline void weigh(const swap_home_t *h, int64_t i, const leaving_t *g,
+                         int32_t to, int64_t gain, exchange_t *best) {
   const dpshim__ctx_t *ctx = h->ctx;
   const dpshim_sample_t *si = &ctx->samples[i];
   int32_t a = ctx->dest[i];
-  if (to < 0 || to == si->origin) return;
-  int64_t gain = saved;
-  for (int k = 0; k < g->n; k++) gain -= extra_price(ctx, g->j[k], to);
-  if (gain <= best->gain) return;
+  if (to < 0 || to == si->origin || gain <= best->gain) return;
   int ok = to == a
                ? takes(h, a, g->cost - ctx->cost[i], g->len - si->len,
                        g->rows - si->rows)
                : h->t->count[a] >= 2 && takes(h, to, g->cost, g->len, g->rows);
   if (ok) *best = (exchange_t){*g, to, gain};
+}
+
+/* weigh() of one sample of i's home leaving for every rank, in rank
+ * order: its price where it is, out of the loop. */
+static void weigh_one(const swap_home_t *h, int64_t i, const leaving_t *one,
+                      int64_t saved, exchange_t *best) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  int64_t j = one->j[0], now = dpshim__move_price(ctx, j, ctx->dest[j]);
+  for (int32_t to = 0; to < ctx->ranks; to++)
+    weigh(h, i, one, to, saved - (dpshim__move_price(ctx, j, to) - now), best);
 }
 
 /* The least-loaded rank but `skip`. */
@@ -117,17 +125,23 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
     leaving_t one = leaving(ctx, j, -1);
     h->work += ctx->ranks;
     if (cost[j] >= need && home_takes(h, i, &one))
-      for (int32_t to = 0; to < ctx->ranks; to++)
-        weigh(h, i, &one, to, saved, &best);
+      weigh_one(h, i, &one, saved, &best);
+    /* What j adds at a and at the least-loaded rank, for every j2. */
+    int64_t at_a = saved - extra_price(ctx, j, a);
+    int64_t at_least = least >= 0 ? saved - extra_price(ctx, j, least) : 0;
     for (int64_t q = k + 1; q < end && cost[j] + cost[h->list[q]] >= need;
          q++) {
       int64_t j2 = h->list[q];
       h->work++;
       if (ctx->dest[j2] != o || cost[j] + cost[j2] > most) continue;
+      int64_t gain_a = at_a - extra_price(ctx, j2, a);
+      int64_t gain_least = least >= 0 ? at_least - extra_price(ctx, j2, least) : 0;
+      if (gain_a <= best.gain && (least < 0 || gain_least <= best.gain))
+        continue; /* weigh() would keep neither: the fit is not asked */
       leaving_t two = leaving(ctx, j, j2);
       if (!home_takes(h, i, &two)) continue;
-      weigh(h, i, &two, a, saved, &best);
-      weigh(h, i, &two, least, saved, &best);
+      weigh(h, i, &two, a, gain_a, &best);
+      if (least >= 0) weigh(h, i, &two, least, gain_least, &best);
     }
   }
   return best;

@@ -80,6 +80,25 @@ static int64_t shares_of(const dpshim__ctx_t *ctx, share_t *sh) {
   return n;
 }
 
+/* The same shares as shares_of, in the same order, summed in a ranks x
+ * ranks table: no sort of every sample (at tens of thousands of samples
+ * the sort was most of the second start). At most SHARE_TABLE_RANKS. */
+#define SHARE_TABLE_RANKS 64
+static int64_t shares_by_table(const dpshim__ctx_t *ctx, share_t *sh) {
+  int32_t P = ctx->ranks;
+  int64_t *bytes = DPSHIM__ALLOC(ctx, int64_t, (int64_t)P * P), n = 0;
+  uint8_t *seen = DPSHIM__ALLOC(ctx, uint8_t, (int64_t)P * P);
+  if (!bytes || !seen) return DPSHIM_ENOMEM;
+  for (int64_t k = 0; k < (int64_t)P * P; k++) bytes[k] = 0, seen[k] = 0;
+  for (int64_t i = 0; i < ctx->nsamples; i++) {
+    int64_t k = (int64_t)ctx->dest[i] * P + ctx->samples[i].origin;
+    bytes[k] += ctx->samples[i].bytes, seen[k] = 1;
+  }
+  for (int64_t k = 0; k < (int64_t)P * P; k++)
+    if (seen[k]) sh[n++] = (share_t){(int32_t)(k / P), (int32_t)(k % P), bytes[k]};
+  return n;
+}
+
 /* Relabels the groups of ctx->dest onto ranks, most bytes kept first. */
 static int relabel(const dpshim__ctx_t *ctx) {
   share_t *sh = DPSHIM__ALLOC(ctx, share_t, ctx->nsamples);
@@ -87,7 +106,9 @@ static int relabel(const dpshim__ctx_t *ctx) {
   uint8_t *taken = DPSHIM__ALLOC(ctx, uint8_t, ctx->ranks);
   if (!sh || !rank_of || !taken) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) rank_of[r] = -1, taken[r] = 0;
-  int64_t n = shares_of(ctx, sh);
+  int64_t n = ctx->ranks <= SHARE_TABLE_RANKS ? shares_by_table(ctx, sh)
+                                              : shares_of(ctx, sh);
+  if (n < 0) return (int)n;
   qsort(sh, (size_t)n, sizeof *sh, by_bytes_desc);
   for (int64_t k = 0; k < n; k++)
     if (rank_of[sh[k].group] < 0 && !taken[sh[k].origin])
@@ -336,20 +357,60 @@ static void deal_kind(const dpshim__ctx_t *ctx, const kind_key_t *kind,
   }
 }
 
+static kind_key_t kind_key(const dpshim__ctx_t *ctx, int64_t i) {
+  const dpshim_sample_t *smp = &ctx->samples[i];
+  return (kind_key_t){ctx->cost[i], smp->len, smp->rows, smp->bytes, i};
+}
+
+/* keys[0 .. m) sorted, each kind in them dealt. A run of one length is
+ * mostly sorted already (ctx->order breaks ties by index): then no sort. */
+static void deal_kinds(const dpshim__ctx_t *ctx, kind_key_t *key, int64_t m,
+                       int64_t *places) {
+  int64_t sorted = 1;
+  while (sorted < m && by_kind(&key[sorted - 1], &key[sorted]) < 0) sorted++;
+  if (sorted < m) qsort(key, (size_t)m, sizeof *key, by_kind);
+  for (int64_t k = 0, n; k < m; k += n) {
+    for (n = 1; k + n < m && same_kind(&key[k], &key[k + n]); n++) {
+    }
+    if (n > 1) deal_kind(ctx, key + k, n, places);
+  }
+}
+
+/* Whether ctx->order holds each (cost, length) in one run: cost, then
+ * length, never rising. (It is by size, descending; checked, not
+ * assumed.) */
+static int order_runs_kinds(const dpshim__ctx_t *ctx) {
+  for (int64_t q = 1; q < ctx->nsamples; q++) {
+    int64_t i = ctx->order[q - 1], j = ctx->order[q];
+    if (ctx->cost[j] > ctx->cost[i] ||
+        (ctx->cost[j] == ctx->cost[i] &&
+         ctx->samples[j].len > ctx->samples[i].len))
+      return 0;
+  }
+  return 1;
+}
+
+/* Kinds are dealt one by one (each leaves places[] as it found it), so
+ * each run of one (cost, length) in ctx->order is sorted alone: at tens
+ * of thousands of samples the sort of all of them was a third of the
+ * solve. */
 static int alike_home(const dpshim__ctx_t *ctx) {
   kind_key_t *key = DPSHIM__ALLOC(ctx, kind_key_t, ctx->nsamples);
-  int64_t *places = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
+  int64_t *places = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks), n = ctx->nsamples;
   if (!key || !places) return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) places[r] = 0;
-  for (int64_t i = 0; i < ctx->nsamples; i++) {
-    const dpshim_sample_t *smp = &ctx->samples[i];
-    key[i] = (kind_key_t){ctx->cost[i], smp->len, smp->rows, smp->bytes, i};
+  if (!order_runs_kinds(ctx)) {
+    for (int64_t i = 0; i < n; i++) key[i] = kind_key(ctx, i);
+    deal_kinds(ctx, key, n, places);
+    return 0;
   }
-  qsort(key, (size_t)ctx->nsamples, sizeof *key, by_kind);
-  for (int64_t k = 0, m; k < ctx->nsamples; k += m) {
-    for (m = 1; k + m < ctx->nsamples && same_kind(&key[k], &key[k + m]); m++) {
+  for (int64_t q = 0, m; q < n; q += m) {
+    key[0] = kind_key(ctx, ctx->order[q]);
+    for (m = 1; q + m < n; m++) {
+      key[m] = kind_key(ctx, ctx->order[q + m]);
+      if (key[m].cost != key[0].cost || key[m].len != key[0].len) break;
     }
-    if (m > 1) deal_kind(ctx, key + k, m, places);
+    if (m > 1) deal_kinds(ctx, key, m, places);
   }
   return 0;
 }

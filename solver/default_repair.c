@@ -588,20 +588,104 @@ typedef struct evening_pick {
   double value;
 } evening_pick_t;
 
+/* d: what evening() finds (i's cost less j's), gap: a's load less b's.
+ * evening() is 0 or d (gap - d): below the best, it is not weighed. */
 static void pick(const dpshim__dstate_t *s, int32_t a, int32_t b, int64_t i,
-                 int64_t j, evening_pick_t *best) {
+                 int64_t j, double d, double gap, evening_pick_t *best) {
+  if (!(d * (gap - d) > best->value)) return;
   double v = evening(s, a, b, i, j);
   if (v > best->value) *best = (evening_pick_t){i, j, v};
 }
 
+/* Rank b's samples with their costs and places in its list: the
+ * exchanges with one of a's samples that cannot even the pair are told
+ * apart on these alone (most of them, near the end). Sorted ascending by
+ * cost (then place), those that can are a window found by bisection:
+ * where b holds at most SIDE_SORTED samples and at most 4 per sample of
+ * a's (the insertion sort then costs no more than a scan of all the
+ * exchanges); else in list order. */
+#define SIDE_SORTED 256
+typedef struct evening_side {
+  double *cost;
+  int64_t *sample, *place, n;
+  int sorted;
+} evening_side_t;
+
+static void side_of(const dpshim__dstate_t *s, int32_t a, int32_t b,
+                    evening_side_t *side) {
+  int sort = s->count[b] <= SIDE_SORTED && s->count[b] <= 4 * s->count[a];
+  side->sorted = sort;
+  side->n = 0;
+  for (int64_t j = s->head[b]; j >= 0; j = s->next[j]) {
+    double c = s->ctx->cost[j];
+    int64_t q = side->n;
+    for (; sort && q > 0 && side->cost[q - 1] > c; q--) {
+      side->cost[q] = side->cost[q - 1];
+      side->sample[q] = side->sample[q - 1];
+      side->place[q] = side->place[q - 1];
+    }
+    side->cost[q] = c, side->sample[q] = j, side->place[q] = side->n++;
+  }
+}
+
+/* The first of the side's (ascending) costs c with ci - c below `under`
+ * (or at most it, where !strict): ci - c, rounded too, falls as c rises. */
+static int64_t first_under(const evening_side_t *side, double ci, double under,
+                           int strict) {
+  int64_t lo = 0, hi = side->n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    double d = ci - side->cost[mid];
+    if (strict ? d < under : d <= under) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* Of the sorted side's samples that exchanged for i could even the pair
+ * (cost difference in (0, gap): a window), the one evening() values most
+ * above best, the earliest in b's list among equals: what a scan of the
+ * list in order keeps. */
+static void best_for(const dpshim__dstate_t *s, int32_t a, int32_t b, int64_t i,
+                     double gap, const evening_side_t *side,
+                     evening_pick_t *best) {
+  double ci = s->ctx->cost[i], base = best->value;
+  int64_t to = first_under(side, ci, 0, 0), top_place = -1;
+  evening_pick_t top = {-1, -1, base};
+  for (int64_t q = first_under(side, ci, gap, 1); q < to; q++) {
+    double d = ci - side->cost[q], v = d * (gap - d);
+    if (v < top.value ||
+        (v == top.value && (top.j < 0 || side->place[q] > top_place)))
+      continue;
+    if (evening(s, a, b, i, side->sample[q]) > base)
+      top = (evening_pick_t){i, side->sample[q], v}, top_place = side->place[q];
+  }
+  if (top.j >= 0) *best = top;
+}
+
 /* The best evening move or swap from a to b, applied; 0 if none helps.
- * Each exchange weighed is taken from *work. */
-static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b, int64_t *work) {
+ * Each exchange weighed is taken from *work. Only exchanges whose cost
+ * difference lies in (0, gap) are weighed in full (evening() returns 0
+ * for the others); the first best in list order is kept. */
+static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b, int64_t *work,
+                     evening_side_t *side) {
   evening_pick_t best = {-1, -1, EVEN_MIN * s->bound * s->bound};
   *work -= s->count[a] * (s->count[b] + 1);
+  double gap = s->load[a] - s->load[b];
+  side_of(s, a, b, side);
   for (int64_t i = s->head[a]; i >= 0; i = s->next[i]) {
-    if (s->count[a] > 1) pick(s, a, b, i, -1, &best);
-    for (int64_t j = s->head[b]; j >= 0; j = s->next[j]) pick(s, a, b, i, j, &best);
+    double ci = s->ctx->cost[i];
+    if (s->count[a] > 1 && !(ci <= 0 || ci >= gap))
+      pick(s, a, b, i, -1, ci, gap, &best);
+    if (side->sorted) {
+      best_for(s, a, b, i, gap, side, &best);
+      continue;
+    }
+    for (int64_t q = 0; q < side->n; q++) {
+      double d = ci - side->cost[q];
+      if (!(d <= 0 || d >= gap))
+        pick(s, a, b, i, side->sample[q], d, gap, &best);
+    }
   }
   if (best.i < 0) return 0;
   dpshim__dstate_relocate(s, best.i, b);
@@ -613,11 +697,12 @@ static int even_pair(dpshim__dstate_t *s, int32_t a, int32_t b, int64_t *work) {
  * all start at the busiest rank, and can be left with no receiver that
  * fits; evening every pair a little makes room that the next repair can
  * use. */
-static int even_all_pairs(dpshim__dstate_t *s, int64_t *work) {
+static int even_all_pairs(dpshim__dstate_t *s, int64_t *work,
+                          evening_side_t *side) {
   int changed = 0;
   for (int32_t a = 0; a < s->ctx->ranks; a++)
     for (int32_t b = 0; b < s->ctx->ranks && *work > 0; b++)
-      if (s->load[a] > s->load[b]) changed |= even_pair(s, a, b, work);
+      if (s->load[a] > s->load[b]) changed |= even_pair(s, a, b, work, side);
   return changed;
 }
 
@@ -630,12 +715,19 @@ static int repair_busiest(dpshim__dstate_t *s);
 int dpshim__default_repair(dpshim__dstate_t *s) {
   int rc = repair_busiest(s);
   int64_t work = EVEN_WORK;
+  evening_side_t side = {NULL, NULL, NULL, 0, 0};
+  if (rc == 0 && s->ctx->ranks <= POLISH_MAX_RANKS) {
+    side.cost = DPSHIM__ALLOC(s->ctx, double, s->ctx->nsamples);
+    side.sample = DPSHIM__ALLOC(s->ctx, int64_t, s->ctx->nsamples);
+    side.place = DPSHIM__ALLOC(s->ctx, int64_t, s->ctx->nsamples);
+    if (!side.cost || !side.sample || !side.place) return DPSHIM_ENOMEM;
+  }
   for (int sweep = 0; rc == 0 && sweep < EVEN_SWEEPS && work > 0 &&
                       s->ctx->ranks <= POLISH_MAX_RANKS &&
                       dpshim__max_load(s->load, s->ctx->ranks) >
                           s->bound * (1 + FAR_FROM_BOUND);
        sweep++) {
-    if (!even_all_pairs(s, &work)) break;
+    if (!even_all_pairs(s, &work, &side)) break;
     rc = repair_busiest(s);
   }
   return rc;

@@ -44,6 +44,15 @@
  * keeps on loads summed as the plan's are. */
 #define ROUNDING 1e-12
 
+/* What a makespan node reads of its depth k: cost, tokens, the cost of
+ * the samples from k on less the rounding room_left allows, the most
+ * tokens a place may hold to take it, its home's place, whether a twin. */
+typedef struct depth {
+  double cost, rest;
+  int64_t len, tokens_max;
+  int32_t home, twin;
+} depth_t;
+
 typedef struct search {
   const dpshim__ctx_t *ctx;
   int bytes_mode;
@@ -53,14 +62,29 @@ typedef struct search {
   int32_t *set, nset;
   int64_t *items, n;
   int64_t *by_ratio;    /* [n] depths by leave price per cost, for the bound */
+  /* [n + 1] the depths not placed yet in by_ratio's order, linked (n: the
+   * head): the bound reads only those; a depth leaves while placed. */
+  int64_t *ratio_next, *ratio_prev;
   int64_t *leave;       /* [n] bytes mode: the least price of leaving home */
   uint8_t *stays;       /* [n] scratch: whether home could take it now */
   double limit; /* makespan: loads stay below it; bytes: at most it */
   double stop;
-  double *load;
-  int64_t *tokens, *count;
-  int32_t empty;        /* ranks of the set holding no sample yet */
-  int32_t *at;          /* [nsamples] where the search put each sample */
+  /* What every node reads, per depth and per place (a rank's position in
+   * the set), gathered once per set: the nodes touch no sample and no
+   * rank array. */
+  double *cost;         /* [n] */
+  int64_t *len;         /* [n] */
+  int32_t *home;        /* [n] the origin's place, or -1 outside the set */
+  int32_t *now;         /* [n] the plan's place (the best leaf's) */
+  uint8_t *twin;        /* [n] the same sample as the one before */
+  int64_t *price;       /* [n * nset] bytes mode: priced bytes at each place */
+  int32_t *placed;      /* [n] where the search put each depth */
+  struct depth *depth;  /* [n] what a makespan node reads, in one place */
+  double *load;         /* [nset] */
+  int64_t *tokens, *count; /* [nset] */
+  int tokens_fit; /* the set's tokens fit its caps: token room never prunes */
+  int32_t empty;        /* places holding no sample yet */
+  int32_t *at;          /* [nsamples] where a leaf puts each sample */
   int32_t *kids;        /* [n * nset] children per depth */
   double *rest_cost;    /* [n + 1] cost of items[k..] */
   int64_t *rest_tokens; /* [n + 1] tokens of items[k..] */
@@ -73,26 +97,23 @@ typedef struct search {
   int32_t *by_load;     /* [ranks] scratch: ranks by those, least first */
 } search_t;
 
-static inline int fits(const search_t *s, int32_t r, int64_t i) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  double load = s->load[r] + ctx->cost[i];
-  if (ctx->samples[i].len > ctx->cap - s->tokens[r]) return 0;
+/* Whether depth k fits at place j. */
+static inline int fits(const search_t *s, int32_t j, int64_t k) {
+  if (s->len[k] > s->ctx->cap - s->tokens[j]) return 0;
+  double load = s->load[j] + s->cost[k];
   return s->bytes_mode ? load <= s->limit * (1 + ROUNDING) : load < s->limit;
 }
 
-/* Whether the samples from depth k on can still fill the room left. */
+/* Whether the samples from depth k on can still fill the room left. The
+ * token room left is the set's caps less the tokens of depths before k,
+ * so against the tokens from k on it is one test per set (tokens_fit). */
 static int room_left(const search_t *s, int64_t k) {
-  const dpshim__ctx_t *ctx = s->ctx;
   if (s->empty > s->n - k) return 0;
-  double room = 0;
-  int64_t token_room = 0;
-  for (int32_t j = 0; j < s->nset; j++) {
-    int32_t r = s->set[j];
-    if (s->load[r] < s->limit) room += s->limit - s->load[r];
-    if (ctx->cap != DPSHIM__NO_CAP) token_room += ctx->cap - s->tokens[r];
-  }
-  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * s->limit) return 0;
-  return ctx->cap == DPSHIM__NO_CAP || token_room >= s->rest_tokens[k];
+  double room = 0, limit = s->limit;
+  for (int32_t j = 0; j < s->nset; j++)
+    if (s->load[j] < limit) room += limit - s->load[j];
+  if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return 0;
+  return s->tokens_fit;
 }
 
 /* A bound on the bytes still to move: the samples from depth k on whose
@@ -100,26 +121,37 @@ static int room_left(const search_t *s, int64_t k) {
  * bytes of the cheapest fractional cover of what its other samples exceed
  * its room by (loads only grow), taken by bytes per cost. */
 static int64_t bytes_bound(const search_t *s, int64_t k) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  double *need = s->exact, bound = 0;
-  for (int32_t j = 0; j < s->nset; j++)
-    need[s->set[j]] = s->load[s->set[j]] - s->limit;
-  for (int64_t q = k; q < s->n; q++) {
-    int64_t i = s->items[q];
-    int32_t o = ctx->samples[i].origin;
-    s->stays[q] = s->in_set[o] && fits(s, o, i);
-    if (s->stays[q]) need[o] += ctx->cost[i];
-    else bound += (double)s->leave[q];
+  /* Locals throughout: stays is bytes, which may alias anything, so each
+   * store would reload every field read through s. */
+  double need[SEARCH_RANKS], held[SEARCH_RANKS], bound = 0;
+  int64_t tokens_left[SEARCH_RANKS];
+  double limit = s->limit, roof = limit * (1 + ROUNDING);
+  int64_t n = s->n, cap = s->ctx->cap;
+  const double *cost = s->cost;
+  const int64_t *len = s->len, *leave = s->leave, *next = s->ratio_next;
+  const int32_t *home = s->home;
+  uint8_t *stays = s->stays;
+  for (int32_t j = 0; j < s->nset; j++) {
+    need[j] = s->load[j] - limit;
+    held[j] = s->load[j];
+    tokens_left[j] = cap - s->tokens[j];
   }
-  for (int64_t q = 0; q < s->n; q++) {
-    int64_t d = s->by_ratio[q];
-    if (d < k || !s->stays[d]) continue;
-    int64_t i = s->items[d];
-    int32_t o = ctx->samples[i].origin;
+  for (int64_t q = k; q < n; q++) {
+    int32_t o = home[q]; /* fits(s, o, q), its terms hoisted */
+    stays[q] = o >= 0 && len[q] <= tokens_left[o] && held[o] + cost[q] <= roof;
+    if (stays[q]) need[o] += cost[q];
+    else bound += (double)leave[q];
+  }
+  int32_t short_of = 0; /* homes still in need: none, and the rest adds 0 */
+  for (int32_t j = 0; j < s->nset; j++) short_of += need[j] > 0;
+  for (int64_t d = next[n]; d != n && short_of > 0; d = next[d]) {
+    if (!stays[d]) continue;
+    int32_t o = home[d];
     if (need[o] <= 0) continue;
-    double part = need[o] < ctx->cost[i] ? need[o] / ctx->cost[i] : 1;
-    bound += part * (double)s->leave[d];
-    need[o] -= ctx->cost[i];
+    double part = need[o] < cost[d] ? need[o] / cost[d] : 1;
+    bound += part * (double)leave[d];
+    need[o] -= cost[d];
+    short_of -= need[o] <= 0;
   }
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
@@ -161,62 +193,87 @@ static int same_sample(const search_t *s, int64_t i, int64_t j) {
   return !s->bytes_mode || (a->bytes == b->bytes && a->origin == b->origin);
 }
 
-/* Whether child p of sample i comes before r (p is there first): by price
- * in bytes mode, then by load, home first among equals, then rank. */
-static int kid_before(const search_t *s, int64_t i, int32_t r, int32_t p) {
-  int32_t origin = s->ctx->samples[i].origin;
-  if (s->bytes_mode) {
-    int64_t pp = dpshim__move_price(s->ctx, i, p);
-    int64_t pr = dpshim__move_price(s->ctx, i, r);
-    if (pp != pr) return pp < pr;
-  }
+/* Whether child place p of depth k comes before place r (p is there
+ * first), bytes mode: by price, then by load, home first among equals,
+ * then place. */
+static int kid_before(const search_t *s, int64_t k, int32_t r, int32_t p) {
+  int32_t home = s->home[k];
+  const int64_t *price = s->price + k * s->nset;
+  if (price[p] != price[r]) return price[p] < price[r];
   return s->load[p] < s->load[r] ||
-         (s->load[p] == s->load[r] && (p == origin || r != origin));
+         (s->load[p] == s->load[r] && (p == home || r != home));
 }
 
-/* Children of the sample at depth k, in the mode's order, into kids;
- * returns how many. A sample the same as the one before goes to a rank no
- * earlier in the set than that one's (any plan can swap them so); else, in
- * makespan mode, of ranks in the same state only the first is kept (any
- * plan can swap their samples from here on). */
-static int32_t children(const search_t *s, int64_t k, int32_t *kids) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t i = s->items[k];
-  int32_t n = 0, origin = ctx->samples[i].origin, now = ctx->dest[i];
-  int twin = k > 0 && same_sample(s, s->items[k - 1], i);
-  int32_t from = twin ? s->pos[s->at[s->items[k - 1]]] : 0;
-  if (s->bytes_mode) {
-    if (s->in_set[origin] && s->pos[origin] >= from && fits(s, origin, i))
-      kids[n++] = origin;
-    if (now != origin && s->pos[now] >= from && fits(s, now, i))
-      kids[n++] = now;
-  }
+/* Children of the sample at depth k in bytes mode, into kids (as places):
+ * home, the plan's place, then by kid_before; returns how many. A sample
+ * the same as the one before goes to a place no earlier in the set than
+ * that one's (any plan can swap them so). */
+static int32_t bytes_children(const search_t *s, int64_t k, int32_t *kids) {
+  int32_t n = 0, home = s->home[k], now = s->now[k];
+  int32_t from = s->twin[k] ? s->placed[k - 1] : 0;
+  if (home >= from && fits(s, home, k)) kids[n++] = home;
+  if (now != home && now >= from && fits(s, now, k)) kids[n++] = now;
   int32_t first = n;
   for (int32_t j = from; j < s->nset; j++) {
-    int32_t r = s->set[j];
-    if (s->bytes_mode && (r == origin || r == now)) continue;
-    if (!fits(s, r, i)) continue;
+    if (j == home || j == now || !fits(s, j, k)) continue;
     int32_t q = n++;
-    for (; q > first && !kid_before(s, i, r, kids[q - 1]); q--)
+    for (; q > first && !kid_before(s, k, j, kids[q - 1]); q--)
       kids[q] = kids[q - 1];
-    kids[q] = r;
+    kids[q] = j;
   }
-  if (s->bytes_mode || twin) return n;
+  return n;
+}
+
+/* Of makespan children (by load) in the same state only the first is
+ * kept: any plan can swap their samples from here on. Returns how many. */
+static int32_t distinct(const search_t *s, int32_t *kids, int32_t n) {
   int32_t kept = 0;
   for (int32_t c = 0; c < n; c++) {
-    int32_t r = kids[c], p = kept ? kids[kept - 1] : -1;
-    if (p >= 0 && s->load[p] == s->load[r] && s->tokens[p] == s->tokens[r] &&
-        (s->count[p] == 0) == (s->count[r] == 0))
+    int32_t j = kids[c], p = kept ? kids[kept - 1] : -1;
+    if (p >= 0 && s->load[p] == s->load[j] && s->tokens[p] == s->tokens[j] &&
+        (s->count[p] == 0) == (s->count[j] == 0))
       continue;
-    kids[kept++] = r;
+    kids[kept++] = j;
   }
   return kept;
+}
+
+/* Children of the sample at depth k in makespan mode, into kids (as
+ * places): least loaded first, home first among equals, then place; a
+ * twin of the one before goes no earlier than it, else places in the
+ * same state count once. Returns how many, or -1 where the room left
+ * (room_left, its cost part: the tokens are s->tokens_fit) cannot hold
+ * the samples from k on; one pass over the places for both. */
+static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
+  const depth_t *d = &s->depth[k];
+  int32_t n = 0, home = d->home, twin = d->twin, nset = s->nset;
+  int32_t from = twin ? s->placed[k - 1] : 0;
+  int64_t tokens_max = d->tokens_max;
+  const double *load = s->load;
+  const int64_t *tokens = s->tokens;
+  double c = d->cost, limit = s->limit, room = 0;
+  for (int32_t j = 0; j < nset; j++) {
+    double lj = load[j];
+    if (lj < limit) room += limit - lj;
+    if (j < from || tokens[j] > tokens_max || !(lj + c < limit)) continue;
+    int32_t q = n++;
+    for (; q > 0; q--) {
+      int32_t p = kids[q - 1];
+      double lp = load[p];
+      if (lp < lj || (lp == lj && (p == home || j != home))) break;
+      kids[q] = p;
+    }
+    kids[q] = j;
+  }
+  if (room < d->rest - ROUNDING * limit) return -1;
+  return twin || n < 2 ? n : distinct(s, kids, n);
 }
 
 /* Whether the set's loads, summed in index order as plan.c sums them, are
  * within the limit. */
 static int within_limit(search_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
+  for (int64_t k = 0; k < s->n; k++) s->at[s->items[k]] = s->set[s->placed[k]];
   for (int32_t j = 0; j < s->nset; j++)
     s->exact[s->set[j]] = ctx->history[s->set[j]];
   for (int64_t i = 0; i < ctx->nsamples; i++)
@@ -236,24 +293,142 @@ static void leaf(search_t *s) {
   } else {
     double max = 0;
     for (int32_t j = 0; j < s->nset; j++)
-      if (s->load[s->set[j]] > max) max = s->load[s->set[j]];
+      if (s->load[j] > max) max = s->load[j];
     if (max >= s->limit * (1 - BETTER)) return;
     s->limit = max;
     s->done = max <= s->stop;
   }
-  for (int64_t k = 0; k < s->n; k++) ctx->dest[s->items[k]] = s->at[s->items[k]];
+  for (int64_t k = 0; k < s->n; k++) {
+    ctx->dest[s->items[k]] = s->set[s->placed[k]];
+    s->now[k] = s->placed[k]; /* children prefer the plan's place */
+  }
 }
 
-static void place(search_t *s, int64_t i, int32_t r, int sign) {
-  const dpshim__ctx_t *ctx = s->ctx;
-  s->tokens[r] += sign * ctx->samples[i].len;
-  if (sign > 0 && s->count[r]++ == 0) s->empty--;
-  if (sign < 0 && --s->count[r] == 0) s->empty++;
-  s->bytes += sign * dpshim__move_price(ctx, i, r);
-  s->at[i] = r;
+static void place(search_t *s, int64_t k, int32_t j, int sign) {
+  s->tokens[j] += sign * s->len[k];
+  if (sign > 0 && s->count[j]++ == 0) s->empty--;
+  if (sign < 0 && --s->count[j] == 0) s->empty++;
+  if (s->bytes_mode) s->bytes += sign * s->price[k * s->nset + j];
+  s->placed[k] = j;
 }
 
-static void dfs(search_t *s, int64_t k) {
+/* Counts the node's work; whether the search goes on into it. */
+static int enter(search_t *s, int64_t k) {
+  if (s->done) return 0;
+  if ((s->work += s->node_work) > s->budget) {
+    s->done = s->out_of_budget = 1;
+    return 0;
+  }
+  if (k == s->n) {
+    leaf(s);
+    return 0;
+  }
+  return room_left(s, k);
+}
+
+/* Depth k leaves (or rejoins) the bound's list while it is placed: the
+ * nodes below hold the depths after k alone. */
+static void ratio_unlink(search_t *s, int64_t k) {
+  s->ratio_next[s->ratio_prev[k]] = s->ratio_next[k];
+  s->ratio_prev[s->ratio_next[k]] = s->ratio_prev[k];
+}
+
+static void ratio_relink(search_t *s, int64_t k) {
+  s->ratio_next[s->ratio_prev[k]] = k;
+  s->ratio_prev[s->ratio_next[k]] = k;
+}
+
+/* The list in by_ratio's order, every depth in it. */
+static void ratio_link(search_t *s) {
+  int64_t prev = s->n;
+  for (int64_t q = 0; q < s->n; q++) {
+    int64_t d = s->by_ratio[q];
+    s->ratio_next[prev] = d, s->ratio_prev[d] = prev, prev = d;
+  }
+  s->ratio_next[prev] = s->n, s->ratio_prev[s->n] = prev;
+}
+
+static void bytes_dfs(search_t *s, int64_t k) {
+  if (!enter(s, k) || s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
+  int32_t *kids = s->kids + k * s->nset;
+  int32_t n = bytes_children(s, k, kids);
+  ratio_unlink(s, k);
+  for (int32_t c = 0; c < n && !s->done; c++) {
+    int32_t j = kids[c];
+    if (!fits(s, j, k) || s->bytes + s->price[k * s->nset + j] >= s->best_bytes)
+      continue;
+    double old = s->load[j];
+    s->load[j] = old + s->cost[k];
+    place(s, k, j, +1);
+    bytes_dfs(s, k + 1);
+    place(s, k, j, -1);
+    s->load[j] = old; /* restored exactly, not by subtraction */
+  }
+  ratio_relink(s, k);
+}
+
+/* makespan_dfs for a pair of places, the commonest set (most of the
+ * search's nodes): the places' loads, tokens and counts travel as
+ * arguments, in registers, and reach memory only for a leaf. The same
+ * nodes in the same order: room_left, then makespan_children's order
+ * (least loaded first, home among equals; a twin no earlier than the one
+ * before; places alike once). */
+static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
+                     int64_t t1, int64_t n0, int64_t n1);
+
+static void pair_leaf(search_t *s, double l0, double l1, int64_t n0,
+                      int64_t n1) {
+  s->load[0] = l0, s->load[1] = l1;
+  s->empty = (n0 == 0) + (n1 == 0);
+  leaf(s);
+}
+
+/* Depth k's sample to place j (0 or 1) and on, if the limit (which may
+ * have fallen meanwhile) still admits it. */
+static inline void pair_child(search_t *s, int64_t k, int j, double l0,
+                              double l1, int64_t t0, int64_t t1, int64_t n0,
+                              int64_t n1) {
+  const depth_t *d = &s->depth[k];
+  if (j == 0 && l0 + d->cost < s->limit) {
+    s->placed[k] = 0;
+    pair_dfs(s, k + 1, l0 + d->cost, l1, t0 + d->len, t1, n0 + 1, n1);
+  } else if (j == 1 && l1 + d->cost < s->limit) {
+    s->placed[k] = 1;
+    pair_dfs(s, k + 1, l0, l1 + d->cost, t0, t1 + d->len, n0, n1 + 1);
+  }
+}
+
+static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
+                     int64_t t1, int64_t n0, int64_t n1) {
+  if (s->done) return;
+  if ((s->work += s->node_work) > s->budget) {
+    s->done = s->out_of_budget = 1;
+    return;
+  }
+  if (k == s->n) {
+    pair_leaf(s, l0, l1, n0, n1);
+    return;
+  }
+  const depth_t *d = &s->depth[k];
+  double c = d->cost, limit = s->limit, room = 0;
+  if (!s->tokens_fit || (n0 == 0) + (n1 == 0) > s->n - k) return;
+  if (l0 < limit) room += limit - l0;
+  if (l1 < limit) room += limit - l1;
+  if (room < d->rest - ROUNDING * limit) return;
+  int ok0 = (!d->twin || s->placed[k - 1] == 0) && t0 <= d->tokens_max &&
+            l0 + c < limit;
+  int ok1 = t1 <= d->tokens_max && l1 + c < limit;
+  if (!ok0 || !ok1) {
+    if (ok0 || ok1) pair_child(s, k, ok1, l0, l1, t0, t1, n0, n1);
+    return;
+  }
+  int first = l0 < l1 || (l0 == l1 && (d->home == 0 || d->home != 1)) ? 0 : 1;
+  int alike = !d->twin && l0 == l1 && t0 == t1 && (n0 == 0) == (n1 == 0);
+  pair_child(s, k, first, l0, l1, t0, t1, n0, n1);
+  if (!alike && !s->done) pair_child(s, k, !first, l0, l1, t0, t1, n0, n1);
+}
+
+static void makespan_dfs(search_t *s, int64_t k) {
   if (s->done) return;
   if ((s->work += s->node_work) > s->budget) {
     s->done = s->out_of_budget = 1;
@@ -263,25 +438,39 @@ static void dfs(search_t *s, int64_t k) {
     leaf(s);
     return;
   }
-  if (!room_left(s, k)) return;
-  if (s->bytes_mode && s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
-  const dpshim__ctx_t *ctx = s->ctx;
-  int64_t i = s->items[k];
-  int32_t *kids = s->kids + k * s->nset;
-  int32_t n = children(s, k, kids);
-  for (int32_t c = 0; c < n && !s->done; c++) {
-    int32_t r = kids[c];
-    if (!fits(s, r, i)) continue; /* the limit fell meanwhile */
-    if (s->bytes_mode &&
-        s->bytes + dpshim__move_price(ctx, i, r) >= s->best_bytes)
-      continue;
-    double old = s->load[r];
-    s->load[r] = old + ctx->cost[i];
-    place(s, i, r, +1);
-    dfs(s, k + 1);
-    place(s, i, r, -1);
-    s->load[r] = old; /* restored exactly, not by subtraction */
+  if (!s->tokens_fit || s->empty > s->n - k) return; /* room_left */
+  int32_t kids[SEARCH_RANKS];
+  int32_t n = makespan_children(s, k, kids);
+  double c = s->depth[k].cost, *load = s->load;
+  int64_t len = s->depth[k].len, *tokens = s->tokens, *count = s->count;
+  for (int32_t q = 0; q < n && !s->done; q++) {
+    int32_t j = kids[q];
+    double old = load[j];
+    /* The limit may have fallen meanwhile; the tokens are as they were. */
+    if (!(old + c < s->limit)) continue;
+    load[j] = old + c;
+    tokens[j] += len;
+    s->empty -= count[j]++ == 0;
+    s->placed[k] = j;
+    makespan_dfs(s, k + 1);
+    s->empty += --count[j] == 0;
+    tokens[j] -= len;
+    load[j] = old; /* restored exactly, not by subtraction */
   }
+}
+
+/* What the nodes read of depth k (sample i). */
+static void gather(search_t *s, int64_t k, int64_t i) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int32_t o = ctx->samples[i].origin;
+  s->cost[k] = ctx->cost[i];
+  s->len[k] = ctx->samples[i].len;
+  s->home[k] = s->in_set[o] ? s->pos[o] : -1;
+  s->now[k] = s->pos[ctx->dest[i]];
+  s->twin[k] = k > 0 && same_sample(s, s->items[k - 1], i);
+  if (s->bytes_mode)
+    for (int32_t j = 0; j < s->nset; j++)
+      s->price[k * s->nset + j] = dpshim__move_price(ctx, i, s->set[j]);
 }
 
 /* Searches the ranks in s->set (nset of them) on at most `budget` work;
@@ -293,8 +482,8 @@ static int search_set(search_t *s, int64_t budget, double max) {
     int32_t r = s->set[j];
     s->in_set[r] = 1;
     s->pos[r] = j;
-    s->load[r] = ctx->history[r];
-    s->tokens[r] = s->count[r] = 0;
+    s->load[j] = ctx->history[r];
+    s->tokens[j] = s->count[j] = 0;
   }
   s->n = 0;
   s->best_bytes = 0;
@@ -318,11 +507,20 @@ static int search_set(search_t *s, int64_t budget, double max) {
     int64_t i = s->items[k];
     s->rest_cost[k] = s->rest_cost[k + 1] + ctx->cost[i];
     s->rest_tokens[k] = s->rest_tokens[k + 1] + ctx->samples[i].len;
+    gather(s, k, i);
+    s->depth[k] = (depth_t){s->cost[k], s->rest_cost[k] * (1 - ROUNDING),
+                            s->len[k], ctx->cap - s->len[k], s->home[k],
+                            s->twin[k]};
   }
+  int64_t caps = 0;
+  for (int32_t j = 0; j < s->nset && ctx->cap != DPSHIM__NO_CAP; j++)
+    caps += ctx->cap;
+  s->tokens_fit = ctx->cap == DPSHIM__NO_CAP || caps >= s->rest_tokens[0];
   int64_t bytes_before = s->best_bytes;
   if (s->bytes_mode) {
     leave_prices(s);
     order_by_ratio(s);
+    ratio_link(s);
   }
   s->limit = s->bytes_mode ? max : set_max;
   s->empty = s->nset;
@@ -331,7 +529,11 @@ static int search_set(search_t *s, int64_t budget, double max) {
   s->node_work = s->nset + (s->bytes_mode ? s->n : 0);
   s->budget = budget;
   s->done = s->out_of_budget = 0;
-  if (!s->bytes_mode || s->best_bytes > 0) dfs(s, 0);
+  if (!s->bytes_mode && s->nset == 2)
+    pair_dfs(s, 0, s->load[0], s->load[1], 0, 0, 0, 0);
+  else if (!s->bytes_mode)
+    makespan_dfs(s, 0);
+  else if (s->best_bytes > 0) bytes_dfs(s, 0);
   s->spent += s->work + ctx->nsamples + s->nset * s->n; /* and the set-up */
   for (int32_t j = 0; j < s->nset; j++) s->in_set[s->set[j]] = 0;
   return s->bytes_mode ? s->best_bytes < bytes_before : s->limit < set_max;
@@ -411,12 +613,31 @@ static int bytes_pass(search_t *s, double max) {
   return improved;
 }
 
+/* The per-depth arrays the nodes read. */
+static int depth_init(search_t *s, const dpshim__ctx_t *ctx) {
+  int64_t n = ctx->nsamples;
+  s->cost = DPSHIM__ALLOC(ctx, double, n);
+  s->len = DPSHIM__ALLOC(ctx, int64_t, n);
+  s->home = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->now = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->twin = DPSHIM__ALLOC(ctx, uint8_t, n);
+  s->price = DPSHIM__ALLOC(ctx, int64_t, n * ctx->ranks);
+  s->placed = DPSHIM__ALLOC(ctx, int32_t, n);
+  s->depth = DPSHIM__ALLOC(ctx, depth_t, n);
+  return s->cost && s->len && s->home && s->now && s->twin && s->price &&
+                 s->placed && s->depth
+             ? 0
+             : DPSHIM_ENOMEM;
+}
+
 static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
   int64_t n = ctx->nsamples;
   *s = (search_t){.ctx = ctx,
                   .set = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks),
                   .items = DPSHIM__ALLOC(ctx, int64_t, n),
                   .by_ratio = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .ratio_next = DPSHIM__ALLOC(ctx, int64_t, n + 1),
+                  .ratio_prev = DPSHIM__ALLOC(ctx, int64_t, n + 1),
                   .leave = DPSHIM__ALLOC(ctx, int64_t, n),
                   .stays = DPSHIM__ALLOC(ctx, uint8_t, n),
                   .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
@@ -433,9 +654,11 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .rank_load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks)};
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
+      !s->ratio_next || !s->ratio_prev ||
       !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
       !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
-      !s->exact || !s->hosts || !s->rank_load || !s->by_load)
+      !s->exact || !s->hosts || !s->rank_load || !s->by_load ||
+      depth_init(s, ctx) < 0)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) s->in_set[r] = 0;
   s->stop = dpshim__default_search_stop(ctx);
