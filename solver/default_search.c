@@ -83,6 +83,10 @@ typedef struct search {
   double *load;         /* [nset] */
   int64_t *tokens, *count; /* [nset] */
   int tokens_fit; /* the set's tokens fit its caps: token room never prunes */
+  /* The room left below the limit cannot fall short of the samples not
+   * placed (room_sure, set by sure_of_room): nodes skip summing it. */
+  int room_sure;
+  double sum, sum_abs; /* the set's histories and costs, and |those| */
   int32_t empty;        /* places holding no sample yet */
   int32_t *at;          /* [nsamples] where a leaf puts each sample */
   int32_t *kids;        /* [n * nset] children per depth */
@@ -109,11 +113,26 @@ static inline int fits(const search_t *s, int32_t j, int64_t k) {
  * so against the tokens from k on it is one test per set (tokens_fit). */
 static int room_left(const search_t *s, int64_t k) {
   if (s->empty > s->n - k) return 0;
+  if (s->room_sure) return s->tokens_fit;
   double room = 0, limit = s->limit;
   for (int32_t j = 0; j < s->nset; j++)
     if (s->load[j] < limit) room += limit - s->load[j];
   if (room < s->rest_cost[k] * (1 - ROUNDING) - ROUNDING * limit) return 0;
   return s->tokens_fit;
+}
+
+/* Whether the room test cannot prune under the current limit. The room
+ * (each place's distance below the limit, those above counting 0) is at
+ * least nset x limit less the places' loads, and the samples not placed
+ * cost the set's sum less those loads: so room minus the rest is at
+ * least nset x limit less the sum, whatever was placed where. Where
+ * that is clearly positive (far beyond rounding, which is below 1e-13 of
+ * the magnitudes at SEARCH_SAMPLES terms), the summed room passes too.
+ * The limit never falls below the set's mean (it is some deal's maximum),
+ * so this fails only where a deal is within 1e-9 of perfectly even. */
+static void sure_of_room(search_t *s) {
+  double slack = s->nset * s->limit - s->sum;
+  s->room_sure = slack > 1e-9 * (s->nset * fabs(s->limit) + s->sum_abs);
 }
 
 /* A bound on the bytes still to move: the samples from depth k on whose
@@ -238,6 +257,15 @@ static int32_t distinct(const search_t *s, int32_t *kids, int32_t n) {
   return kept;
 }
 
+/* Whether the room left below the limit (room_left's cost part) is short
+ * of rest, the cost of the samples not placed less rounding. */
+static int room_short(const search_t *s, double rest) {
+  double room = 0, limit = s->limit;
+  for (int32_t j = 0; j < s->nset; j++)
+    if (s->load[j] < limit) room += limit - s->load[j];
+  return room < rest - ROUNDING * limit;
+}
+
 /* Children of the sample at depth k in makespan mode, into kids (as
  * places): least loaded first, home first among equals, then place; a
  * twin of the one before goes no earlier than it, else places in the
@@ -251,10 +279,10 @@ static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
   int64_t tokens_max = d->tokens_max;
   const double *load = s->load;
   const int64_t *tokens = s->tokens;
-  double c = d->cost, limit = s->limit, room = 0;
+  double c = d->cost, limit = s->limit;
+  if (!s->room_sure && room_short(s, d->rest)) return -1;
   for (int32_t j = 0; j < nset; j++) {
     double lj = load[j];
-    if (lj < limit) room += limit - lj;
     if (j < from || tokens[j] > tokens_max || !(lj + c < limit)) continue;
     int32_t q = n++;
     for (; q > 0; q--) {
@@ -265,7 +293,6 @@ static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
     }
     kids[q] = j;
   }
-  if (room < d->rest - ROUNDING * limit) return -1;
   return twin || n < 2 ? n : distinct(s, kids, n);
 }
 
@@ -296,6 +323,7 @@ static void leaf(search_t *s) {
       if (s->load[j] > max) max = s->load[j];
     if (max >= s->limit * (1 - BETTER)) return;
     s->limit = max;
+    sure_of_room(s);
     s->done = max <= s->stop;
   }
   for (int64_t k = 0; k < s->n; k++) {
@@ -372,7 +400,9 @@ static void bytes_dfs(search_t *s, int64_t k) {
  * arguments, in registers, and reach memory only for a leaf. The same
  * nodes in the same order: room_left, then makespan_children's order
  * (least loaded first, home among equals; a twin no earlier than the one
- * before; places alike once). */
+ * before; places alike once). No node is entered once done (the first
+ * child follows its parent's own test, the second is guarded); pair_root
+ * leaves the tests that hold for a whole set to makespan_dfs. */
 static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
                      int64_t t1, int64_t n0, int64_t n1);
 
@@ -400,7 +430,6 @@ static inline void pair_child(search_t *s, int64_t k, int j, double l0,
 
 static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
                      int64_t t1, int64_t n0, int64_t n1) {
-  if (s->done) return;
   if ((s->work += s->node_work) > s->budget) {
     s->done = s->out_of_budget = 1;
     return;
@@ -410,11 +439,13 @@ static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
     return;
   }
   const depth_t *d = &s->depth[k];
-  double c = d->cost, limit = s->limit, room = 0;
-  if (!s->tokens_fit || (n0 == 0) + (n1 == 0) > s->n - k) return;
-  if (l0 < limit) room += limit - l0;
-  if (l1 < limit) room += limit - l1;
-  if (room < d->rest - ROUNDING * limit) return;
+  double c = d->cost, limit = s->limit;
+  if (!s->room_sure) {
+    double room = 0;
+    if (l0 < limit) room += limit - l0;
+    if (l1 < limit) room += limit - l1;
+    if (room < d->rest - ROUNDING * limit) return;
+  }
   int ok0 = (!d->twin || s->placed[k - 1] == 0) && t0 <= d->tokens_max &&
             l0 + c < limit;
   int ok1 = t1 <= d->tokens_max && l1 + c < limit;
@@ -428,8 +459,21 @@ static void pair_dfs(search_t *s, int64_t k, double l0, double l1, int64_t t0,
   if (!alike && !s->done) pair_child(s, k, !first, l0, l1, t0, t1, n0, n1);
 }
 
+/* makespan_dfs's nodes with the set-wide tests hoisted: at depth k < n
+ * of a pair, a place is empty only where no sample is placed (k = 0),
+ * so none is left empty unless n = 1; and tokens_fit is the same at every
+ * node. Sets where either test prunes take makespan_dfs. No node is
+ * entered once done (its parent tested, or guards its second child). */
+static void makespan_dfs(search_t *s, int64_t k);
+
+static void pair_root(search_t *s) {
+  if (s->tokens_fit && s->n >= 2)
+    pair_dfs(s, 0, s->load[0], s->load[1], 0, 0, 0, 0);
+  else
+    makespan_dfs(s, 0);
+}
+
 static void makespan_dfs(search_t *s, int64_t k) {
-  if (s->done) return;
   if ((s->work += s->node_work) > s->budget) {
     s->done = s->out_of_budget = 1;
     return;
@@ -471,6 +515,22 @@ static void gather(search_t *s, int64_t k, int64_t i) {
   if (s->bytes_mode)
     for (int32_t j = 0; j < s->nset; j++)
       s->price[k * s->nset + j] = dpshim__move_price(ctx, i, s->set[j]);
+}
+
+/* The set's total load and the same of absolute values, then whether
+ * the room test can prune (sure_of_room). */
+static void set_totals(search_t *s) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  s->sum = s->sum_abs = 0;
+  for (int32_t j = 0; j < s->nset; j++) {
+    s->sum += ctx->history[s->set[j]];
+    s->sum_abs += fabs(ctx->history[s->set[j]]);
+  }
+  for (int64_t k = 0; k < s->n; k++) {
+    s->sum += s->cost[k];
+    s->sum_abs += fabs(s->cost[k]);
+  }
+  sure_of_room(s);
 }
 
 /* Searches the ranks in s->set (nset of them) on at most `budget` work;
@@ -523,6 +583,7 @@ static int search_set(search_t *s, int64_t budget, double max) {
     ratio_link(s);
   }
   s->limit = s->bytes_mode ? max : set_max;
+  set_totals(s);
   s->empty = s->nset;
   s->bytes = 0;
   s->work = 0;
@@ -530,7 +591,7 @@ static int search_set(search_t *s, int64_t budget, double max) {
   s->budget = budget;
   s->done = s->out_of_budget = 0;
   if (!s->bytes_mode && s->nset == 2)
-    pair_dfs(s, 0, s->load[0], s->load[1], 0, 0, 0, 0);
+    pair_root(s);
   else if (!s->bytes_mode)
     makespan_dfs(s, 0);
   else if (s->best_bytes > 0) bytes_dfs(s, 0);
