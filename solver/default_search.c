@@ -281,9 +281,9 @@ static int32_t makespan_children(const search_t *s, int64_t k, int32_t *kids) {
   const int64_t *tokens = s->tokens;
   double c = d->cost, limit = s->limit;
   if (!s->room_sure && room_short(s, d->rest)) return -1;
-  for (int32_t j = 0; j < nset; j++) {
+  for (int32_t j = from; j < nset; j++) {
     double lj = load[j];
-    if (j < from || tokens[j] > tokens_max || !(lj + c < limit)) continue;
+    if (tokens[j] > tokens_max || !(lj + c < limit)) continue;
     int32_t q = n++;
     for (; q > 0; q--) {
       int32_t p = kids[q - 1];
