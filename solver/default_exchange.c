@@ -60,11 +60,32 @@ static leaving_t leaving(const dpshim__ctx_t *ctx, int64_t j1, int64_t j2) {
   return g;
 }
 
+/* Whether i's home o may take it for samples leaving that cost, hold
+ * len tokens and rows. */
+static int home_takes_for(const swap_home_t *h, int64_t i, double cost,
+                          int64_t len, int64_t rows) {
+  const dpshim_sample_t *si = &h->ctx->samples[i];
+  return takes(h, si->origin, h->ctx->cost[i] - cost, si->len - len,
+               si->rows - rows);
+}
+
 /* Whether i's home o may take it for the samples of g. */
 static int home_takes(const swap_home_t *h, int64_t i, const leaving_t *g) {
-  const dpshim_sample_t *si = &h->ctx->samples[i];
-  return takes(h, si->origin, h->ctx->cost[i] - g->cost, si->len - g->len,
-               si->rows - g->rows);
+  return home_takes_for(h, i, g->cost, g->len, g->rows);
+}
+
+/* Whether i's home may take it for j and j2: leaving(j, j2)'s sums, in
+ * its order, with no leaving_t built (most pairs fail here, and a struct
+ * stored in parts and read back whole stalls). */
+static int home_takes_two(const swap_home_t *h, int64_t i, int64_t j,
+                          int64_t j2) {
+  const dpshim__ctx_t *ctx = h->ctx;
+  double cost = 0;
+  cost += ctx->cost[j];
+  cost += ctx->cost[j2];
+  return home_takes_for(h, i, cost,
+                        ctx->samples[j].len + ctx->samples[j2].len,
+                        ctx->samples[j].rows + ctx->samples[j2].rows);
 }
 
 /* g leaving i's home for `to` in exchange for i coming home from a, which
@@ -138,8 +159,8 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
       int64_t gain_least = least >= 0 ? at_least - extra_price(ctx, j2, least) : 0;
       if (gain_a <= best.gain && (least < 0 || gain_least <= best.gain))
         continue; /* weigh() would keep neither: the fit is not asked */
+      if (!home_takes_two(h, i, j, j2)) continue;
       leaving_t two = leaving(ctx, j, j2);
-      if (!home_takes(h, i, &two)) continue;
       weigh(h, i, &two, a, gain_a, &best);
       if (least >= 0) weigh(h, i, &two, least, gain_least, &best);
     }
