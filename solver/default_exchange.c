@@ -137,14 +137,17 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
                      h->limit - h->t->load[least]);
   int64_t saved = -extra_price(ctx, i, o), end = h->start[o + 1];
   exchange_t best = {{{-1, -1}, 0, 0, 0, 0}, -1, 0};
-  for (int64_t k = h->start[o]; k < end && h->work < h->budget; k++) {
+  /* The work counted in a local: through h it would be stored and read
+   * back every sample looked at (the calls below might change *h). */
+  int64_t work = h->work;
+  for (int64_t k = h->start[o]; k < end && work < h->budget; k++) {
     int64_t j = h->list[k];
-    h->work++;
+    work++;
     if (ctx->dest[j] != o || cost[j] > most) continue;
     if (k + 1 < end && cost[j] + cost[h->list[k + 1]] < need && cost[j] < need)
       break; /* nothing after j frees enough, alone or with another */
     leaving_t one = leaving(ctx, j, -1);
-    h->work += ctx->ranks;
+    work += ctx->ranks;
     if (cost[j] >= need && home_takes(h, i, &one))
       weigh_one(h, i, &one, saved, &best);
     /* What j adds at a and at the least-loaded rank, for every j2. */
@@ -153,7 +156,7 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
     for (int64_t q = k + 1; q < end && cost[j] + cost[h->list[q]] >= need;
          q++) {
       int64_t j2 = h->list[q];
-      h->work++;
+      work++;
       if (ctx->dest[j2] != o || cost[j] + cost[j2] > most) continue;
       int64_t gain_a = at_a - extra_price(ctx, j2, a);
       int64_t gain_least = least >= 0 ? at_least - extra_price(ctx, j2, least) : 0;
@@ -165,6 +168,7 @@ static exchange_t best_exchange(swap_home_t *h, int64_t i) {
       if (least >= 0) weigh(h, i, &two, least, gain_least, &best);
     }
   }
+  h->work = work;
   return best;
 }
 
