@@ -66,6 +66,10 @@ typedef struct search {
    * head): the bound reads only those; a depth leaves while placed. */
   int64_t *ratio_next, *ratio_prev;
   int64_t *leave;       /* [n] bytes mode: the least price of leaving home */
+  /* [n + 1] bytes mode: leave's sum from depth k on, which bounds
+   * bytes_bound from above where leave_sure (bound_admits). */
+  int64_t *rest_leave;
+  int leave_sure;
   uint8_t *stays;       /* [n] scratch: whether home could take it now */
   double limit; /* makespan: loads stay below it; bytes: at most it */
   double stop;
@@ -175,7 +179,19 @@ static int64_t bytes_bound(const search_t *s, int64_t k) {
   return (int64_t)ceil(bound * (1 - ROUNDING));
 }
 
-/* Each depth's least price of leaving home for a rank of the set. */
+/* Whether the bytes bound at depth k still admits a plan below the best.
+ * bytes_bound is at most rest_leave[k] where leave_sure: each sample adds
+ * at most its leave price (a part of it at most 1), the prices are whole
+ * numbers whose sums below 2^53 are exact, and (1 - ROUNDING) takes more
+ * than the sum's rounding off. Where even that sum admits, the bound is
+ * not summed: most nodes, far above the best plan's bytes. */
+static int bound_admits(const search_t *s, int64_t k) {
+  if (s->leave_sure && s->bytes + s->rest_leave[k] < s->best_bytes) return 1;
+  return s->bytes + bytes_bound(s, k) < s->best_bytes;
+}
+
+/* Each depth's least price of leaving home for a rank of the set, and
+ * their sums from each depth on (rest_leave, leave_sure). */
 static void leave_prices(search_t *s) {
   const dpshim__ctx_t *ctx = s->ctx;
   for (int64_t q = 0; q < s->n; q++) {
@@ -186,6 +202,14 @@ static void leave_prices(search_t *s) {
         if (price < least) least = price;
       }
     s->leave[q] = least == INT64_MAX ? 0 : least;
+  }
+  const int64_t exact = (int64_t)1 << 53; /* doubles hold integers below */
+  s->leave_sure = 1;
+  s->rest_leave[s->n] = 0;
+  for (int64_t q = s->n - 1; q >= 0; q--) {
+    int64_t price = s->leave[q], rest = s->rest_leave[q + 1];
+    if (price < 0 || price >= exact - rest) s->leave_sure = 0;
+    s->rest_leave[q] = s->leave_sure ? rest + price : 0;
   }
 }
 
@@ -377,7 +401,7 @@ static void ratio_link(search_t *s) {
 }
 
 static void bytes_dfs(search_t *s, int64_t k) {
-  if (!enter(s, k) || s->bytes + bytes_bound(s, k) >= s->best_bytes) return;
+  if (!enter(s, k) || !bound_admits(s, k)) return;
   int32_t *kids = s->kids + k * s->nset;
   int32_t n = bytes_children(s, k, kids);
   ratio_unlink(s, k);
@@ -700,6 +724,7 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .ratio_next = DPSHIM__ALLOC(ctx, int64_t, n + 1),
                   .ratio_prev = DPSHIM__ALLOC(ctx, int64_t, n + 1),
                   .leave = DPSHIM__ALLOC(ctx, int64_t, n),
+                  .rest_leave = DPSHIM__ALLOC(ctx, int64_t, n + 1),
                   .stays = DPSHIM__ALLOC(ctx, uint8_t, n),
                   .load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .tokens = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks),
@@ -715,6 +740,7 @@ static int search_init(search_t *s, const dpshim__ctx_t *ctx) {
                   .rank_load = DPSHIM__ALLOC(ctx, double, ctx->ranks),
                   .by_load = DPSHIM__ALLOC(ctx, int32_t, ctx->ranks)};
   if (!s->set || !s->items || !s->by_ratio || !s->leave || !s->stays ||
+      !s->rest_leave ||
       !s->ratio_next || !s->ratio_prev ||
       !s->load || !s->tokens || !s->count || !s->at || !s->kids ||
       !s->rest_cost || !s->rest_tokens || !s->in_set || !s->pos ||
