@@ -60,6 +60,7 @@ struct dpshim__balancer {
   int took_meeting; /* and then the meeting plan, whose report replaced */
   dpshim__balance_report_t first_report; /* the first plan's */
   double apart_end; /* the gate's: the step's end with the calls apart (us) */
+  double llm_bound; /* and at best under a plan of the LLM's part, met */
   int gate_held; /* apart only for what meetings measured (the retry's) */
   double gate_unmeasured; /* the meeting priced without that measure (s) */
   dpshim__policy_retry_t retry;
@@ -980,12 +981,9 @@ static double meeting_cost(const dpshim__balancer_t *b, const double *enc,
   return fmax(meet_s, floor) + 2 * round_s;
 }
 
-/* Whether a plan of the LLM's part could pay at all: the step's end with
- * the calls met at its bound (each part even, none below its costliest
- * sample's or unit's) saving more than WORTH times what the gate priced a
- * meeting at, so that a second solve is spent only where it may count. */
-static int llm_plan_could_pay(const dpshim__balancer_t *b, double apart,
-                              double meet_s) {
+/* The step's end (us) at best under a plan of the LLM's part, the calls
+ * met: each part even, none below its costliest sample's or unit's. */
+static double llm_plan_bound(const dpshim__balancer_t *b) {
   double llm = 0, llm_most = 0, enc = 0, unit = 0;
   for (int64_t i = 0; i < b->first[b->size]; i++) {
     const dpshim_sample_t *s = &b->samples[i];
@@ -997,8 +995,14 @@ static int llm_plan_could_pay(const dpshim__balancer_t *b, double apart,
   }
   double bound = 0;
   for (int32_t r = 0; r < b->size; r++) bound = fmax(bound, b->gate[r]);
-  bound += fmax(llm / b->size, llm_most) + fmax(enc / b->size, unit);
-  return 1e-6 * (apart - bound) > DPSHIM__POLICY_WORTH * meet_s;
+  return bound + fmax(llm / b->size, llm_most) + fmax(enc / b->size, unit);
+}
+
+/* Whether such a plan could pay at all: its bound saving on the apart end
+ * more than WORTH times meet_s, so that a second solve is spent only where
+ * it may count. */
+static int llm_plan_could_pay(const dpshim__balancer_t *b, double meet_s) {
+  return 1e-6 * (b->apart_end - b->llm_bound) > DPSHIM__POLICY_WORTH * meet_s;
 }
 
 /* The ViT gate: whether this micro-batch's encoder calls meet, from where
@@ -1023,10 +1027,11 @@ static void gate_encoder(dpshim__balancer_t *b, int applied,
                                        rep->vit_meet_s,
                                        &rep->vit_saving_s) != NULL;
   rep->vit_quiet = rep->vit_apart && !moved;
+  b->llm_bound = rep->vit_apart && b->solved ? llm_plan_bound(b) : INFINITY;
   b->gate_unmeasured = unmeasured;
   b->gate_held = rep->vit_apart &&
                  (rep->vit_saving_s > DPSHIM__POLICY_WORTH * unmeasured ||
-                  (b->solved && llm_plan_could_pay(b, b->apart_end, unmeasured)));
+                  llm_plan_could_pay(b, unmeasured));
 }
 
 /* Whether this micro-batch, held apart, meets to measure again. */
@@ -1071,8 +1076,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   char msg[MESSAGE_BYTES] = "";
   int64_t n = b->first[b->size];
   int retry = retry_due(b, rep); /* priced without what meetings measured */
-  if (!llm_plan_could_pay(b, b->apart_end,
-                          retry ? b->gate_unmeasured : rep->vit_meet_s))
+  if (!llm_plan_could_pay(b, retry ? b->gate_unmeasured : rep->vit_meet_s))
     return 0;
   swap_plans(b);
   int rc = solve(b, l, n, llm_part(b), NULL, msg);

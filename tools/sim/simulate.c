@@ -64,6 +64,7 @@ typedef struct ctx {
   double *before;   /* [P] the step's loads before the hand-off */
   dpshim__policy_learnt_t meet; /* auto ViT: what a met micro-batch cost */
   dpshim__policy_retry_t retry;
+  double llm_bound; /* auto ViT: llm_plan_bound() of an apart hand-off */
   /* auto ViT: the most bytes a meeting moves per patch of an image
    * (inputs, embeddings and their gradients), as the shim learns it from
    * its warm-up's encoder calls */
@@ -615,11 +616,9 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
                               *cost, saving);
 }
 
-/* As balance.c's llm_plan_could_pay(): the LLM part's plan is solved only
- * where, at its bound, the calls met would save more than WORTH times the
- * meeting's cost as the gate priced it (meet_s). */
-static int llm_plan_could_pay(ctx_t *x, int64_t n, double apart,
-                              double meet_s) {
+/* As balance.c's llm_plan_bound(): the step's end (us) at best under a
+ * plan of the LLM part, the calls met. */
+static double llm_plan_bound(ctx_t *x, int64_t n) {
   const dpshim_cost_model_t *m = &x->model;
   double llm = 0, llm_most = 0, enc = 0, unit = 0, bound = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -631,8 +630,14 @@ static int llm_plan_could_pay(ctx_t *x, int64_t n, double apart,
     unit = fmax(unit, dpshim__policy_vit_unit(m->d, m->e, smp));
   }
   for (int32_t r = 0; r < x->P; r++) bound = fmax(bound, x->before[r]);
-  bound += fmax(llm / x->P, llm_most) + fmax(enc / x->P, unit);
-  return 1e-6 * (apart - bound) > DPSHIM__POLICY_WORTH * meet_s;
+  return bound + fmax(llm / x->P, llm_most) + fmax(enc / x->P, unit);
+}
+
+/* As balance.c's llm_plan_could_pay(): the LLM part's plan is solved only
+ * where, at its bound (x->llm_bound), the calls met would save on the
+ * apart end more than WORTH times the meeting's cost as priced (meet_s). */
+static int llm_plan_could_pay(const ctx_t *x, double apart, double meet_s) {
+  return 1e-6 * (apart - x->llm_bound) > DPSHIM__POLICY_WORTH * meet_s;
 }
 
 static void swap_plans(ctx_t *x) {
@@ -654,7 +659,7 @@ static int meet_with_llm_plan(ctx_t *x, sim_algo_t a, int64_t n,
                               int64_t images, double meet_s, double apart,
                               int retry, const char **why,
                               sim_decide_out_t *out, sim_step_t *st) {
-  if (!llm_plan_could_pay(x, n, apart, meet_s)) return 0;
+  if (!llm_plan_could_pay(x, apart, meet_s)) return 0;
   dpshim_cost_model_t llm = x->model;
   llm.d = llm.e = 0;
   sim_decide_in_t in = {.ranks = x->P, .nsamples = n, .samples = x->samples,
@@ -734,11 +739,13 @@ static int balance_handoff(ctx_t *x, sim_algo_t a, int64_t h, int32_t m,
                                            &unmeasured, &saving);
   /* balance.c's gate_held (apart only for what meetings measured) and
    * retry_meeting() */
+  int apart_solved = gated && out.rc >= 0 && !x->met[m] && out.solved;
+  x->llm_bound = apart_solved ? llm_plan_bound(x, n) : INFINITY;
   int held = gated && out.rc >= 0 && !x->met[m] &&
              (saving > DPSHIM__POLICY_WORTH * unmeasured ||
-              (out.solved && llm_plan_could_pay(x, n, apart, unmeasured)));
+              llm_plan_could_pay(x, apart, unmeasured));
   int due = held && dpshim__policy_retry_due(&x->retry), retried = 0;
-  if (gated && out.rc >= 0 && !x->met[m] && out.solved) {
+  if (apart_solved) {
     int taken = meet_with_llm_plan(x, a, n, images, due ? unmeasured : meet_s,
                                    apart, due, &why, &out, st);
     if (taken < 0) out.rc = -1;
