@@ -9,6 +9,7 @@
 
 #include "agree.h"
 #include "batch_view.h"
+#include "exchange.h"
 #include "hash.h"
 #include "policy.h"
 #include "price.h"
@@ -28,7 +29,7 @@ typedef struct header {
   int32_t vision; /* the batch gives its samples' images */
   int64_t step;     /* history key; < 0: none */
   int64_t reserved; /* gathered samples it can hold without allocating */
-  int64_t send_room, recv_room; /* exchange bytes it holds without allocating */
+  int64_t staging_room; /* received bytes it stages without allocating */
   double price[3]; /* its dpshim__price_t: fixed_s, per_byte_s,
                       copied_per_priced (dpshim__price_plan) */
   double meet_s;   /* what its encoder calls meeting cost it (the ViT gate) */
@@ -78,7 +79,7 @@ struct dpshim__balancer {
   double *gate;     /* [3 * size]: the ViT gate's before, llm, enc */
   int64_t step;
   header_t *headers;
-  size_t *counts;   /* [3 * size]: gather, send, receive bytes */
+  size_t *counts;   /* [size]: gather bytes */
   int64_t *bytes;   /* [2 * size]: every rank's bytes sent, received */
   int64_t *first;   /* [size + 1]: each rank's first sample in the group */
   dpshim__agree_t agree;
@@ -92,13 +93,10 @@ struct dpshim__balancer {
   unsigned char *board; /* [size * RECORD(slot)]: every rank's */
   int32_t *meta;    /* every sample's meta, in rank order */
   dpshim_sample_t *samples;
-  int32_t *order;   /* this rank's samples by destination */
   int64_t *use;     /* [size * (MAX_FIELDS + 1)]: samples and rows per rank */
   int64_t *room;    /* the same shape: what each rank's buffers hold */
-  int32_t *recv_meta;
-  dpshim__repack_t repack;
-  unsigned char *sendbuf, *recvbuf;
-  size_t meta_cap, samples_cap, order_cap, recv_meta_cap, send_cap, recv_cap;
+  dpshim__exchange_t exchange;
+  size_t meta_cap, samples_cap;
 };
 
 /* Grows *p to hold n elements of `elem` bytes. */
@@ -147,11 +145,7 @@ void dpshim__balancer_free(dpshim__balancer_t *b) {
   free_rank_arrays(b);
   free(b->meta);
   free(b->samples);
-  free(b->order);
-  dpshim__repack_free(&b->repack);
-  free(b->recv_meta);
-  free(b->sendbuf);
-  free(b->recvbuf);
+  dpshim__exchange_free(&b->exchange);
   dpshim_plan_free(&b->plan);
   dpshim_plan_free(&b->meeting);
   free(b);
@@ -186,7 +180,7 @@ static int ensure_group(dpshim__balancer_t *b, int32_t size) {
   b->load_now = calloc((size_t)size, sizeof *b->load_now);
   b->gate = calloc(3 * (size_t)size, sizeof *b->gate);
   b->headers = calloc((size_t)size, sizeof *b->headers);
-  b->counts = calloc(3 * (size_t)size, sizeof *b->counts);
+  b->counts = calloc((size_t)size, sizeof *b->counts);
   b->bytes = calloc(2 * (size_t)size, sizeof *b->bytes);
   b->first = calloc((size_t)size + 1, sizeof *b->first);
   b->checks = calloc(3 * (size_t)size, sizeof *b->checks);
@@ -223,8 +217,9 @@ static int agree(dpshim__balancer_t *b, dpshim__comm_t *comm, int32_t status,
 
 /* ---- gathering ------------------------------------------------------------ */
 
-static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
-                        dpshim__layout_t *l, header_t *h, char *msg) {
+static int local_header(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                        const dpshim_batch_t *batch, dpshim__layout_t *l,
+                        header_t *h, char *msg) {
   int rc = dpshim__layout_of(batch, l, msg, MESSAGE_BYTES);
   if (rc < 0) return rc;
   h->nsamples = batch->nsamples;
@@ -234,18 +229,12 @@ static int local_header(dpshim__balancer_t *b, const dpshim_batch_t *batch,
   h->vision = l->vision != 0;
   h->reserved = (int64_t)(b->meta_cap / (size_t)l->width);
   if ((int64_t)b->samples_cap < h->reserved) h->reserved = (int64_t)b->samples_cap;
-  h->send_room = (int64_t)b->send_cap;
-  h->recv_room = (int64_t)b->recv_cap;
+  h->staging_room = (int64_t)b->exchange.staging_cap;
   for (int32_t f = 0; f < l->nfields; f++) {
     h->field[f] = dpshim__field_signature(batch, l, f);
     h->capacity_rows[f] = batch->fields[f].capacity_rows;
   }
-  if (grow(&b->order, &b->order_cap, (size_t)batch->nsamples,
-           sizeof(int32_t)) < 0 ||
-      dpshim__repack_reserve(&b->repack, batch->nsamples) < 0 ||
-      grow(&b->recv_meta, &b->recv_meta_cap,
-           (size_t)batch->capacity_samples * (size_t)l->width,
-           sizeof(int32_t)) < 0) {
+  if (dpshim__exchange_reserve(&b->exchange, comm, batch, l) < 0) {
     snprintf(msg, MESSAGE_BYTES, "out of memory for the exchange buffers");
     return DPSHIM_ENOMEM;
   }
@@ -325,7 +314,7 @@ static int gather_meta(dpshim__balancer_t *b, dpshim__comm_t *comm,
              b->board + (size_t)r * RECORD(b->slot) + sizeof(header_t),
              meta_bytes(&b->headers[r]));
   } else {
-    int32_t *mine = b->recv_meta; /* free until the exchange */
+    int32_t *mine = b->exchange.recv_meta; /* free until the exchange */
     for (int32_t i = 0; i < batch->nsamples; i++)
       dpshim__meta_of(batch, l, i, mine + (size_t)i * width);
     for (int32_t r = 0; r < b->size; r++)
@@ -484,112 +473,62 @@ static int plan_fits(dpshim__balancer_t *b, const dpshim__layout_t *l,
 
 /* ---- exchange ------------------------------------------------------------- */
 
-/* Every rank's bytes sent and received (b->bytes), this rank's byte counts
- * to and from every rank, and whether MPI's int counts hold every rank's
- * totals (checked for all, so all agree). */
-static int plan_counts(dpshim__balancer_t *b, int32_t me) {
-  size_t *send = b->counts + b->size, *recv = b->counts + 2 * b->size;
+/* Every rank's bytes sent and received (b->bytes), and whether MPI's int
+ * counts hold every rank's totals (checked for all, so all agree). */
+static int plan_counts(dpshim__balancer_t *b) {
   int64_t *sent = b->bytes, *received = b->bytes + b->size;
-  memset(send, 0, 2 * (size_t)b->size * sizeof *send);
   memset(sent, 0, 2 * (size_t)b->size * sizeof *sent);
   for (int64_t i = 0; i < b->first[b->size]; i++) {
     int32_t from = b->samples[i].origin, to = b->plan.dest[i];
-    int64_t bytes = b->samples[i].bytes;
     if (from == to) continue; /* stays: not sent */
-    sent[from] += bytes;
-    received[to] += bytes;
-    if (from == me) send[to] += (size_t)bytes;
-    if (to == me) recv[from] += (size_t)bytes;
+    sent[from] += b->samples[i].bytes;
+    received[to] += b->samples[i].bytes;
   }
   for (int32_t r = 0; r < b->size; r++)
     if (sent[r] > INT_MAX || received[r] > INT_MAX) return 0;
   return 1;
 }
 
-/* Exchange buffers for this plan. Only a rank whose buffers must grow can
- * fail, and every rank can tell from the headers which must: an agreement
- * round runs only then. */
+/* The staging buffer for this plan (exchange.h), as if every rank staged
+ * what it receives. Only a rank whose buffer must grow can fail, and every
+ * rank can tell from the headers which must: an agreement round runs only
+ * then. */
 static int reserve_exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
                             dpshim__balance_report_t *rep) {
   int any = 0;
   for (int32_t r = 0; r < b->size; r++)
-    any |= b->bytes[r] > b->headers[r].send_room ||
-           b->bytes[b->size + r] > b->headers[r].recv_room;
+    any |= b->bytes[b->size + r] > b->headers[r].staging_room;
   if (!any) return 0;
-  int64_t send = b->bytes[comm->rank], recv = b->bytes[b->size + comm->rank];
-  int rc = 0;
-  if (grow(&b->sendbuf, &b->send_cap, (size_t)send, 1) < 0 ||
-      grow(&b->recvbuf, &b->recv_cap, (size_t)recv, 1) < 0)
-    rc = DPSHIM_ENOMEM;
+  int rc = dpshim__exchange_reserve_staging(
+      &b->exchange, (size_t)b->bytes[b->size + comm->rank]);
   return agree(b, comm, rc, "out of memory for the exchange buffers", rep);
 }
 
-/* Samples that stay are not sent: they are repacked in place (repack.h),
- * and the samples received are appended after them, by source rank then
- * index. */
+/* The plan's samples to their ranks, and the batch repacked (exchange.h). */
 static int exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
                     dpshim_batch_t *batch, const dpshim__layout_t *l,
-                    int32_t *nsent, int32_t *nrecv,
+                    dpshim__exchange_result_t *moved,
                     dpshim__balance_report_t *rep) {
-  int32_t me = comm->rank, n = 0, kept = 0, received = 0;
-  double t0 = b->cfg.clock ? b->cfg.clock() : 0;
-  const int32_t *dest = b->plan.dest + b->first[me];
-  for (int32_t to = 0; to < b->size; to++)
-    for (int32_t i = 0; i < batch->nsamples; i++)
-      if (dest[i] == to && to != me) b->order[n++] = i;
-  dpshim__batch_pack(batch, l, b->order, n, b->sendbuf);
-  for (int32_t i = 0; i < batch->nsamples; i++)
-    if (dest[i] == me) b->order[n + kept++] = i;
-  dpshim__repack_plan(&b->repack, batch, l, b->order + n, kept);
-  for (int64_t i = 0; i < b->first[b->size]; i++) {
-    if (b->plan.dest[i] != me || b->samples[i].origin == me) continue;
-    memcpy(b->recv_meta + (size_t)received * (size_t)l->width,
-           b->meta + (size_t)i * (size_t)l->width,
-           (size_t)l->width * sizeof(int32_t));
-    received++;
-  }
-  int rc = comm->ops->alltoallv(comm, b->sendbuf, b->counts + b->size,
-                                b->recvbuf, b->counts + 2 * b->size);
-  if (rc < 0) return rc;
-  double t1 = b->cfg.clock ? b->cfg.clock() : 0;
-  dpshim__repack_apply(&b->repack, batch, l);
-  double t2 = b->cfg.clock ? b->cfg.clock() : 0;
-  dpshim__batch_append(batch, l, b->recvbuf, received, b->recv_meta);
-  rep->exchange_s = (b->cfg.clock ? b->cfg.clock() : 0) - t0 - (t2 - t1);
-  rep->repack_s = t2 - t1;
-  rep->repack_bytes = b->repack.copied;
-  *nsent = n;
-  *nrecv = received;
-  return 0;
+  dpshim__exchange_plan_t p = {b->first, b->plan.dest, b->meta};
+  int rc = dpshim__exchange_run(&b->exchange, comm, batch, l, &p,
+                                b->cfg.verify, b->cfg.clock, moved);
+  rep->exchange_s = moved->exchange_s;
+  rep->repack_s = moved->repack_s;
+  rep->repack_bytes = moved->copied;
+  rep->staged = moved->staged;
+  return rc;
 }
 
 /* ---- verification --------------------------------------------------------- */
 
-/* Hash of one record; p advances past it. */
-static uint64_t record_hash(const dpshim__layout_t *l, const int32_t *meta,
-                            const unsigned char **p) {
-  size_t bytes = (size_t)dpshim__meta_bytes(l, meta);
-  uint64_t h = dpshim__fnv(DPSHIM__FNV_SEED, *p, bytes);
-  *p += bytes;
-  return h;
-}
-
 /* Every rank solved the same plan, and the records received over the group
  * are the records sent (sums of their hashes). Runs after the exchange. */
 static int verify(dpshim__balancer_t *b, dpshim__comm_t *comm,
-                  const dpshim__layout_t *l, int32_t nsent, int32_t nrecv,
+                  const dpshim__exchange_result_t *moved,
                   dpshim__balance_report_t *rep) {
-  size_t width = (size_t)l->width;
-  const int32_t *own = b->meta + (size_t)b->first[comm->rank] * width;
-  const unsigned char *p = b->sendbuf;
   uint64_t mine[3] = {dpshim__fnv(DPSHIM__FNV_SEED, b->plan.dest,
                                   (size_t)b->first[b->size] * sizeof(int32_t)),
-                      0, 0};
-  for (int32_t k = 0; k < nsent; k++)
-    mine[1] += record_hash(l, own + (size_t)b->order[k] * width, &p);
-  p = b->recvbuf;
-  for (int32_t k = 0; k < nrecv; k++)
-    mine[2] += record_hash(l, b->recv_meta + (size_t)k * width, &p);
+                      moved->sent_hash, moved->received_hash};
   int rc = comm->ops->allgather(comm, mine, sizeof mine, b->checks);
   if (rc < 0) return rc;
   uint64_t sent = 0, received = 0;
@@ -627,12 +566,12 @@ static void report_plan(const dpshim__balancer_t *b, int64_t n,
 
 /* Whether and why not to apply the solved plan: the same answer everywhere. */
 static const char *skip_reason(dpshim__balancer_t *b,
-                               const dpshim__layout_t *l, int32_t me) {
+                               const dpshim__layout_t *l) {
   int64_t n = b->first[b->size];
   const char *why = dpshim__policy_skip(&b->plan, b->samples, n, b->size,
                                         b->cfg.algo, plan_fits(b, l, n));
   if (why) return why;
-  return plan_counts(b, me) ? NULL : "exchange-too-large";
+  return plan_counts(b) ? NULL : "exchange-too-large";
 }
 
 /* The bytes rank r's samples behind the first it sends: what closing its
@@ -647,15 +586,17 @@ static int64_t behind_first_hole(const dpshim__balancer_t *b, int32_t r) {
   return behind;
 }
 
-/* The bytes rank r copies to apply the plan, as priced: what it sends and
- * receives (b->bytes), and what closing its holes moves (repack.h). */
+/* The bytes rank r moves to apply the plan, as priced: what it sends and
+ * receives (b->bytes), and what closing its holes copies (repack.h), the
+ * samples received in place behind them (exchange.h). */
 static double priced_bytes(const dpshim__balancer_t *b, int32_t r) {
-  int64_t sent = b->bytes[r];
-  return (double)(sent + b->bytes[b->size + r] +
-                  dpshim__repack_priced(sent, behind_first_hole(b, r)));
+  int64_t sent = b->bytes[r], received = b->bytes[b->size + r];
+  return (double)(sent + received +
+                  dpshim__repack_priced(sent,
+                                        behind_first_hole(b, r) + received));
 }
 
-/* The bytes this rank copied applying the plan. */
+/* The bytes this rank moved applying the plan. */
 static double copied_bytes(const dpshim__balancer_t *b, int32_t r,
                            const dpshim__balance_report_t *rep) {
   return (double)(b->bytes[r] + b->bytes[b->size + r] + rep->repack_bytes);
@@ -797,7 +738,7 @@ static int gather_headers(dpshim__balancer_t *b, dpshim__comm_t *comm,
     snprintf(msg, MESSAGE_BYTES, "%s", ho->invalid);
     h.status = DPSHIM_EINVAL;
   } else {
-    h.status = local_header(b, batch, l, &h, msg);
+    h.status = local_header(b, comm, batch, l, &h, msg);
   }
   b->slot = b->next_slot;
   post(b, batch, l, &h, ho->plan);
@@ -829,7 +770,7 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rep->skip_reason) return 0;
   rc = plan_group(b, comm, batch, l, rep);
   if (rc < 0 || rep->skip_reason) return rc;
-  rep->skip_reason = skip_reason(b, l, comm->rank);
+  rep->skip_reason = skip_reason(b, l);
   if (!rep->skip_reason && b->cfg.threshold < 0 && b->cfg.priced)
     rep->skip_reason = priced_skip(b, rep);
   if (!rep->skip_reason) rc = reserve_exchange(b, comm, rep);
@@ -849,12 +790,12 @@ static void swap_plans(dpshim__balancer_t *b) {
 }
 
 /* Back from the meeting plan (meet_with_llm_plan) to the first one. */
-static void drop_meeting_plan(dpshim__balancer_t *b, int32_t me,
+static void drop_meeting_plan(dpshim__balancer_t *b,
                               dpshim__balance_report_t *rep) {
   swap_plans(b);
   *rep = b->first_report;
   b->took_meeting = 0;
-  if (!rep->skip_reason) plan_counts(b, me);
+  if (!rep->skip_reason) plan_counts(b);
 }
 
 /* Groups whose ranks are TP/CP peers hold the same samples and must stay
@@ -864,8 +805,7 @@ static void drop_meeting_plan(dpshim__balancer_t *b, int32_t me,
  * gate's meeting plan (the same plan on all: the same samples), which
  * else all drop. Collective over the peers, reached once per hand-off
  * whatever the outcome. */
-static int agree_peers(dpshim__balancer_t *b, dpshim__comm_t *comm,
-                       dpshim__comm_t *peers, int rc,
+static int agree_peers(dpshim__balancer_t *b, dpshim__comm_t *peers, int rc,
                        dpshim__balance_report_t *rep) {
   const dpshim__balance_report_t *first =
       b->took_meeting ? &b->first_report : rep;
@@ -883,7 +823,7 @@ static int agree_peers(dpshim__balancer_t *b, dpshim__comm_t *comm,
     return DPSHIM_EINVAL;
   }
   if (v[3]) { /* every group on its first plan: their skips count */
-    if (b->took_meeting) drop_meeting_plan(b, comm->rank, rep);
+    if (b->took_meeting) drop_meeting_plan(b, rep);
     v[1] = v[4];
   }
   rep->backoff_ok = !v[2];
@@ -1082,7 +1022,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   int rc = solve(b, l, n, llm_part(b), NULL, msg);
   if (rc < 0 || b->plan.allocations > 0) rc = agree(b, comm, rc, msg, rep);
   if (rc < 0) return rc;
-  const char *why = skip_reason(b, l, comm->rank);
+  const char *why = skip_reason(b, l);
   double *before = b->gate, *llm = before + b->size, *enc = llm + b->size;
   double meet_s, round_s;
   int32_t moved;
@@ -1096,7 +1036,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
                                              before, llm, enc, most, b->size));
   if (saving <= DPSHIM__POLICY_WORTH * cost) {
     swap_plans(b); /* back to the plan with the encoder's part */
-    if (!rep->skip_reason) plan_counts(b, comm->rank);
+    if (!rep->skip_reason) plan_counts(b);
     return 0;
   }
   b->first_report = *rep;
@@ -1128,22 +1068,23 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
     gate_encoder(b, !rep->skip_reason, rep);
     if (rep->vit_apart && b->solved) rc = meet_with_llm_plan(b, comm, &l, rep);
   }
-  rc = agree_peers(b, comm, ho->peers, rc, rep);
+  rc = agree_peers(b, ho->peers, rc, rep);
   if (rc < 0) return rc;
   if (gate && b->gathered && !b->took_meeting) /* where the plan now is */
     gate_encoder(b, !rep->skip_reason, rep);
   if (gate && b->gathered) retry_meeting(b, rep);
   const double *loads = b->plan.load_before;
-  int32_t nsent = 0, nrecv = 0;
+  dpshim__exchange_result_t moved;
   if (!rep->skip_reason) {
     double t0 = b->cfg.clock ? b->cfg.clock() : 0;
-    rc = exchange(b, comm, batch, &l, &nsent, &nrecv, rep);
+    rc = exchange(b, comm, batch, &l, &moved, rep);
     if (rc < 0) return rc;
     if (b->cfg.clock)
       dpshim__price_learn(&b->price, priced_bytes(b, comm->rank),
                           copied_bytes(b, comm->rank, rep),
                           b->cfg.clock() - t0);
-    rep->shift_bytes = behind_first_hole(b, comm->rank);
+    rep->shift_bytes = behind_first_hole(b, comm->rank) +
+                       b->bytes[b->size + comm->rank];
     rep->applied = 1;
     rep->held_vision = held_vision(b, comm->rank);
     loads = b->plan.load_after;
@@ -1151,5 +1092,5 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
   if (rep->load_before)
     memcpy(b->history, loads, (size_t)b->size * sizeof *b->history);
   if (!rep->applied || !b->cfg.verify) return 0;
-  return verify(b, comm, &l, nsent, nrecv, rep);
+  return verify(b, comm, &moved, rep);
 }

@@ -89,12 +89,15 @@ typedef struct dpshim__balance_report {
   /* Applied: this rank's images after the exchange (what the batch's
    * vision array, the caller's and not rewritten, no longer says). */
   dpshim_vision_t held_vision;
-  /* Applied: this rank's seconds in the exchange (the samples' copies in
-   * and out, planning the repack, the alltoallv) and in the repack, the
-   * bytes the repack copied, and what closing the holes by shifting would
-   * have copied. */
+  /* Applied: this rank's seconds in the exchange (listing its messages,
+   * the transfers) and in the repack (closing the holes, copying in what
+   * was staged: exchange.h), the bytes the repack and the staging copied,
+   * and what shifting what stays and copying in what arrived would have. */
   double exchange_s, repack_s;
   int64_t repack_bytes, shift_bytes;
+  /* Applied: what this rank received was staged, its buffers too full to
+   * take it past their rows (exchange.h). */
+  int staged;
   /* Seconds in the first collective: waiting for the other ranks to reach
    * the hand-off, time they would otherwise have waited at the sync. */
   double arrival_wait;

@@ -180,40 +180,31 @@ static int64_t first_row(const dpshim_batch_t *b, const dpshim__layout_t *l,
   return l->kind[f] == DPSHIM__ROWS_ONE ? i : b->fields[f].offsets[i];
 }
 
-void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
-                        const int32_t *order, int32_t n, unsigned char *out) {
-  int32_t meta[DPSHIM__MAX_META];
-  for (int32_t k = 0; k < n; k++) {
-    int32_t i = order[k];
-    dpshim__meta_of(b, l, i, meta);
-    for (int32_t f = 0; f < l->nfields; f++) {
-      size_t bytes = (size_t)dpshim__meta_rows(l, f, meta) * l->row_bytes[f];
-      const unsigned char *src = b->fields[f].data;
-      if (bytes == 0) continue; /* data may be NULL */
-      memcpy(out, src + (size_t)first_row(b, l, f, i) * l->row_bytes[f],
-             bytes);
-      out += bytes;
-    }
-  }
+unsigned char *dpshim__batch_rows(const dpshim_batch_t *b,
+                                  const dpshim__layout_t *l, int32_t f,
+                                  int32_t i, int32_t n, size_t *bytes) {
+  int64_t first = first_row(b, l, f, i);
+  unsigned char *data = b->fields[f].data;
+  *bytes = (size_t)(first_row(b, l, f, i + n) - first) * l->row_bytes[f];
+  return data ? data + (size_t)first * l->row_bytes[f] : NULL;
 }
 
 void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
-                          const unsigned char *in, int32_t n,
-                          const int32_t *meta) {
+                          int32_t n, const int32_t *meta,
+                          const unsigned char *const *from) {
   int32_t base = b->nsamples;
   for (int32_t k = 0; k < n; k++) {
     const int32_t *m = meta + (size_t)k * (size_t)l->width;
     int32_t i = base + k;
     b->cu_seqlens[i + 1] = b->cu_seqlens[i] + m[0];
-    for (int32_t f = 0; f < l->nfields; f++) {
-      int32_t *off = b->fields[f].offsets;
-      if (l->kind[f] == DPSHIM__ROWS_OWN) off[i + 1] = off[i] + m[l->slot[f]];
-      size_t bytes = (size_t)dpshim__meta_rows(l, f, m) * l->row_bytes[f];
-      unsigned char *dst = b->fields[f].data;
-      if (bytes == 0) continue;
-      memcpy(dst + (size_t)first_row(b, l, f, i) * l->row_bytes[f], in, bytes);
-      in += bytes;
-    }
+    for (int32_t f = 0; f < l->nfields; f++)
+      if (l->kind[f] == DPSHIM__ROWS_OWN)
+        b->fields[f].offsets[i + 1] = b->fields[f].offsets[i] + m[l->slot[f]];
+  }
+  for (int32_t f = 0; from && f < l->nfields; f++) {
+    size_t bytes;
+    unsigned char *to = dpshim__batch_rows(b, l, f, base, n, &bytes);
+    if (bytes) memcpy(to, from[f], bytes);
   }
   b->nsamples = base + n;
 }

@@ -1,7 +1,7 @@
 /* A packed batch taken apart and put back together (depack / repack).
  *
- * The balancer never looks inside a row: it moves each sample as one record,
- * the sample's rows of every field back to back. What it needs to know about
+ * The balancer never looks inside a row: it moves each sample's rows of
+ * every field, field by field. What it needs to know about
  * a sample travels as a few int32 numbers (its "meta"): the token length,
  * then the row count of each field that has offsets of its own, then its
  * images' patches when the batch gives them. Token-aligned fields have as
@@ -51,14 +51,17 @@ int64_t dpshim__meta_bytes(const dpshim__layout_t *l, const int32_t *meta);
 dpshim_vision_t dpshim__meta_vision(const dpshim__layout_t *l,
                                     const int32_t *meta);
 
-/* Copies samples order[0 .. n) as records, back to back, into out. */
-void dpshim__batch_pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
-                        const int32_t *order, int32_t n, unsigned char *out);
-/* Appends the n records in `in`, whose metas are meta[k * l->width ...],
- * after the samples the repack kept (repack.h). The caller has checked
- * every capacity. */
+/* Field f's rows of samples [i, i + n): where they start; *bytes their
+ * size (0: the start may be NULL). */
+unsigned char *dpshim__batch_rows(const dpshim_batch_t *b,
+                                  const dpshim__layout_t *l, int32_t f,
+                                  int32_t i, int32_t n, size_t *bytes);
+/* Appends n samples, whose metas are meta[k * l->width ...], after the
+ * samples the batch holds: field f's rows copied from from[f], where they
+ * lie back to back, or (from NULL) already in place past the batch's rows.
+ * The caller has checked every capacity. */
 void dpshim__batch_append(dpshim_batch_t *b, const dpshim__layout_t *l,
-                          const unsigned char *in, int32_t n,
-                          const int32_t *meta);
+                          int32_t n, const int32_t *meta,
+                          const unsigned char *const *from);
 
 #endif

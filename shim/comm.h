@@ -15,8 +15,18 @@
 
 /* The most buffers one alltoallv_parts carries. */
 #define DPSHIM__COMM_PARTS_MAX 4
+/* The largest tag of a piece (MPI guarantees tags up to 32767). */
+#define DPSHIM__COMM_TAG_MAX 32767
 
 typedef struct dpshim__comm dpshim__comm_t;
+
+/* One contiguous run of bytes of a point-to-point exchange. */
+typedef struct dpshim__comm_piece {
+  void *buf;    /* read from when sent */
+  size_t bytes; /* 1 .. INT_MAX */
+  int32_t peer; /* a rank of the group other than this one */
+  int32_t tag;  /* 0 .. DPSHIM__COMM_TAG_MAX */
+} dpshim__comm_piece_t;
 
 typedef struct dpshim__comm_ops {
   /* Every rank sends `bytes`; recv holds size * bytes, in rank order. */
@@ -25,10 +35,6 @@ typedef struct dpshim__comm_ops {
   /* Rank r sends counts[r] bytes; recv holds them all in rank order. */
   int (*allgatherv)(dpshim__comm_t *c, const void *send, void *recv,
                     const size_t *counts);
-  /* sendcounts[r] bytes go to rank r; recvcounts[r] come from rank r. */
-  int (*alltoallv)(dpshim__comm_t *c, const void *send,
-                   const size_t *sendcounts, void *recv,
-                   const size_t *recvcounts);
   /* Several buffers in one exchange, as `parts` alltoallvs would move
    * them (parts <= DPSHIM__COMM_PARTS_MAX): sendcounts[k * size + r] bytes
    * of send[k] go to rank r, after send[k]'s bytes for the ranks before r;
@@ -37,6 +43,17 @@ typedef struct dpshim__comm_ops {
   int (*alltoallv_parts)(dpshim__comm_t *c, int parts,
                          const void *const *send, const size_t *sendcounts,
                          void *const *recv, const size_t *recvcounts);
+  /* Room for exchanges of up to n pieces, sent and received together, so
+   * that `exchange` allocates nothing: a failure is this rank's alone, to
+   * be agreed before any rank exchanges. */
+  int (*reserve)(dpshim__comm_t *c, size_t n);
+  /* Point to point: each send piece goes to its peer, each receive piece
+   * comes from its own; between two ranks the pieces under one tag match
+   * in the order listed, and their sizes agree. Every rank of the group
+   * calls it, with nothing to move too. */
+  int (*exchange)(dpshim__comm_t *c, const dpshim__comm_piece_t *send,
+                  size_t nsend, const dpshim__comm_piece_t *recv,
+                  size_t nrecv);
   /* Every rank sends `bytes`; rank 0's recv holds size * bytes (others'
    * recv is not touched and may be NULL). */
   int (*gather)(dpshim__comm_t *c, const void *send, size_t bytes,

@@ -11,8 +11,10 @@
 
 typedef struct impl {
   MPI_Comm comm;
-  int *ints; /* [4 * size]: counts and displacements, send and receive */
+  int *ints; /* [2 * size]: allgatherv's counts and displacements */
   MPI_Request *requests; /* [2 * size * DPSHIM__COMM_PARTS_MAX] */
+  MPI_Request *piece_requests; /* [pieces]: exchange's */
+  size_t pieces;
 } impl_t;
 
 /* counts -> ints[0..size), prefix sums -> ints[size..2 size); 0 on overflow. */
@@ -44,17 +46,6 @@ static int mpi_allgatherv(dpshim__comm_t *c, const void *send, void *recv,
   return mpi_rc(PMPI_Allgatherv(send, m->ints[c->rank], MPI_BYTE, recv,
                                 m->ints, m->ints + c->size, MPI_BYTE,
                                 m->comm));
-}
-
-static int mpi_alltoallv(dpshim__comm_t *c, const void *send,
-                         const size_t *sendcounts, void *recv,
-                         const size_t *recvcounts) {
-  impl_t *m = c->impl;
-  int *s = m->ints, *r = m->ints + 2 * c->size;
-  if (!to_ints(sendcounts, c->size, s) || !to_ints(recvcounts, c->size, r))
-    return DPSHIM_EINVAL;
-  return mpi_rc(PMPI_Alltoallv(send, s, s + c->size, MPI_BYTE, recv, r,
-                               r + c->size, MPI_BYTE, m->comm));
 }
 
 /* Whether every count fits MPI's int (checked before anything is posted). */
@@ -121,6 +112,54 @@ static int mpi_alltoallv_parts(dpshim__comm_t *c, int parts,
   return failed ? DPSHIM_EMPI : rc;
 }
 
+static int mpi_reserve(dpshim__comm_t *c, size_t n) {
+  impl_t *m = c->impl;
+  if (n <= m->pieces) return 0;
+  size_t want = n + n / 2; /* room for the next hand-offs' to grow */
+  MPI_Request *q = realloc(m->piece_requests, want * sizeof *q);
+  if (!q) return DPSHIM_ENOMEM;
+  m->piece_requests = q;
+  m->pieces = want;
+  return 0;
+}
+
+static int pieces_fit(const dpshim__comm_piece_t *p, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (p[k].bytes > INT_MAX) return 0;
+  return 1;
+}
+
+/* Posts the pieces from *n on; 0, or -1 when a post failed. */
+static int post_pieces(impl_t *m, const dpshim__comm_piece_t *p, size_t np,
+                       int sending, int *n) {
+  for (size_t k = 0; k < np; k++, (*n)++) {
+    int rc = sending ? PMPI_Isend(p[k].buf, (int)p[k].bytes, MPI_BYTE,
+                                  p[k].peer, p[k].tag, m->comm,
+                                  &m->piece_requests[*n])
+                     : PMPI_Irecv(p[k].buf, (int)p[k].bytes, MPI_BYTE,
+                                  p[k].peer, p[k].tag, m->comm,
+                                  &m->piece_requests[*n]);
+    if (rc != MPI_SUCCESS) return -1;
+  }
+  return 0;
+}
+
+/* The receives first, so that no send waits on one not yet posted. */
+static int mpi_exchange(dpshim__comm_t *c, const dpshim__comm_piece_t *send,
+                        size_t nsend, const dpshim__comm_piece_t *recv,
+                        size_t nrecv) {
+  impl_t *m = c->impl;
+  if (nsend + nrecv > m->pieces || !pieces_fit(send, nsend) ||
+      !pieces_fit(recv, nrecv))
+    return DPSHIM_EINVAL;
+  int n = 0;
+  int failed = post_pieces(m, recv, nrecv, 0, &n) ||
+               post_pieces(m, send, nsend, 1, &n);
+  /* what was posted completes before its buffers can go */
+  int rc = mpi_rc(PMPI_Waitall(n, m->piece_requests, MPI_STATUSES_IGNORE));
+  return failed ? DPSHIM_EMPI : rc;
+}
+
 static int mpi_gather(dpshim__comm_t *c, const void *send, size_t bytes,
                       void *recv) {
   impl_t *m = c->impl;
@@ -143,8 +182,9 @@ static int mpi_max(dpshim__comm_t *c, int64_t *v, int n) {
 
 static const dpshim__comm_ops_t ops = {.allgather = mpi_allgather,
                                        .allgatherv = mpi_allgatherv,
-                                       .alltoallv = mpi_alltoallv,
                                        .alltoallv_parts = mpi_alltoallv_parts,
+                                       .reserve = mpi_reserve,
+                                       .exchange = mpi_exchange,
                                        .gather = mpi_gather,
                                        .bcast = mpi_bcast,
                                        .max = mpi_max};
@@ -164,7 +204,7 @@ int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &c->id);
   PMPI_Comm_rank(m->comm, &c->rank);
   PMPI_Comm_size(m->comm, &c->size);
-  m->ints = calloc(4 * (size_t)c->size, sizeof *m->ints);
+  m->ints = calloc(2 * (size_t)c->size, sizeof *m->ints);
   m->requests = calloc(2 * DPSHIM__COMM_PARTS_MAX * (size_t)c->size,
                        sizeof *m->requests);
   if (!m->ints || !m->requests) {
@@ -185,6 +225,7 @@ void dpshim__comm_mpi_close(dpshim__comm_t *c) {
   PMPI_Comm_free(&m->comm);
   free(m->ints);
   free(m->requests);
+  free(m->piece_requests);
   free(m);
   c->impl = NULL;
 }

@@ -370,8 +370,8 @@ static void say_apply(dpshim__core_t *c, const double *v) {
   if (n <= 0) return;
   dpshim__core_say(c, "  applying a plan: %.1f ms in the exchange and %.1f "
                    "ms in the repack, which copied %.2f MB where shifting "
-                   "what stays would have copied %.2f MB (means over ranks "
-                   "and applied hand-offs)",
+                   "what stays and copying in what arrived would have copied "
+                   "%.2f MB (means over ranks and applied hand-offs)",
                    1e3 * v[S_EXCHANGE] / n, 1e3 * v[S_REPACK] / n,
                    v[S_REPACK_BYTES] / n / 1e6, v[S_SHIFT_BYTES] / n / 1e6);
 }

@@ -8,7 +8,8 @@
 # applied hand-off, and that time against the first build's; and where the
 # build's summary says them (since the repack that fills holes), the means
 # over ranks per applied hand-off of the time in the exchange and in the
-# repack, the MB the repack copied and those shifting would have copied.
+# repack, the MB the repack copied and those shifting would have copied
+# (since the exchange from batch to batch: and copying in what arrived).
 # Prints figures; asserts nothing.
 # Builds nothing:
 #
@@ -82,7 +83,8 @@ def steps(model, i):
                 yield e
 APPLY = re.compile(r"applying a plan: ([0-9.]+) ms in the exchange and "
                    r"([0-9.]+) ms in the repack, which copied ([0-9.]+) MB "
-                   r"where shifting what stays would have copied ([0-9.]+) MB")
+                   r"where shifting what stays (?:and copying in what arrived )?"
+                   r"would have copied ([0-9.]+) MB")
 def split(model, i):
     runs = [APPLY.search(open(p).read())
             for p in sorted(glob.glob(f"{out}/{model}.{i}.*.err"))]

@@ -16,10 +16,12 @@ typedef struct slot {
   mock_op_t op;
   const unsigned char *send; /* max: the values */
   size_t bytes;             /* allgather, gather, bcast; max: count */
-  const size_t *counts;     /* allgatherv: all counts; alltoallv: sendcounts */
-  const size_t *recvcounts; /* alltoallv */
+  const size_t *counts;     /* allgatherv: all counts; alltoallv_parts: sent */
+  const size_t *recvcounts; /* alltoallv_parts */
   int parts;                /* alltoallv_parts: send[k] below, counts by part */
   const unsigned char *const *sends;
+  const dpshim__comm_piece_t *pieces[2]; /* exchange: sent, received */
+  size_t npieces[2];
 } slot_t;
 
 typedef struct world {
@@ -32,6 +34,7 @@ typedef struct world {
   int broken, code; /* once broken, every collective returns code */
   mock_stats_t stats;
   slot_t slot[MOCK_MAX_RANKS];
+  size_t reserved[MOCK_MAX_RANKS]; /* pieces each rank reserved */
 } world_t;
 
 typedef struct rank_ctx {
@@ -116,7 +119,7 @@ static int enter(world_t *w, int rank, const slot_t *s) {
 
 static const char *op_name(mock_op_t op) {
   static const char *names[MOCK_NOPS] = {"allgather", "allgatherv",
-                                         "alltoallv", "gather", "bcast",
+                                         "exchange", "gather", "bcast",
                                          "max", "alltoallv_parts"};
   return names[op];
 }
@@ -143,6 +146,51 @@ static int parts_agree(const slot_t *s, int p, int r, char *why, size_t len) {
         return 0;
       }
     }
+  return 1;
+}
+
+/* exchange: the send piece of rank `from` that receive piece k of rank `to`
+ * matches (the same peer pair and tag, in order), or NULL. */
+static const dpshim__comm_piece_t *match(const slot_t *s, int to, size_t k) {
+  const dpshim__comm_piece_t *want = &s[to].pieces[1][k];
+  int from = want->peer;
+  size_t nth = 0;
+  for (size_t j = 0; j < k; j++)
+    nth += s[to].pieces[1][j].peer == from && s[to].pieces[1][j].tag == want->tag;
+  for (size_t j = 0; j < s[from].npieces[0]; j++) {
+    const dpshim__comm_piece_t *p = &s[from].pieces[0][j];
+    if (p->peer == to && p->tag == want->tag && nth-- == 0) return p;
+  }
+  return NULL;
+}
+
+/* exchange: rank r's pieces against its reservation, its peers' and their
+ * sizes; every send is received (counted on the receivers' side). */
+static int pieces_agree(const world_t *w, int r, char *why, size_t len) {
+  const slot_t *s = w->slot;
+  size_t sends = 0;
+  if (s[r].npieces[0] + s[r].npieces[1] > w->reserved[r]) {
+    snprintf(why, len, "exchange: rank %d lists %zu pieces, reserved %zu", r,
+             s[r].npieces[0] + s[r].npieces[1], w->reserved[r]);
+    return 0;
+  }
+  for (size_t k = 0; k < s[r].npieces[1]; k++) {
+    const dpshim__comm_piece_t *want = &s[r].pieces[1][k], *got;
+    if (want->peer < 0 || want->peer >= w->size || want->peer == r ||
+        !(got = match(s, r, k)) || got->bytes != want->bytes || !want->bytes) {
+      snprintf(why, len, "exchange: rank %d's receive %zu (%zu bytes, tag %d "
+               "from rank %d) matches no send of that size", r, k,
+               want->bytes, (int)want->tag, (int)want->peer);
+      return 0;
+    }
+  }
+  for (int q = 0; q < w->size; q++)
+    for (size_t k = 0; k < s[q].npieces[1]; k++) sends += s[q].pieces[1][k].peer == r;
+  if (sends != s[r].npieces[0]) {
+    snprintf(why, len, "exchange: rank %d sends %zu pieces, %zu are received",
+             r, s[r].npieces[0], sends);
+    return 0;
+  }
   return 1;
 }
 
@@ -188,19 +236,8 @@ static int slots_agree(const world_t *w, char *why, size_t len) {
         return 0;
       }
       break;
-    case MOCK_ALLTOALLV:
-      for (int q = 0; q < p; q++) {
-        if (s[r].counts[q] != s[q].recvcounts[r]) {
-          snprintf(why, len,
-                   "alltoallv: rank %d sends %zu bytes to rank %d, which "
-                   "expects %zu", r, s[r].counts[q], q, s[q].recvcounts[r]);
-          return 0;
-        }
-        if (s[r].counts[q] && !s[r].send) {
-          snprintf(why, len, "alltoallv: rank %d sends NULL", r);
-          return 0;
-        }
-      }
+    case MOCK_EXCHANGE:
+      if (!pieces_agree(w, r, why, len)) return 0;
       break;
     case MOCK_ALLTOALLV_PARTS:
       if (!parts_agree(s, p, r, why, len)) return 0;
@@ -219,8 +256,12 @@ static void count_op(world_t *w, int rank) {
   if (rank != 0) return;
   pthread_mutex_lock(&w->mu);
   w->stats.ops[s[0].op]++;
-  int parts = s[0].op == MOCK_ALLTOALLV ? 1
-              : s[0].op == MOCK_ALLTOALLV_PARTS ? s[0].parts : 0;
+  int parts = s[0].op == MOCK_ALLTOALLV_PARTS ? s[0].parts : 0;
+  for (int r = 0; s[0].op == MOCK_EXCHANGE && r < p; r++)
+    for (size_t k = 0; k < s[r].npieces[0]; k++) {
+      w->stats.alltoallv_total += s[r].pieces[0][k].bytes;
+      w->stats.alltoallv_moved += s[r].pieces[0][k].bytes;
+    }
   for (int r = 0; r < p; r++)
     for (int q = 0; q < p * parts; q++) {
       w->stats.alltoallv_total += s[r].counts[q];
@@ -272,6 +313,21 @@ static void copy_parts(const world_t *w, int rank, unsigned char *const *recv) {
   }
 }
 
+/* exchange: every receive piece from the send it matches; corrupt_rank's
+ * first byte flipped when asked. */
+static void copy_pieces(world_t *w, int rank) {
+  const slot_t *me = &w->slot[rank];
+  for (size_t k = 0; k < me->npieces[1]; k++)
+    memcpy(me->pieces[1][k].buf, match(w->slot, rank, k)->buf,
+           me->pieces[1][k].bytes);
+  if (w->opts.corrupt && rank == w->opts.corrupt_rank && me->npieces[1]) {
+    ((unsigned char *)me->pieces[1][0].buf)[0] ^= 0xff;
+    pthread_mutex_lock(&w->mu);
+    w->stats.corrupted = 1;
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
 /* After the first barrier: check, copy, count, second barrier. */
 static int complete(world_t *w, int rank, unsigned char *recv) {
   char why[256];
@@ -289,8 +345,9 @@ static int complete(world_t *w, int rank, unsigned char *recv) {
     count_op(w, rank);
     return barrier(w, rank);
   }
-  if (me->op == MOCK_ALLTOALLV_PARTS) {
-    copy_parts(w, rank, (unsigned char *const *)(void *)recv);
+  if (me->op == MOCK_ALLTOALLV_PARTS || me->op == MOCK_EXCHANGE) {
+    if (me->op == MOCK_EXCHANGE) copy_pieces(w, rank);
+    else copy_parts(w, rank, (unsigned char *const *)(void *)recv);
     count_op(w, rank);
     return barrier(w, rank);
   }
@@ -303,23 +360,12 @@ static int complete(world_t *w, int rank, unsigned char *recv) {
     case MOCK_GATHER:
       n = me->bytes;
       break;
-    case MOCK_ALLGATHERV:
+    default: /* allgatherv */
       n = me->counts[r];
-      break;
-    default: /* alltoallv: rank r's block for me follows its blocks for 0..me-1 */
-      n = me->recvcounts[r];
-      for (int q = 0; q < rank; q++) src += s[r].counts[q];
       break;
     }
     if (n) memcpy(recv + at, src, n);
     at += n;
-  }
-  if (me->op == MOCK_ALLTOALLV && w->opts.corrupt &&
-      rank == w->opts.corrupt_rank && at > 0) {
-    recv[0] ^= 0xff;
-    pthread_mutex_lock(&w->mu);
-    w->stats.corrupted = 1;
-    pthread_mutex_unlock(&w->mu);
   }
   count_op(w, rank);
   return barrier(w, rank);
@@ -339,17 +385,6 @@ static int mock_allgatherv(dpshim__comm_t *c, const void *send, void *recv,
   return rc < 0 ? rc : complete(c->impl, c->rank, recv);
 }
 
-static int mock_alltoallv(dpshim__comm_t *c, const void *send,
-                          const size_t *sendcounts, void *recv,
-                          const size_t *recvcounts) {
-  slot_t s = {.op = MOCK_ALLTOALLV,
-              .send = send,
-              .counts = sendcounts,
-              .recvcounts = recvcounts};
-  int rc = enter(c->impl, c->rank, &s);
-  return rc < 0 ? rc : complete(c->impl, c->rank, recv);
-}
-
 static int mock_alltoallv_parts(dpshim__comm_t *c, int parts,
                                 const void *const *send,
                                 const size_t *sendcounts, void *const *recv,
@@ -362,6 +397,22 @@ static int mock_alltoallv_parts(dpshim__comm_t *c, int parts,
               .sends = (const unsigned char *const *)send};
   int rc = enter(c->impl, c->rank, &s);
   return rc < 0 ? rc : complete(c->impl, c->rank, (void *)recv);
+}
+
+static int mock_reserve(dpshim__comm_t *c, size_t n) {
+  world_t *w = c->impl;
+  if (n > w->reserved[c->rank]) w->reserved[c->rank] = n;
+  return 0;
+}
+
+static int mock_exchange(dpshim__comm_t *c, const dpshim__comm_piece_t *send,
+                         size_t nsend, const dpshim__comm_piece_t *recv,
+                         size_t nrecv) {
+  slot_t s = {.op = MOCK_EXCHANGE,
+              .pieces = {send, recv},
+              .npieces = {nsend, nrecv}};
+  int rc = enter(c->impl, c->rank, &s);
+  return rc < 0 ? rc : complete(c->impl, c->rank, NULL);
 }
 
 static int mock_gather(dpshim__comm_t *c, const void *send, size_t bytes,
@@ -386,8 +437,9 @@ static int mock_max(dpshim__comm_t *c, int64_t *v, int n) {
 static const dpshim__comm_ops_t mock_ops = {
     .allgather = mock_allgather,
     .allgatherv = mock_allgatherv,
-    .alltoallv = mock_alltoallv,
     .alltoallv_parts = mock_alltoallv_parts,
+    .reserve = mock_reserve,
+    .exchange = mock_exchange,
     .gather = mock_gather,
     .bcast = mock_bcast,
     .max = mock_max,

@@ -13,9 +13,11 @@
  *
  * The mock also checks the collectives themselves: every rank must call the
  * same operation with counts that agree (allgather: the same byte count;
- * allgatherv: the same counts array; alltoallv and alltoallv_parts:
- * sendcounts[r -> s] == recvcounts[s <- r], part by part). A disagreement fails that collective on every rank
- * and is recorded in the stats. A barrier nobody completes within
+ * allgatherv: the same counts array; alltoallv_parts: sendcounts[r -> s] ==
+ * recvcounts[s <- r], part by part; exchange: every receive piece matches
+ * a send of its size, every send is received, and no rank lists more
+ * pieces than it reserved). A disagreement fails that collective on every
+ * rank and is recorded in the stats. A barrier nobody completes within
  * MOCK_DEADLOCK_SECONDS (ranks reaching different collectives) breaks the
  * world and is recorded too: a safety net so a bug hangs no test, not a
  * timing assertion.
@@ -24,7 +26,7 @@
  * counting that rank's calls) returns opts.fail_code, and breaks the world,
  * so every rank's current and later collectives return the same code (as a
  * communicator whose error handler returns would). opts.corrupt flips a
- * byte that opts.corrupt_rank receives in alltoallv, for checks of the
+ * byte that opts.corrupt_rank receives in an exchange, for checks of the
  * balancer's verification.
  *
  * Rank functions must not use Criterion's assertions (they are not meant for
@@ -47,7 +49,7 @@ typedef struct mock_opts {
   int fail_rank; /* -1: no fault */
   int fail_call; /* which of fail_rank's collectives fails, 0-based */
   int fail_code; /* what it returns (and every rank after it) */
-  int corrupt;      /* 1: corrupt_rank's alltoallv data arrive with the */
+  int corrupt;      /* 1: corrupt_rank's exchange data arrive with the */
   int corrupt_rank; /* first byte flipped (when it receives any) */
 } mock_opts_t;
 
@@ -55,7 +57,7 @@ typedef void (*mock_group_fn_t)(dpshim__comm_t *world, dpshim__comm_t *dp,
                                 dpshim__comm_t *peers, int rank, void *arg);
 
 typedef enum {
-  MOCK_ALLGATHER, MOCK_ALLGATHERV, MOCK_ALLTOALLV, MOCK_GATHER, MOCK_BCAST,
+  MOCK_ALLGATHER, MOCK_ALLGATHERV, MOCK_EXCHANGE, MOCK_GATHER, MOCK_BCAST,
   MOCK_MAX, MOCK_ALLTOALLV_PARTS, MOCK_NOPS
 } mock_op_t;
 
@@ -67,7 +69,7 @@ typedef struct mock_stats {
   char message[256];          /* what the first deadlock/mismatch was */
   long calls[MOCK_MAX_RANKS]; /* collectives each rank entered */
   long ops[MOCK_NOPS];        /* completed collectives of each mock_op_t */
-  /* Bytes over all completed alltoallv and alltoallv_parts calls: to
+  /* Bytes over all completed exchange and alltoallv_parts calls: to
    * other ranks, and in all (self included). */
   size_t alltoallv_moved, alltoallv_total;
 } mock_stats_t;

@@ -109,11 +109,13 @@ def check_encoder_digests(what, first, second, extra):
 
 
 def check_repack_line(what, err):
-    """The summary says what applying took and what the repack copied:
-    no more than shifting what stays would have (the ranks' means)."""
+    """The summary says what applying took and what the repack copied: no
+    more than shifting what stays and copying in what arrived would have
+    (the ranks' means)."""
     m = re.search(r"applying a plan: [0-9.]+ ms in the exchange and "
                   r"[0-9.]+ ms in the repack, which copied ([0-9.]+) MB "
-                  r"where shifting what stays would have copied ([0-9.]+) MB",
+                  r"where shifting what stays and copying in what arrived "
+                  r"would have copied ([0-9.]+) MB",
                   err)
     check(m, "%s: no 'applying a plan:' line: %r" % (what, err[-600:]))
     if m:

@@ -239,6 +239,7 @@ typedef struct inst {
   int32_t vit_moved[MAXP]; /* each rank's moved forwards in flight */
   mock_stats_t stats;
   int mock_rc;
+  int watch; /* the balancer's comm goes through watch_ops (below) */
 } inst_t;
 
 static const dpshim_cost_model_t QUADRATIC = {1, 0, 0, 0, 0};
@@ -371,8 +372,79 @@ static void inst_random(inst_t *x, uint32_t tag, prng_t *g, int min_n,
   }
 }
 
+/* ---- where the exchange's bytes lie --------------------------------------- */
+
+/* A rank's comm, watched: its exchanges' pieces are checked against its
+ * batch's buffers, and every operation goes on to the mock's. */
+typedef struct watched {
+  dpshim__comm_t comm, *real;
+  const rank_batch_t *rb;
+  int pieces, outside; /* seen, and lying outside the batch's buffers */
+} watched_t;
+
+static watched_t watched[MAXP];
+
+static dpshim__comm_t *real_of(dpshim__comm_t *c) {
+  return watched[c->rank].real;
+}
+
+static int in_batch(const rank_batch_t *rb, const dpshim__comm_piece_t *p) {
+  const unsigned char *b = p->buf;
+  for (int f = 0; f < rb->batch.nfields; f++) {
+    const dpshim_field_t *fd = &rb->fields[f];
+    const unsigned char *d = fd->data;
+    if (b >= d && b + p->bytes <= d + (size_t)fd->capacity_rows * fd->row_bytes)
+      return 1;
+  }
+  return 0;
+}
+
+static int w_exchange(dpshim__comm_t *c, const dpshim__comm_piece_t *send,
+                      size_t nsend, const dpshim__comm_piece_t *recv,
+                      size_t nrecv) {
+  watched_t *w = &watched[c->rank];
+  for (size_t k = 0; k < nsend + nrecv; k++, w->pieces++)
+    w->outside += !in_batch(w->rb, k < nsend ? &send[k] : &recv[k - nsend]);
+  return w->real->ops->exchange(w->real, send, nsend, recv, nrecv);
+}
+
+static int w_reserve(dpshim__comm_t *c, size_t n) {
+  return real_of(c)->ops->reserve(real_of(c), n);
+}
+
+static int w_allgather(dpshim__comm_t *c, const void *send, size_t bytes,
+                       void *recv) {
+  return real_of(c)->ops->allgather(real_of(c), send, bytes, recv);
+}
+
+static int w_allgatherv(dpshim__comm_t *c, const void *send, void *recv,
+                        const size_t *counts) {
+  return real_of(c)->ops->allgatherv(real_of(c), send, recv, counts);
+}
+
+static int w_max(dpshim__comm_t *c, int64_t *v, int n) {
+  return real_of(c)->ops->max(real_of(c), v, n);
+}
+
+/* What the balancer calls on its group. */
+static const dpshim__comm_ops_t watch_ops = {.allgather = w_allgather,
+                                             .allgatherv = w_allgatherv,
+                                             .reserve = w_reserve,
+                                             .exchange = w_exchange,
+                                             .max = w_max};
+
+static dpshim__comm_t *watch(inst_t *x, dpshim__comm_t *comm, int rank) {
+  watched_t *w = &watched[rank];
+  w->comm = *comm;
+  w->comm.ops = &watch_ops;
+  w->real = comm;
+  w->rb = &x->rb[rank];
+  return &w->comm;
+}
+
 static void balance_rank(dpshim__comm_t *comm, int rank, void *arg) {
   inst_t *x = arg;
+  if (x->watch) comm = watch(x, comm, rank);
   dpshim__balance_report_t *rep = &x->rep[rank];
   double note[DPSHIM__NOTES] = {rank, (double)x->step, -rank, 0.5, 7};
   dpshim__handoff_t ho = {x->step,         1,       note,
@@ -557,7 +629,7 @@ static void assert_numbers(const inst_t *x, const double *history,
   cr_assert(fabs(rep->imbalance_before - imb) <= 1e-12 * (1 + imb),
             "imbalance_before %.17g, expected %.17g", rep->imbalance_before, imb);
   if (!rep->applied) {
-    cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0, "skipped, yet exchanged");
+    cr_assert_eq(x->stats.ops[MOCK_EXCHANGE], 0, "skipped, yet exchanged");
     return;
   }
   cr_assert_eq(rep->bytes_moved, moved, "bytes_moved %lld, expected %lld",
@@ -580,27 +652,24 @@ static void assert_numbers(const inst_t *x, const double *history,
   }
 }
 
-/* After an applied plan each rank holds the samples it kept, in the order
- * its repack chose (repack.h), then those it received, by source rank then
- * index (balance.c's exchange): the same input gives the same batch. */
-static void assert_order(const inst_t *x) {
+/* After an applied plan a rank that sent nothing has no holes: it copies
+ * what it received only where its buffers could not take it past their
+ * rows (staged), else nothing (exchange.h). */
+static void assert_copies(const inst_t *x) {
   for (int r = 0; r < x->P; r++) {
     const rank_batch_t *rb = &x->rb[r];
-    uint64_t prev = 0;
-    int received = 0;
+    int32_t own = 0;
+    int64_t received = 0;
     for (int32_t k = 0; k < rb->batch.nsamples; k++) {
-      uint64_t id = rb->ids[k];
-      int from = id_rank(id);
-      if (from != r) {
-        /* (source rank, index) ascends, and so does the id. */
-        cr_assert(!received || id > prev, "rank %d: received samples out of "
-                  "order at %d", r, k);
-        received = 1;
-        prev = id;
-      } else {
-        cr_assert(!received, "rank %d: a kept sample after a received one", r);
-      }
+      if (id_rank(rb->ids[k]) == r) own++;
+      else received += sample_bytes(spec_of(x, rb->ids[k]));
     }
+    if (own < x->n[r]) continue; /* it sent: the repack fills holes */
+    int64_t want = x->rep[r].staged ? received : 0;
+    cr_assert_eq(x->rep[r].repack_bytes, want,
+                 "rank %d sent nothing, received %lld bytes (staged %d), "
+                 "copied %lld", r, (long long)received, x->rep[r].staged,
+                 (long long)x->rep[r].repack_bytes);
   }
 }
 
@@ -620,7 +689,7 @@ static void assert_ok_run(const inst_t *x, const double *history) {
     return;
   }
   assert_consistent(x, where);
-  assert_order(x);
+  assert_copies(x);
   assert_numbers(x, history, where);
 }
 
@@ -641,11 +710,13 @@ TestSuite(shim_balance_edges, .fini = free_live);
 
 static const int SIZES[] = {1, 2, 3, 4, 8};
 
-/* `count` random instances per group size; returns how many were applied,
- * skipped for capacity, and skipped otherwise. */
+/* `count` random instances per group size; returns how many were applied
+ * (and of those, how many some rank staged), skipped for capacity, and
+ * skipped otherwise. */
 static void random_instances(int count, int slack, int verify, int64_t *applied,
-                             int64_t *capacity, int64_t *other) {
-  *applied = *capacity = *other = 0;
+                             int64_t *staged, int64_t *capacity,
+                             int64_t *other) {
+  *applied = *staged = *capacity = *other = 0;
   for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++) {
     int P = SIZES[k];
     for (int seed = 0; seed < count; seed++) {
@@ -666,6 +737,9 @@ static void random_instances(int count, int slack, int verify, int64_t *applied,
       inst_run(x);
       assert_ok_run(x, NULL);
       const char *why = x->rep[0].skip_reason;
+      int any_staged = 0;
+      for (int r = 0; r < P; r++) any_staged |= x->rep[r].staged;
+      *staged += any_staged;
       if (!why) ++*applied;
       else if (!strcmp(why, "capacity")) ++*capacity;
       else ++*other;
@@ -677,32 +751,88 @@ static void random_instances(int count, int slack, int verify, int64_t *applied,
 }
 
 Test(shim_balance, exactly_once_generous_capacity) {
-  int64_t applied, capacity, other;
-  random_instances(200, -1, 0, &applied, &capacity, &other);
+  int64_t applied, staged, capacity, other;
+  random_instances(200, -1, 0, &applied, &staged, &capacity, &other);
   cr_assert_eq(capacity, 0, "capacities hold everything, yet %lld skipped",
                (long long)capacity);
+  cr_assert_eq(staged, 0, "room for everything, yet %lld staged",
+               (long long)staged);
   /* 4 group sizes above one rank, 200 skewed instances each: most apply. */
   cr_assert_gt(applied, 400, "only %lld of 1000 applied", (long long)applied);
 }
 
 Test(shim_balance, exactly_once_tight_capacity) {
-  int64_t applied, capacity, other;
-  random_instances(200, 2, 0, &applied, &capacity, &other);
+  int64_t applied, staged, capacity, other;
+  random_instances(200, 2, 0, &applied, &staged, &capacity, &other);
   /* Both outcomes must occur, or this test exercises only one of them. */
   cr_assert_gt(applied, 0, "no instance fit its tight buffers");
   cr_assert_gt(capacity, 0, "no instance was skipped for capacity");
 }
 
 Test(shim_balance, exactly_once_zero_slack) {
-  int64_t applied, capacity, other;
-  random_instances(100, 0, 0, &applied, &capacity, &other);
+  int64_t applied, staged, capacity, other;
+  random_instances(100, 0, 0, &applied, &staged, &capacity, &other);
   cr_assert_gt(capacity, 0, "no instance was skipped for capacity");
 }
 
 Test(shim_balance, verify_passes_on_correct_exchange) {
-  int64_t applied, capacity, other;
-  random_instances(60, -1, 1, &applied, &capacity, &other);
+  int64_t applied, staged, capacity, other;
+  random_instances(60, -1, 1, &applied, &staged, &capacity, &other);
   cr_assert_gt(applied, 100);
+}
+
+/* With room in its buffers a rank sends its samples' rows from them and
+ * receives into them: nothing is packed or staged (exchange.h). */
+Test(shim_balance, samples_move_from_batch_to_batch) {
+  int applied = 0;
+  for (int seed = 0; seed < 40; seed++) {
+    int P = 2 + seed % 5;
+    prng_t g = {(uint64_t)seed * 31 + 7};
+    inst_t *x = inst_new(P, &(dpshim__balance_config_t){
+                                .algo = DPSHIM_ALGO_DEFAULT, .model = QUADRATIC});
+    x->watch = 1;
+    memset(watched, 0, sizeof watched);
+    inst_random(x, (uint32_t)seed + 1, &g, 2, 10, 24);
+    inst_pack(x, -1, &g);
+    inst_run(x);
+    assert_ok_run(x, NULL);
+    int pieces = 0;
+    for (int r = 0; r < P; r++) {
+      cr_assert_eq(watched[r].outside, 0, "seed %d rank %d: %d of %d pieces "
+                   "outside its batch", seed, r, watched[r].outside,
+                   watched[r].pieces);
+      pieces += watched[r].pieces;
+    }
+    if (x->rep[0].applied) {
+      applied++;
+      cr_assert_gt(pieces, 0, "seed %d: applied without pieces", seed);
+    }
+    inst_free(x);
+  }
+  cr_assert_gt(applied, 20, "only %d of 40 applied", applied);
+}
+
+/* Rank 0 holds 100 + 60 tokens, rank 1 90 + 5, each buffer full but for
+ * 10 tokens of rank 1's less: no sample can just move, two can swap. A
+ * swapping rank's buffers cannot take what it receives past its rows. */
+Test(shim_balance, a_full_rank_stages_what_it_receives) {
+  dpshim__balance_config_t cfg = base_config();
+  cfg.verify = 1; /* the staged records' hashes too */
+  inst_t *x = inst_new(2, &cfg);
+  inst_set(x, 1, 0, 0, 100, 0);
+  inst_set(x, 1, 0, 1, 60, 0);
+  inst_set(x, 1, 1, 0, 90, 0);
+  inst_set(x, 1, 1, 1, 5, 0);
+  const caps_t caps[2] = {{2, 160, 2, 1}, {2, 150, 2, 1}};
+  inst_pack_caps(x, caps);
+  inst_run(x);
+  assert_ok_run(x, NULL);
+  cr_assert_eq(x->rep[0].applied, 1, "%s", x->rep[0].skip_reason);
+  for (int r = 0; r < 2; r++) {
+    cr_assert(x->rep[r].staged, "rank %d took a swap in place", r);
+    cr_assert_gt(x->rep[r].repack_bytes, 0, "rank %d", r);
+  }
+  inst_free(x);
 }
 
 /* ---- capacity skips, built by hand ---------------------------------------- */
@@ -1200,7 +1330,7 @@ Test(shim_balance, threshold_high_skips_balanced) {
     cr_assert(x->has_loads[0]);
     cr_assert_gt(x->rep[0].imbalance_before, 0);
     cr_assert_eq(x->rep[0].bytes_moved, 0);
-    cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0);
+    cr_assert_eq(x->stats.ops[MOCK_EXCHANGE], 0);
     inst_free(x);
   }
 }
@@ -1258,7 +1388,7 @@ Test(shim_balance, auto_skips_what_does_not_pay) {
   inst_pack(x, -1, NULL);
   expect_priced(x, "not-worth-it");
   cr_assert_lt(x->rep[0].saving_s, x->rep[0].cost_s);
-  cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 0);
+  cr_assert_eq(x->stats.ops[MOCK_EXCHANGE], 0);
   inst_free(x);
 }
 
@@ -1519,7 +1649,7 @@ Test(shim_balance, steady_state_costs_two_collectives) {
     cr_assert_eq(x->stats.ops[MOCK_ALLGATHERV], call == 0, "call %d", call);
     if (call >= 2) /* the solver's arena has learned the size */
       cr_assert_eq(x->stats.ops[MOCK_ALLGATHER], 1, "call %d", call);
-    cr_assert_eq(x->stats.ops[MOCK_ALLTOALLV], 1, "call %d", call);
+    cr_assert_eq(x->stats.ops[MOCK_EXCHANGE], 1, "call %d", call);
   }
   inst_free(x);
 }
@@ -1720,8 +1850,8 @@ typedef struct mock_probe {
   int early_rank;   /* this rank returns before the second collective */
 } mock_probe_t;
 
-/* rank r sends (r + 1) bytes of value r to each q in alltoallv; in
- * allgatherv it sends r + 1 bytes of value 10 + r. */
+/* rank r sends (r + 1) bytes of value 16 r + q to each other q in an
+ * exchange; in allgatherv it sends r + 1 bytes of value 10 + r. */
 static void probe_rank(dpshim__comm_t *c, int rank, void *arg) {
   mock_probe_t *p = arg;
   int P = c->size;
@@ -1734,15 +1864,19 @@ static void probe_rank(dpshim__comm_t *c, int rank, void *arg) {
   if (rank == p->bad_rank) counts[0]++;
   memset(v, 10 + rank, sizeof v);
   p->rc[rank][1] = c->ops->allgatherv(c, v, p->gatheredv[rank], counts);
-  size_t send[MAXP], recv[MAXP];
+  dpshim__comm_piece_t send[MAXP], recv[MAXP];
   unsigned char out[64];
-  size_t at = 0;
+  size_t at = 0, got = 0, ns = 0, nr = 0;
   for (int q = 0; q < P; q++) {
-    send[q] = (size_t)rank + 1;
-    recv[q] = (size_t)q + 1;
-    for (size_t b = 0; b < send[q]; b++) out[at++] = (unsigned char)(16 * rank + q);
+    if (q == rank) continue;
+    send[ns++] = (dpshim__comm_piece_t){out + at, (size_t)rank + 1, q, 0};
+    for (int b = 0; b <= rank; b++) out[at++] = (unsigned char)(16 * rank + q);
+    recv[nr++] = (dpshim__comm_piece_t){p->exchanged[rank] + got,
+                                        (size_t)q + 1, q, 0};
+    got += (size_t)q + 1;
   }
-  p->rc[rank][2] = c->ops->alltoallv(c, out, send, p->exchanged[rank], recv);
+  c->ops->reserve(c, ns + nr);
+  p->rc[rank][2] = c->ops->exchange(c, send, ns, recv, nr);
 }
 
 Test(shim_mock, collectives_deliver_in_rank_order) {
@@ -1764,14 +1898,14 @@ Test(shim_mock, collectives_deliver_in_rank_order) {
         for (int b = 0; b <= q; b++) cr_assert_eq(p.gatheredv[r][at++], 10 + q);
       at = 0;
       for (int q = 0; q < P; q++)
-        for (int b = 0; b <= q; b++)
+        for (int b = 0; b <= q && q != r; b++)
           cr_assert_eq(p.exchanged[r][at++], 16 * q + r,
                        "P %d: rank %d's block from %d", P, r, q);
     }
     cr_assert_eq(st.ops[MOCK_ALLGATHER], 1);
     cr_assert_eq(st.ops[MOCK_ALLGATHERV], 1);
-    cr_assert_eq(st.ops[MOCK_ALLTOALLV], 1);
-    size_t moved = 0;
+    cr_assert_eq(st.ops[MOCK_EXCHANGE], 1);
+    size_t moved = 0; /* nothing to itself */
     for (int r = 0; r < P; r++) moved += (size_t)(r + 1) * (size_t)(P - 1);
     cr_assert_eq(st.alltoallv_moved, moved);
   }

@@ -350,14 +350,33 @@ Test(shim_batch_view, signature_of_same_row_sizes_in_other_order) {
   cr_assert_neq(signature_of(&fx.b), s1);
 }
 
-/* ---- pack / unpack --------------------------------------------------------- */
+/* ---- rows and append -------------------------------------------------------- */
 
-/* Replaces the batch by n records: what the exchange does to a batch that
+/* Samples order[0 .. n)'s rows into buf, field after field, as the
+ * exchange stages them: from[f] where field f's start. Returns the bytes. */
+static size_t pack(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                   const int32_t *order, int32_t n, unsigned char *buf,
+                   const unsigned char **from) {
+  size_t at = 0;
+  for (int32_t f = 0; f < l->nfields; f++) {
+    from[f] = buf + at;
+    for (int32_t k = 0; k < n; k++) {
+      size_t bytes;
+      const unsigned char *rows = dpshim__batch_rows(b, l, f, order[k], 1, &bytes);
+      if (bytes) memcpy(buf + at, rows, bytes);
+      at += bytes;
+    }
+  }
+  return at;
+}
+
+/* Replaces the batch by n samples: what the exchange does to a batch that
  * keeps none of its own samples. */
 static void unpack(dpshim_batch_t *b, const dpshim__layout_t *l,
-                   const unsigned char *in, int32_t n, const int32_t *meta) {
+                   const unsigned char *const *from, int32_t n,
+                   const int32_t *meta) {
   b->nsamples = 0;
-  dpshim__batch_append(b, l, in, n, meta);
+  dpshim__batch_append(b, l, n, meta, from);
 }
 
 static size_t packed_bytes(const dpshim_batch_t *b, const dpshim__layout_t *l,
@@ -398,22 +417,23 @@ static void round_trip(const int32_t *order, int32_t n) {
   expect_ok();
   int32_t metas[CAP_S * 2];
   unsigned char buf[CAP_T * 4 + CAP_S * 8 + CAP_P * PATCH + 1];
+  const unsigned char *from[DPSHIM__MAX_FIELDS];
   size_t bytes = packed_bytes(&fx.b, &layout, order, n, metas);
   memset(buf, 0xee, sizeof buf);
-  dpshim__batch_pack(&fx.b, &layout, order, n, buf);
-  cr_assert_eq(buf[bytes], 0xee, "pack wrote past its %zu bytes", bytes);
+  cr_assert_eq(pack(&fx.b, &layout, order, n, buf, from), bytes);
+  cr_assert_eq(buf[bytes], 0xee, "rows past the samples' %zu bytes", bytes);
   fixture_t out;
   fixture_init(&out, 9); /* other contents, same layout */
   dpshim__layout_t lo;
   cr_assert_eq(dpshim__layout_of(&out.b, &lo, msg, sizeof msg), 0);
   cr_assert_eq(signature_of(&out.b), signature_of(&fx.b));
-  unpack(&out.b, &lo, buf, n, metas);
+  unpack(&out.b, &lo, from, n, metas);
   assert_samples(&out, &fx, order, n);
   /* The result is a valid batch again. */
   cr_assert_eq(dpshim__layout_of(&out.b, &lo, msg, sizeof msg), 0, "%s", msg);
   /* And unpacking in place, over the batch packed from, works too. */
   fixture_t before = fx;
-  unpack(&fx.b, &layout, buf, n, metas);
+  unpack(&fx.b, &layout, from, n, metas);
   assert_samples(&fx, &before, order, n);
 }
 
@@ -442,24 +462,20 @@ Test(shim_batch_view, round_trip_nothing) {
   cr_assert_eq(fx.b.nsamples, 0);
 }
 
-Test(shim_batch_view, pack_layout_is_records_back_to_back) {
+Test(shim_batch_view, rows_of_a_run_lie_back_to_back) {
   expect_ok();
-  const int32_t order[2] = {3, 0};
-  unsigned char buf[256];
-  dpshim__batch_pack(&fx.b, &layout, order, 2, buf);
-  /* Sample 3: its tokens, its id, its patches; then sample 0. */
-  const unsigned char *p = buf;
-  for (int k = 0; k < 2; k++) {
-    int32_t i = order[k];
-    size_t tb = (size_t)LEN[i] * sizeof(int32_t);
-    cr_assert(!memcmp(p, fx.tokens + fx.cu[i], tb));
-    p += tb;
-    cr_assert(!memcmp(p, &fx.ids[i], sizeof(uint64_t)));
-    p += sizeof(uint64_t);
-    size_t pb = (size_t)NPATCH[i] * PATCH;
-    cr_assert(!memcmp(p, fx.patches + (size_t)fx.poff[i] * PATCH, pb));
-    p += pb;
+  /* Samples 1 .. 2 of each field: sample 1's rows, then sample 2's. */
+  for (int32_t f = 0; f < layout.nfields; f++) {
+    size_t run, one, two;
+    const unsigned char *r = dpshim__batch_rows(&fx.b, &layout, f, 1, 2, &run);
+    const unsigned char *a = dpshim__batch_rows(&fx.b, &layout, f, 1, 1, &one);
+    const unsigned char *b = dpshim__batch_rows(&fx.b, &layout, f, 2, 1, &two);
+    cr_assert_eq(run, one + two, "field %d", f);
+    cr_assert(r == a && (!one || b == a + one), "field %d", f);
   }
+  size_t tb;
+  dpshim__batch_rows(&fx.b, &layout, 0, 3, 1, &tb);
+  cr_assert_eq(tb, (size_t)LEN[3] * sizeof(int32_t));
 }
 
 Test(shim_batch_view, round_trip_with_a_null_empty_field) {
@@ -472,11 +488,12 @@ Test(shim_batch_view, round_trip_with_a_null_empty_field) {
   const int32_t order[N] = {2, 3, 0, 1};
   int32_t metas[CAP_S * 3];
   unsigned char buf[1024];
+  const unsigned char *from[DPSHIM__MAX_FIELDS];
   size_t bytes = packed_bytes(&fx.b, &layout, order, N, metas);
   cr_assert_lt(bytes, sizeof buf);
-  dpshim__batch_pack(&fx.b, &layout, order, N, buf);
+  pack(&fx.b, &layout, order, N, buf, from);
   fixture_t before = fx;
-  unpack(&fx.b, &layout, buf, N, metas);
+  unpack(&fx.b, &layout, from, N, metas);
   cr_assert_eq(fx.b.nsamples, N);
   for (int k = 0; k <= N; k++) cr_assert_eq(zero[k], 0);
   assert_samples(&fx, &before, order, N);
@@ -648,13 +665,14 @@ Test(shim_batch_view, keep_then_append) {
   const int32_t send[2] = {2, 0};
   int32_t metas[4];
   unsigned char buf[512];
+  const unsigned char *from[DPSHIM__MAX_FIELDS];
   size_t bytes = packed_bytes(&other.b, &lo, send, 2, metas);
   cr_assert_lt(bytes, sizeof buf);
-  dpshim__batch_pack(&other.b, &lo, send, 2, buf);
+  pack(&other.b, &lo, send, 2, buf, from);
 
   const int32_t kept[2] = {1, 3};
   keep(kept, 2);
-  dpshim__batch_append(&fx.b, &layout, buf, 2, metas);
+  dpshim__batch_append(&fx.b, &layout, 2, metas, from);
   cr_assert_eq(fx.b.nsamples, 4);
   assert_sample(&fx, 0, &before, 1);
   assert_sample(&fx, 1, &before, 3);
@@ -670,9 +688,39 @@ Test(shim_batch_view, append_to_an_empty_batch) {
   const int32_t send[N] = {3, 2, 1, 0};
   int32_t metas[2 * N];
   unsigned char buf[512];
+  const unsigned char *from[DPSHIM__MAX_FIELDS];
   packed_bytes(&other.b, &layout, send, N, metas);
-  dpshim__batch_pack(&other.b, &layout, send, N, buf);
+  pack(&other.b, &layout, send, N, buf, from);
   keep(NULL, 0);
-  dpshim__batch_append(&fx.b, &layout, buf, N, metas);
+  dpshim__batch_append(&fx.b, &layout, N, metas, from);
   assert_samples(&fx, &other, send, N);
+}
+
+Test(shim_batch_view, append_in_place_takes_the_rows_past_the_batch) {
+  /* What an exchange received in place: rows already past the batch's. */
+  expect_ok();
+  fixture_t before = fx, other;
+  fixture_init(&other, 7);
+  const int32_t send[2] = {3, 1};
+  int32_t metas[4];
+  unsigned char buf[512];
+  const unsigned char *from[DPSHIM__MAX_FIELDS];
+  packed_bytes(&other.b, &layout, send, 2, metas);
+  pack(&other.b, &layout, send, 2, buf, from);
+  int32_t n = fx.b.nsamples;
+  for (int32_t f = 0; f < layout.nfields; f++) {
+    size_t held, bytes = 0;
+    unsigned char *start = dpshim__batch_rows(&fx.b, &layout, f, 0, n, &held);
+    for (int k = 0; k < 2; k++) {
+      size_t one;
+      dpshim__batch_rows(&other.b, &layout, f, send[k], 1, &one);
+      bytes += one;
+    }
+    memcpy(start + held, from[f], bytes);
+  }
+  dpshim__batch_append(&fx.b, &layout, 2, metas, NULL);
+  cr_assert_eq(fx.b.nsamples, n + 2);
+  for (int32_t i = 0; i < n; i++) assert_sample(&fx, i, &before, i);
+  assert_sample(&fx, n, &other, 3);
+  assert_sample(&fx, n + 1, &other, 1);
 }

@@ -398,12 +398,13 @@ static void tally_exchange(ctx_t *x, int64_t n) {
   }
 }
 
-/* Rank r's copies: pack what leaves, close its holes (priced as the shim
- * prices them, repack.h), append what arrives. */
+/* Rank r's copies: closing its holes, from the samples behind them and
+ * those received in place (priced as the shim prices them, repack.h); what
+ * leaves and arrives is sent from and received into the batch itself
+ * (exchange.h; a rank whose buffers are too full stages it, not modelled). */
 static double rank_copy(const ctx_t *x, int32_t r) {
-  return x->sent[r] + x->received[r] +
-         (double)dpshim__repack_priced((int64_t)x->sent[r],
-                                       (int64_t)x->kept[r]);
+  return (double)dpshim__repack_priced((int64_t)x->sent[r],
+                                       (int64_t)(x->kept[r] + x->received[r]));
 }
 
 static int32_t rank_partners(const ctx_t *x, int32_t r) {
