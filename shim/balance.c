@@ -449,25 +449,34 @@ static int solve(dpshim__balancer_t *b, const dpshim__layout_t *l, int64_t n,
   return rc;
 }
 
-/* Whether every rank can hold what the plan gives it: samples and rows of
- * every field, against the capacities in its header. */
-static int plan_fits(dpshim__balancer_t *b, const dpshim__layout_t *l,
-                     int64_t n) {
-  size_t stride = (size_t)l->nfields + 1, count = (size_t)b->size * stride;
-  memset(b->use, 0, count * sizeof *b->use);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t *u = b->use + (size_t)b->plan.dest[i] * stride;
-    const int32_t *m = b->meta + (size_t)i * (size_t)l->width;
-    u[0]++;
-    for (int32_t f = 0; f < l->nfields; f++)
-      u[f + 1] += dpshim__meta_rows(l, f, m);
-  }
+/* Each rank's capacities into b->room: samples, then rows field by field. */
+static void fill_room(dpshim__balancer_t *b, const dpshim__layout_t *l) {
+  size_t stride = (size_t)l->nfields + 1;
   for (int32_t r = 0; r < b->size; r++) {
     int64_t *room = b->room + (size_t)r * stride;
     room[0] = b->headers[r].capacity_samples;
     memcpy(room + 1, b->headers[r].capacity_rows,
            (size_t)l->nfields * sizeof *room);
   }
+}
+
+/* Sample i's count and rows added to u (as b->use and b->room). */
+static void add_use(const dpshim__balancer_t *b, const dpshim__layout_t *l,
+                    int64_t i, int64_t *u) {
+  const int32_t *m = b->meta + (size_t)i * (size_t)l->width;
+  u[0]++;
+  for (int32_t f = 0; f < l->nfields; f++) u[f + 1] += dpshim__meta_rows(l, f, m);
+}
+
+/* Whether every rank can hold what the plan gives it: samples and rows of
+ * every field, against the capacities in its header. */
+static int plan_fits(dpshim__balancer_t *b, const dpshim__layout_t *l,
+                     int64_t n) {
+  size_t stride = (size_t)l->nfields + 1, count = (size_t)b->size * stride;
+  memset(b->use, 0, count * sizeof *b->use);
+  for (int64_t i = 0; i < n; i++)
+    add_use(b, l, i, b->use + (size_t)b->plan.dest[i] * stride);
+  fill_room(b, l);
   return dpshim__policy_fits(b->use, b->room, count);
 }
 
@@ -489,18 +498,41 @@ static int plan_counts(dpshim__balancer_t *b) {
   return 1;
 }
 
-/* The staging buffer for this plan (exchange.h), as if every rank staged
- * what it receives. Only a rank whose buffer must grow can fail, and every
- * rank can tell from the headers which must: an agreement round runs only
- * then. */
+/* Whether each rank stages what it receives (b->use[r * stride], 1 or 0):
+ * exchange.h's test on every rank's gathered numbers, what it holds and
+ * receives against its capacities, as that rank takes it on its own. */
+static void find_staging(dpshim__balancer_t *b, const dpshim__layout_t *l) {
+  size_t stride = (size_t)l->nfields + 1, count = (size_t)b->size * stride;
+  memset(b->use, 0, count * sizeof *b->use);
+  for (int64_t i = 0; i < b->first[b->size]; i++) {
+    int32_t from = b->samples[i].origin, to = b->plan.dest[i];
+    add_use(b, l, i, b->use + (size_t)from * stride);
+    if (to != from) add_use(b, l, i, b->use + (size_t)to * stride);
+  }
+  fill_room(b, l);
+  for (int32_t r = 0; r < b->size; r++) {
+    int64_t *u = b->use + (size_t)r * stride;
+    u[0] = !dpshim__policy_fits(u, b->room + (size_t)r * stride, stride);
+  }
+}
+
+/* The staging buffer for this plan, on the ranks that stage. Only a rank
+ * whose buffer must grow can fail, and every rank can tell which must: an
+ * agreement round runs only then. */
 static int reserve_exchange(dpshim__balancer_t *b, dpshim__comm_t *comm,
+                            const dpshim__layout_t *l,
                             dpshim__balance_report_t *rep) {
+  size_t stride = (size_t)l->nfields + 1;
   int any = 0;
+  find_staging(b, l);
   for (int32_t r = 0; r < b->size; r++)
-    any |= b->bytes[b->size + r] > b->headers[r].staging_room;
+    any |= b->use[(size_t)r * stride] &&
+           b->bytes[b->size + r] > b->headers[r].staging_room;
   if (!any) return 0;
-  int rc = dpshim__exchange_reserve_staging(
-      &b->exchange, (size_t)b->bytes[b->size + comm->rank]);
+  int rc = 0;
+  if (b->use[(size_t)comm->rank * stride])
+    rc = dpshim__exchange_reserve_staging(
+        &b->exchange, (size_t)b->bytes[b->size + comm->rank]);
   return agree(b, comm, rc, "out of memory for the exchange buffers", rep);
 }
 
@@ -773,7 +805,7 @@ static int decide(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rep->skip_reason = skip_reason(b, l);
   if (!rep->skip_reason && b->cfg.threshold < 0 && b->cfg.priced)
     rep->skip_reason = priced_skip(b, rep);
-  if (!rep->skip_reason) rc = reserve_exchange(b, comm, rep);
+  if (!rep->skip_reason) rc = reserve_exchange(b, comm, l, rep);
   return rc;
 }
 
@@ -1047,7 +1079,7 @@ static int meet_with_llm_plan(dpshim__balancer_t *b, dpshim__comm_t *comm,
   rep->vit_saving_s = saving;
   rep->vit_meet_s = cost;
   report_plan(b, n, total_tokens(b, n), rep);
-  return why ? 0 : reserve_exchange(b, comm, rep);
+  return why ? 0 : reserve_exchange(b, comm, l, rep);
 }
 
 int dpshim__balancer_reserve(dpshim__balancer_t *b, int32_t size) {

@@ -5,6 +5,7 @@
 
 #include "grow.h"
 #include "hash.h"
+#include "policy.h"
 
 static double now(double (*clock)(void)) { return clock ? clock() : 0; }
 
@@ -64,17 +65,20 @@ static int32_t list_received(dpshim__exchange_t *x, const dpshim__layout_t *l,
   return n;
 }
 
-/* Whether n more samples of rows[] fit past what b holds. */
+/* Whether n more samples of rows[] fit past what b holds: the test the
+ * balancer runs on every rank's gathered numbers to know who stages. */
 static int fits_in_place(const dpshim_batch_t *b, const dpshim__layout_t *l,
                          int32_t n, const int64_t *rows) {
-  if (b->nsamples + n > b->capacity_samples) return 0;
+  int64_t total[DPSHIM__MAX_FIELDS + 1], room[DPSHIM__MAX_FIELDS + 1];
+  total[0] = b->nsamples + n;
+  room[0] = b->capacity_samples;
   for (int32_t f = 0; f < l->nfields; f++) {
     size_t held;
     dpshim__batch_rows(b, l, f, 0, b->nsamples, &held);
-    if ((int64_t)(held / l->row_bytes[f]) + rows[f] > b->fields[f].capacity_rows)
-      return 0;
+    total[f + 1] = (int64_t)(held / l->row_bytes[f]) + rows[f];
+    room[f + 1] = b->fields[f].capacity_rows;
   }
-  return 1;
+  return dpshim__policy_fits(total, room, (size_t)l->nfields + 1);
 }
 
 /* Where each field's received rows go: past b's rows, or in staging, field

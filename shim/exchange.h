@@ -52,7 +52,10 @@ int dpshim__exchange_reserve(dpshim__exchange_t *x, dpshim__comm_t *comm,
 /* A staging buffer of `bytes` at least: 0, or DPSHIM_ENOMEM. */
 int dpshim__exchange_reserve_staging(dpshim__exchange_t *x, size_t bytes);
 /* Moves b's samples by plan p over the group; every rank of it calls this
- * with the same plan, its staging room reserved for what it receives.
+ * with the same plan. A rank whose buffers cannot take what it receives
+ * past their rows (its samples and rows held plus received above its
+ * capacities: dpshim__policy_fits) stages it: its staging room must hold
+ * what it receives.
  * `hash`: also the sums of the sent and received records' hashes (verify).
  * clock may be NULL (no times). 0, or the comm's error. */
 int dpshim__exchange_run(dpshim__exchange_t *x, dpshim__comm_t *comm,
