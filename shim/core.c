@@ -516,6 +516,7 @@ static void count_handoff(dpshim__core_t *c, int rc, int warm,
     s->repack_time += rep->repack_s;
     s->repack_bytes += (double)rep->repack_bytes;
     s->shift_bytes += (double)rep->shift_bytes;
+    s->staged += rep->staged;
   } else {
     s->skipped++;
   }

@@ -95,8 +95,10 @@ typedef struct dpshim__stats {
   /* Main-thread hand-offs passed by without gathering (the back-off) */
   int64_t backed_off;
   /* This rank's applied hand-offs: seconds in the exchange and the repack,
-   * the bytes the repack copied, and those shifting would have copied */
+   * the bytes the repack copied, those shifting would have copied, and
+   * how many staged what arrived */
   double exchange_time, repack_time, repack_bytes, shift_bytes;
+  int64_t staged;
   /* Sync steps after the warm-up: how far this rank's compute was from
    * what the cost model predicted for its samples (relative, summed), and
    * over how many steps */

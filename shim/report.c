@@ -197,7 +197,7 @@ enum {
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
   S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
   S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_VIT_RETRIED,
-  S_COUNT
+  S_STAGED, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -221,7 +221,7 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit_apart, group * (double)s->backed_off,
       group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took,
       s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes,
-      group * (double)s->vit_retried};
+      group * (double)s->vit_retried, (double)s->staged};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -374,6 +374,11 @@ static void say_apply(dpshim__core_t *c, const double *v) {
                    "%.2f MB (means over ranks and applied hand-offs)",
                    1e3 * v[S_EXCHANGE] / n, 1e3 * v[S_REPACK] / n,
                    v[S_REPACK_BYTES] / n / 1e6, v[S_SHIFT_BYTES] / n / 1e6);
+  if (v[S_STAGED] > 0)
+    dpshim__core_say(c, "  %.0f of %.0f rank-hand-offs staged what arrived: "
+                     "their buffers could not take it past the rows they "
+                     "held (a copy more each; more capacity avoids it)",
+                     v[S_STAGED], n);
 }
 
 void dpshim__report_summary(dpshim__core_t *c) {

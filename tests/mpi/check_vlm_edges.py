@@ -19,7 +19,9 @@ rows-cap: packs hold at most half the image rows (patch rows, tiles) of
     run's plans are applied only if the solver caps each rank's image rows
     at its capacity, and a plan it did not cap would be skipped
     ("capacity"). The tight run must apply plans, skip none for capacity,
-    hold no more rows than its buffers, and keep the digests.
+    hold no more rows than its buffers, keep the digests, and stage what
+    arrives (its full buffers cannot take it past their rows); the roomy
+    run takes it in place.
 Exit status 0 when every check holds.
 """
 import argparse
@@ -42,6 +44,7 @@ ROWS_CAP = ["--video-fraction", "0"]
 # pack's: packs then fill up with images before tokens.
 PACK_ROWS_SHARE = 0.5
 ROOMY = "4"  # image buffer of the run without a binding cap, in packs
+STAGED = "staged what arrived"  # the summary's line (exchange.h)
 
 
 def scenario_one_image(args):
@@ -76,9 +79,9 @@ def scenario_rows_cap(args):
     with tempfile.TemporaryDirectory() as tmp:
         log = tmp + "/steps.jsonl"
         plain, _ = vlmtrain(args, tight, what=what + ", without the shim")
-        roomy, _ = vlmtrain(args, limited + ["--image-headroom", ROOMY],
-                            shim=True, what=what + ", roomy buffers")
-        on, _ = vlmtrain(args, tight, shim=True, log=log, what=what)
+        roomy, roomy_err = vlmtrain(args, limited + ["--image-headroom", ROOMY],
+                                    shim=True, what=what + ", roomy buffers")
+        on, err = vlmtrain(args, tight, shim=True, log=log, what=what)
         entries = read_jsonl(log)
     if not intact(what, plain, roomy, on):
         return
@@ -94,6 +97,12 @@ def scenario_rows_cap(args):
           "the solver did not cap the image rows" % (what,
                                                      capacity_skips(entries)))
     check_plans_applied(entries, 2, what)
+    # Full image buffers cannot take what arrives past their rows: it is
+    # staged; four packs' worth of room takes it in place.
+    check(STAGED in err, "%s: full buffers, yet no rank staged what arrived"
+          % what)
+    check(STAGED not in roomy_err, "%s, roomy buffers: a rank staged what "
+          "arrived" % what)
 
 
 def main():
