@@ -308,9 +308,9 @@ static int gather_images(dpshim__vit_t *v, const dpshim_encoder_call_t *c,
     for (int32_t k = 0; k < MAX_IN; k++) in += w->in[k];
     v->images[i] = (dpshim__vit_image_t){w->patches, in, w->out,
                                          w->patches_sq};
+    rep->patches += w->patches;
   }
   rep->images = n;
-  for (int64_t i = 0; i < n; i++) rep->patches += v->wire[i].patches;
   return 1;
 }
 

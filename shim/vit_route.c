@@ -15,27 +15,28 @@ void dpshim__vit_planner_free(dpshim__vit_planner_t *p) {
   dpshim_plan_free(&p->plan);
   free(p->samples);
   free(p->load);
-  free(p->sample_of);
+  free(p->total);
+  free(p->part);
   dpshim__vit_planner_init(p);
 }
 
 static int reserve(dpshim__vit_planner_t *p, size_t images, size_t ranks) {
-  /* samples: at most an image each and one more a rank; sample_of (an
-   * image each) shares the capacity */
-  size_t n = images + ranks;
+  size_t n = images + ranks; /* at most an image each and one more a rank */
   if (n > p->samples_cap) {
     n += n / 2; /* room to grow, as the solver's (solver/arena.c) */
     dpshim_sample_t *s = realloc(p->samples, n * sizeof *s);
-    if (s) p->samples = s;
-    int64_t *of = realloc(p->sample_of, n * sizeof *of);
-    if (of) p->sample_of = of;
-    if (!s || !of) return DPSHIM_ENOMEM;
+    if (!s) return DPSHIM_ENOMEM;
+    p->samples = s;
     p->samples_cap = n;
   }
   if (ranks > p->ranks_cap) {
     double *load = realloc(p->load, ranks * sizeof *load);
-    if (!load) return DPSHIM_ENOMEM;
-    p->load = load;
+    if (load) p->load = load;
+    dpshim_sample_t *total = realloc(p->total, ranks * sizeof *total);
+    if (total) p->total = total;
+    dpshim__vit_part_t *part = realloc(p->part, ranks * sizeof *part);
+    if (part) p->part = part;
+    if (!load || !total || !part) return DPSHIM_ENOMEM;
     p->ranks_cap = ranks;
   }
   return 0;
@@ -61,29 +62,33 @@ static double image_cost(const dpshim__vit_settings_t *s,
  * that add up to what the rank holds above the mean (excess) are a sample
  * each, and the rest one sample (a rank at or below the mean: all of
  * them), whose per-image constant c but one goes into p->load[r], the
- * rank's history. */
+ * rank's history. The rest is the rank's total less those first images:
+ * they alone are read again. */
 static int64_t rank_samples(dpshim__vit_planner_t *p,
                             const dpshim__vit_group_t *g,
                             const dpshim__vit_settings_t *s, int32_t r,
                             double excess, int all, int64_t n) {
-  int64_t rest = -1;
+  dpshim__vit_part_t *part = &p->part[r];
+  int64_t count = g->first[r + 1] - g->first[r];
+  dpshim_sample_t given_sum = {0};
   double given = 0;
-  for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
-    int64_t at = rest;
-    if (all || given < excess) {
-      given += image_cost(s, &g->images[i]);
-      at = n++;
-      p->samples[at] = (dpshim_sample_t){.origin = r};
-    } else if (rest < 0) {
-      at = rest = n++;
-      p->samples[at] = (dpshim_sample_t){.origin = r};
-    } else {
-      p->load[r] += s->model.c;
-    }
-    add_image(&p->samples[at], &g->images[i]);
-    p->sample_of[i] = at;
+  *part = (dpshim__vit_part_t){n, 0, -1};
+  for (; part->given < count && (all || given < excess); part->given++) {
+    const dpshim__vit_image_t *im = &g->images[g->first[r] + part->given];
+    given += image_cost(s, im);
+    p->samples[n] = (dpshim_sample_t){.origin = r};
+    add_image(&p->samples[n++], im);
+    add_image(&given_sum, im);
   }
-  if (g->first[r + 1] == g->first[r]) /* a placeholder (fill_samples) */
+  if (part->given < count) {
+    const dpshim_sample_t *t = &p->total[r];
+    part->rest = n;
+    p->samples[n++] = (dpshim_sample_t){
+        .len = t->len - given_sum.len, .bytes = t->bytes - given_sum.bytes,
+        .origin = r, .patches_sq = t->patches_sq - given_sum.patches_sq};
+    for (int64_t k = part->given + 1; k < count; k++) p->load[r] += s->model.c;
+  }
+  if (count == 0) /* a placeholder (fill_samples) */
     p->samples[n++] = (dpshim_sample_t){.origin = r};
   return n;
 }
@@ -104,15 +109,19 @@ static int64_t rank_samples(dpshim__vit_planner_t *p,
  * rank is one sample, exact in patches (the cap holds) and cost (with the
  * history). Should such a sample move, its images go together: still a
  * plan, a coarse one. At most that many ranks, every image is a sample and
- * the exact searches see them all. */
+ * the exact searches see them all. One pass reads every image (each rank's
+ * load and total); the second reads only the images placed one by one. */
 static int64_t fill_samples(dpshim__vit_planner_t *p,
                             const dpshim__vit_group_t *g,
                             const dpshim__vit_settings_t *s, int *history) {
   double sum = 0;
   for (int32_t r = 0; r < g->ranks; r++) {
     p->load[r] = 0;
-    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++)
+    p->total[r] = (dpshim_sample_t){0};
+    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
       p->load[r] += image_cost(s, &g->images[i]);
+      add_image(&p->total[r], &g->images[i]);
+    }
     sum += p->load[r];
   }
   double mean = sum / g->ranks;
@@ -131,11 +140,14 @@ static int64_t fill_samples(dpshim__vit_planner_t *p,
 static int copy_dest(const dpshim__vit_planner_t *p,
                      const dpshim__vit_group_t *g, int apply, int32_t *dest) {
   int64_t moved = 0;
-  for (int32_t r = 0; r < g->ranks; r++)
-    for (int64_t i = g->first[r]; i < g->first[r + 1]; i++) {
-      dest[i] = apply ? p->plan.dest[p->sample_of[i]] : r;
+  for (int32_t r = 0; r < g->ranks; r++) {
+    const dpshim__vit_part_t *part = &p->part[r];
+    for (int64_t i = g->first[r], k = 0; i < g->first[r + 1]; i++, k++) {
+      int64_t smp = k < part->given ? part->first + k : part->rest;
+      dest[i] = apply ? p->plan.dest[smp] : r;
       moved += dest[i] != r;
     }
+  }
   return moved > 0;
 }
 

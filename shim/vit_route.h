@@ -50,14 +50,22 @@ typedef struct dpshim__vit_settings {
  * fill_samples). */
 #define DPSHIM__VIT_EVERY_IMAGE_RANKS 32
 
+/* How a rank's images became the solver's samples: its first `given` are
+ * samples first, first + 1, ...; the others are together sample `rest`
+ * (-1: none). */
+typedef struct dpshim__vit_part {
+  int64_t first, given, rest;
+} dpshim__vit_part_t;
+
 /* Scratch that grows to the largest call; reuse it across calls. */
 typedef struct dpshim__vit_planner {
   dpshim_plan_t plan;
   const char *skip_reason; /* the last plan's, or NULL when it moved */
   dpshim_sample_t *samples;
-  size_t samples_cap;             /* and sample_of's */
-  int64_t *sample_of;             /* [images]: its sample */
-  double *load;                   /* [ranks]: the rank's history */
+  size_t samples_cap;
+  double *load;              /* [ranks]: the rank's history */
+  dpshim_sample_t *total;    /* [ranks]: all its images as one sample */
+  dpshim__vit_part_t *part;  /* [ranks] */
   size_t ranks_cap;
 } dpshim__vit_planner_t;
 
