@@ -12,6 +12,11 @@
 /* Subset-sum cells (candidates x hole units) a plan may spend on all its
  * holes: a few milliseconds at most; the holes after it shift. */
 #define FILL_BUDGET (1 << 23)
+/* A hole's subset sum costs no more than copying the hole would (a cell
+ * takes about as long as copying this many bytes), but for small ones:
+ * a text pack's holes of thousands of tokens, a few bytes each, shift. */
+#define CELL_BYTES 16
+#define SMALL_FILL 4096
 /* Kept samples a hole may grow by, one at a time, before they shift. */
 #define DEFER 8
 
@@ -44,17 +49,20 @@ static int64_t gcd(int64_t a, int64_t b) {
   return a;
 }
 
-/* TOKENS or the field with offsets of its own that holds the most bytes. */
-static int32_t heaviest(const dpshim_batch_t *b, const dpshim__layout_t *l) {
+/* TOKENS or the field with offsets of its own that holds the most bytes;
+ * *row: the bytes of one of its rows (every token-aligned field's). */
+static int32_t heaviest(const dpshim_batch_t *b, const dpshim__layout_t *l,
+                        int64_t *row) {
   double best = 0;
   int32_t which = TOKENS;
+  *row = 0;
   for (int32_t f = 0; f < l->nfields; f++)
-    if (l->kind[f] == DPSHIM__ROWS_TOKENS) best += (double)l->row_bytes[f];
-  best *= b->cu_seqlens[b->nsamples];
+    if (l->kind[f] == DPSHIM__ROWS_TOKENS) *row += (int64_t)l->row_bytes[f];
+  best = (double)*row * b->cu_seqlens[b->nsamples];
   for (int32_t f = 0; f < l->nfields; f++) {
     if (l->kind[f] != DPSHIM__ROWS_OWN) continue;
     double bytes = (double)l->row_bytes[f] * b->fields[f].offsets[b->nsamples];
-    if (bytes > best) best = bytes, which = f;
+    if (bytes > best) best = bytes, which = f, *row = (int64_t)l->row_bytes[f];
   }
   return which;
 }
@@ -76,10 +84,12 @@ static int fill(dpshim__repack_t *r, const int32_t *off, const int32_t *later,
     unit = gcd(unit, w);
   }
   int64_t units = hole / unit; /* patch rows come in multiples of a merge */
-  if (sum < hole || c * units > r->budget ||
+  int64_t cells = c * units;
+  if (sum < hole || cells > r->budget ||
+      (cells > SMALL_FILL && cells * CELL_BYTES > hole * r->row_bytes) ||
       dpshim__grow(&r->reach, &r->reach_cap, (size_t)units + 1, 1) < 0)
     return 0;
-  r->budget -= c * units;
+  r->budget -= cells;
   /* reach[s]: 1 + the candidate that completes a subset of s units (the
    * rest from candidates before it); 0: none; reach[0] = -1. */
   memset(r->reach, 0, (size_t)units + 1);
@@ -277,7 +287,8 @@ void dpshim__repack_plan(dpshim__repack_t *r, const dpshim_batch_t *b,
                          int32_t n) {
   r->n = n;
   r->budget = FILL_BUDGET;
-  choose_order(r, b, offsets_of(b, l, heaviest(b, l)), keep, n);
+  int32_t kind = heaviest(b, l, &r->row_bytes);
+  choose_order(r, b, offsets_of(b, l, kind), keep, n);
   r->copied = count_copies(r, b, l);
   if (r->copied >= 0) return;
   memcpy(r->order, keep, (size_t)n * sizeof *keep); /* needs no stash */

@@ -37,6 +37,7 @@ typedef struct dpshim__repack {
   int32_t *order;   /* [n] the kept samples in their new order */
   int64_t copied;   /* bytes the repack copies (rows put aside twice) */
   int64_t budget;   /* subset-sum cells left to this plan */
+  int64_t row_bytes; /* a row of the heaviest kind's */
   /* scratch, kept between hand-offs */
   dpshim__repack_move_t *moves;
   int32_t *by_from, *rank, *next;
