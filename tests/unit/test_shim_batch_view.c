@@ -638,6 +638,26 @@ Test(shim_batch_view, holes_no_sum_fills_are_shifted) {
   for (int32_t k = 0; k < 3; k++) cr_assert_eq(repack.order[k], which[k]);
 }
 
+Test(shim_batch_view, a_long_text_hole_shifts_rather_than_search) {
+  /* Tokens alone, 4 bytes each: sample 0's 1000-token hole could be filled
+   * by 500 + 300 + 200, but the subset sum over 1000 units and the 5 later
+   * samples costs more than copying 4000 bytes (nor do the grown holes pay
+   * or add up): the samples behind it shift instead, in pack order. */
+  static int32_t tok[4096], cu[9];
+  const int32_t len[7] = {1000, 123, 77, 200, 300, 500, 61};
+  cu[0] = 0;
+  for (int i = 0; i < 7; i++) cu[i + 1] = cu[i] + len[i];
+  dpshim_field_t f = {"tokens", tok, sizeof(int32_t), cu, 4096};
+  dpshim_batch_t b = {7, 8, cu, 1, &f, NULL};
+  dpshim__layout_t lo;
+  cr_assert_eq(dpshim__layout_of(&b, &lo, msg, sizeof msg), 0, "%s", msg);
+  cr_assert_eq(dpshim__repack_reserve(&repack, b.nsamples), 0);
+  const int32_t which[6] = {1, 2, 3, 4, 5, 6};
+  dpshim__repack_plan(&repack, &b, &lo, which, 6);
+  for (int32_t k = 0; k < 6; k++)
+    cr_assert_eq(repack.order[k], which[k], "position %d", k);
+}
+
 Test(shim_batch_view, random_repacks_keep_every_sample) {
   /* Any lengths, any subset: every kept sample intact, once. */
   uint32_t x = 12345;
