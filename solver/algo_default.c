@@ -360,7 +360,22 @@ static int without_hosts_if_better(const dpshim__ctx_t *ctx, int reason,
   return flat_reason;
 }
 
+/* Whether no plan can lower the maximum load: the rank that receives the
+ * costliest sample holds at least it on top of the least history (the
+ * sums only grow, also rounded), and the samples as they lie are there
+ * already (fewlong: a long document alone on a rank). Then every step
+ * below ends in no-gain, and is not run. Not where a rows cap is exceeded:
+ * there any plan within the caps is applied. */
+static int cannot_gain(const dpshim__ctx_t *ctx) {
+  double least = ctx->history[0];
+  for (int32_t r = 1; r < ctx->ranks; r++) least = fmin(least, ctx->history[r]);
+  return dpshim__max_load(ctx->load0, ctx->ranks) <=
+             least + ctx->cost[ctx->order[0]] &&
+         !over_rows_cap_before(ctx);
+}
+
 int dpshim__algo_default(const dpshim__ctx_t *ctx) {
+  if (cannot_gain(ctx)) return DPSHIM_SKIP_NO_GAIN;
   double max;
   int reason = core(ctx, &max);
   reason = without_hosts_if_better(ctx, reason, max);
