@@ -81,6 +81,16 @@ static void insertion_sort(cost_rec_t *a, int64_t n) {
   }
 }
 
+/* Whether a is in order already. A bucket of samples of one (cost,
+ * length), text samples of one length, is: the passes are stable and the
+ * samples came in index order. Its digits would split nothing, pass after
+ * pass, down to the last bit. */
+static int sorted(const cost_rec_t *a, int64_t n) {
+  for (int64_t i = 1; i < n; i++)
+    if (rec_before(&a[i], &a[i - 1])) return 0;
+  return 1;
+}
+
 /* The records' keys as one number, cost above length: the cost's bits less
  * the least cost's (which order as the costs do, being >= 0), `len_bits`
  * bits of length under them. */
@@ -152,7 +162,7 @@ static void msd_sort(cost_rec_t *a, cost_rec_t *tmp, int64_t n, key_shape_t k,
     insertion_sort(a, n);
     return;
   }
-  if (top == 0) return;
+  if (top == 0 || sorted(a, n)) return;
   int bits = digit_bits(n, top, DIGIT_BITS);
   msd_pass(a, tmp, n, k, top - bits, bits, count);
   memcpy(a, tmp, (size_t)n * sizeof *a);
