@@ -17,18 +17,24 @@ static uint64_t sort_key(int64_t largest, int64_t size, int64_t index) {
   return ((uint64_t)(largest - size) << 32) | (uint64_t)index;
 }
 
+static int bit_length(uint64_t x) {
+  int n = 0;
+  for (; x; x >>= 1) n++;
+  return n;
+}
+
 static void radix_pass(const uint64_t *src, uint64_t *dst, int64_t n,
-                       unsigned shift, uint32_t *count) {
-  memset(count, 0, DIGITS * sizeof *count);
-  for (int64_t i = 0; i < n; i++) count[(src[i] >> shift) & (DIGITS - 1)]++;
+                       unsigned shift, unsigned bits, uint32_t *count) {
+  uint32_t digits = 1u << bits, mask = digits - 1;
+  memset(count, 0, digits * sizeof *count);
+  for (int64_t i = 0; i < n; i++) count[(src[i] >> shift) & mask]++;
   uint32_t sum = 0;
-  for (uint32_t d = 0; d < DIGITS; d++) {
+  for (uint32_t d = 0; d < digits; d++) {
     uint32_t c = count[d];
     count[d] = sum;
     sum += c;
   }
-  for (int64_t i = 0; i < n; i++)
-    dst[count[(src[i] >> shift) & (DIGITS - 1)]++] = src[i];
+  for (int64_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & mask]++] = src[i];
 }
 
 static int order_by_size_desc(const dpshim__ctx_t *ctx, const int64_t *size,
@@ -41,10 +47,14 @@ static int order_by_size_desc(const dpshim__ctx_t *ctx, const int64_t *size,
   uint32_t *count = DPSHIM__ALLOC(ctx, uint32_t, DIGITS);
   if (!a || !b || !count) return DPSHIM_ENOMEM;
   for (int64_t i = 0; i < n; i++) a[i] = sort_key(largest, size[i], i);
-  /* Only as many digits as the spread of sizes needs. */
-  for (unsigned shift = 32; shift < 64 && (uint64_t)largest >> (shift - 32);
-       shift += DIGIT_BITS) {
-    radix_pass(a, b, n, shift, count);
+  /* Only as many passes as the spread of sizes needs, each digit as narrow
+   * as they allow: lengths below 2^16 take two passes of 8 bits, whose
+   * counts (256) cost nothing beside a few thousand samples. */
+  unsigned width = (unsigned)bit_length((uint64_t)largest);
+  unsigned passes = (width + DIGIT_BITS - 1) / DIGIT_BITS;
+  unsigned bits = passes > 0 ? (width + passes - 1) / passes : 0;
+  for (unsigned p = 0, shift = 32; p < passes; p++, shift += bits) {
+    radix_pass(a, b, n, shift, bits, count);
     uint64_t *t = a;
     a = b;
     b = t;
@@ -106,12 +116,6 @@ static uint32_t key_digit(const cost_rec_t *r, key_shape_t k, int shift,
   if (shift >= k.len_bits) v = cost >> (shift - k.len_bits);
   else v = (cost << (k.len_bits - shift)) | (len >> shift);
   return (uint32_t)(v & ((1u << bits) - 1));
-}
-
-static int bit_length(uint64_t x) {
-  int n = 0;
-  for (; x; x >>= 1) n++;
-  return n;
 }
 
 #define SMALL_BUCKET 48 /* sorted by insertion from here down */
