@@ -316,6 +316,10 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
                               int64_t *back, int fits_only) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
+  /* What comes back covers what lo lacks: hi would end with at least its
+   * tokens and lo's less the cap. Where that is above the cap, no trade
+   * is within it, and lo's samples are not sorted to find out. */
+  if (s->tokens[hi] - ctx->cap > ctx->cap - s->tokens[lo]) return best;
   int64_t n = index_shortest(s, lo);
   for (int64_t k = 0; k < s->given; k++) {
     int64_t i = s->give[k], len = s->give_len[k];
@@ -409,7 +413,10 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   action_t a = NO_ACTION;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks && n > 0 && best < room; x++) {
-    if (x == lo || s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
+    /* As in best_trade(): x and lo together above twice the cap cannot
+     * trade within it. */
+    if (x == lo || s->tokens[x] - ctx->cap > ctx->cap - s->tokens[lo] ||
+        s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
         s->cache.costliest[x] - s->trade_cost[1] <= best)
       continue;
     /* One call site: unlock_with() is inlined (it runs for every sample
