@@ -356,9 +356,8 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
  * costliest sample's cost: unlock() asks for every rank, most have none
  * long enough, and of the rest most have just the one or none costly
  * enough to beat the best trade so far. */
-static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
+static int64_t longest_walk(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
-  if (c->longest_version[r] == s->version[r]) return c->longest[r];
   int64_t longest = 0, second = 0, at = -1;
   double costliest = 0;
   for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
@@ -372,6 +371,13 @@ static int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
   c->second[r] = second;
   c->costliest[r] = costliest;
   return c->longest[r] = longest;
+}
+
+/* The cached answer inline (unlock() asks for every rank, each round). */
+static inline int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
+  const struct dpshim__trade_cache *c = &s->cache;
+  return c->longest_version[r] == s->version[r] ? c->longest[r]
+                                                 : longest_walk(s, r);
 }
 
 /* One of unlock()'s trades: x's sample i for lo's shortest (n >= 1 of
@@ -513,8 +519,9 @@ static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   list_gives(s, hi);
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target ||
-        s->tokens[r] + longest <= s->ctx->cap)
-      continue;
+        s->tokens[r] + longest <= s->ctx->cap ||
+        s->tokens[hi] - s->ctx->cap > s->ctx->cap - s->tokens[r])
+      continue; /* the last: best_trade() would find none, not called */
     int64_t back = 0;
     candidate_t t = best_trade(s, hi, r, &back, 1);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))
