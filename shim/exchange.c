@@ -92,7 +92,7 @@ static void landing(dpshim__exchange_t *x, const dpshim_batch_t *b,
     unsigned char *start = dpshim__batch_rows(b, l, f, 0, b->nsamples, &held);
     size_t bytes = (size_t)rows[f] * l->row_bytes[f];
     at[f] = !bytes ? NULL : in_place ? start + held : staged;
-    if (!in_place) staged += bytes;
+    if (!in_place && bytes) staged += bytes;
   }
 }
 
