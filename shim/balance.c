@@ -66,6 +66,7 @@ struct dpshim__balancer {
   double gate_unmeasured; /* the meeting priced without that measure (s) */
   dpshim__policy_retry_t retry;
   dpshim__price_t price; /* what applying costs this rank */
+  int exchanged; /* this group has applied a plan: its ranks are connected */
   /* The ViT gate: the encoder's part of a sample's cost (a: patches_sq,
    * b: patches; microseconds), on when `gating`. */
   dpshim_cost_model_t encoder;
@@ -1111,10 +1112,14 @@ int dpshim__balance(dpshim__balancer_t *b, dpshim__comm_t *comm,
     double t0 = b->cfg.clock ? b->cfg.clock() : 0;
     rc = exchange(b, comm, batch, &l, &moved, rep);
     if (rc < 0) return rc;
-    if (b->cfg.clock) /* verify's hashes are no cost of applying */
+    /* The group's first exchange opens its ranks' connections (MPI makes
+     * them at first use) and touches its buffers' pages first: no later
+     * one costs that, so it is not learnt. Nor are verify's hashes. */
+    if (b->cfg.clock && b->exchanged)
       dpshim__price_learn(&b->price, priced_bytes(b, comm->rank),
                           copied_bytes(b, comm->rank, rep),
                           b->cfg.clock() - t0 - moved.hash_s);
+    b->exchanged = 1;
     rep->shift_bytes = behind_first_hole(b, comm->rank) +
                        b->bytes[b->size + comm->rank];
     rep->applied = 1;

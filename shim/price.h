@@ -1,6 +1,7 @@
 /* What applying a plan costs one rank, learned from its own applied
- * hand-offs: seconds = fixed + per_byte * bytes it copies (sends, receives,
- * and what its repack copies to close the holes of what it sent). A
+ * hand-offs but the group's first (which opens the ranks' connections):
+ * seconds = fixed + per_byte * bytes it moves (sends, receives, and what
+ * its repack copies to close the holes of what it sent). A
  * least-squares line over recent hand-offs (older ones weigh less), both
  * terms >= 0, starting from a prior of an optimistic copy rate so that the
  * first plans that clearly pay are applied and measured.
