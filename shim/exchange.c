@@ -46,20 +46,33 @@ static size_t list_sends(dpshim__exchange_t *x, const dpshim_batch_t *b,
 }
 
 /* The samples bound here from other ranks, by rank then index: their metas
- * into x->recv_meta and each field's rows summed into rows[]. */
+ * into x->recv_meta, each field's rows summed into rows[], and the receives
+ * matching list_sends() on those ranks (the same runs, field by field),
+ * whose buffers landing() sets; *nrecv counts them. */
 static int32_t list_received(dpshim__exchange_t *x, const dpshim__layout_t *l,
                              const dpshim__exchange_plan_t *p, int32_t size,
-                             int32_t me, int64_t *rows) {
+                             int32_t me, int64_t *rows, size_t *nrecv) {
   size_t width = (size_t)l->width;
   int32_t n = 0;
+  *nrecv = 0;
   for (int32_t r = 0; r < size; r++) {
     if (r == me) continue;
-    for (int64_t i = p->first[r]; i < p->first[r + 1]; i++) {
+    for (int64_t i = p->first[r], j; i < p->first[r + 1]; i = j) {
+      for (j = i + 1; j < p->first[r + 1] && p->dest[j] == p->dest[i];) j++;
       if (p->dest[i] != me) continue;
-      const int32_t *m = p->meta + (size_t)i * width;
-      memcpy(x->recv_meta + (size_t)n++ * width, m, width * sizeof *m);
+      size_t bytes[DPSHIM__MAX_FIELDS] = {0};
+      for (int64_t k = i; k < j; k++) {
+        const int32_t *m = p->meta + (size_t)k * width;
+        memcpy(x->recv_meta + (size_t)n++ * width, m, width * sizeof *m);
+        for (int32_t f = 0; f < l->nfields; f++) {
+          int64_t got = dpshim__meta_rows(l, f, m);
+          rows[f] += got;
+          bytes[f] += (size_t)got * l->row_bytes[f];
+        }
+      }
       for (int32_t f = 0; f < l->nfields; f++)
-        rows[f] += dpshim__meta_rows(l, f, m);
+        if (bytes[f])
+          x->recv[(*nrecv)++] = (dpshim__comm_piece_t){NULL, bytes[f], r, f};
     }
   }
   return n;
@@ -82,43 +95,22 @@ static int fits_in_place(const dpshim_batch_t *b, const dpshim__layout_t *l,
 }
 
 /* Where each field's received rows go: past b's rows, or in staging, field
- * after field. */
+ * after field; and each receive its place in its field's, in order. */
 static void landing(dpshim__exchange_t *x, const dpshim_batch_t *b,
                     const dpshim__layout_t *l, int in_place,
-                    const int64_t *rows, unsigned char **at) {
-  unsigned char *staged = x->staging;
+                    const int64_t *rows, size_t nrecv, unsigned char **at) {
+  unsigned char *staged = x->staging, *next[DPSHIM__MAX_FIELDS];
   for (int32_t f = 0; f < l->nfields; f++) {
     size_t held;
     unsigned char *start = dpshim__batch_rows(b, l, f, 0, b->nsamples, &held);
     size_t bytes = (size_t)rows[f] * l->row_bytes[f];
-    at[f] = !bytes ? NULL : in_place ? start + held : staged;
+    at[f] = next[f] = !bytes ? NULL : in_place ? start + held : staged;
     if (!in_place && bytes) staged += bytes;
   }
-}
-
-/* The receives matching list_sends() on every other rank: the same runs,
- * each field's landing back to back from at[]. */
-static size_t list_recvs(dpshim__exchange_t *x, const dpshim__layout_t *l,
-                         const dpshim__exchange_plan_t *p, int32_t size,
-                         int32_t me, unsigned char *const *at) {
-  size_t width = (size_t)l->width, n = 0, used[DPSHIM__MAX_FIELDS] = {0};
-  for (int32_t r = 0; r < size; r++) {
-    if (r == me) continue;
-    for (int64_t i = p->first[r], j; i < p->first[r + 1]; i = j) {
-      for (j = i + 1; j < p->first[r + 1] && p->dest[j] == p->dest[i];) j++;
-      if (p->dest[i] != me) continue;
-      for (int32_t f = 0; f < l->nfields; f++) {
-        size_t bytes = 0;
-        for (int64_t k = i; k < j; k++)
-          bytes += (size_t)dpshim__meta_rows(l, f, p->meta + (size_t)k * width) *
-                   l->row_bytes[f];
-        if (!bytes) continue;
-        x->recv[n++] = (dpshim__comm_piece_t){at[f] + used[f], bytes, r, f};
-        used[f] += bytes;
-      }
-    }
+  for (size_t k = 0; k < nrecv; k++) {
+    x->recv[k].buf = next[x->recv[k].tag];
+    next[x->recv[k].tag] += x->recv[k].bytes;
   }
-  return n;
 }
 
 /* A record's hash: its rows field after field, as if back to back. */
@@ -194,12 +186,11 @@ int dpshim__exchange_run(dpshim__exchange_t *x, dpshim__comm_t *comm,
   memset(out, 0, sizeof *out);
   for (int32_t i = 0; i < b->nsamples; i++)
     if (dest[i] == me) x->keep[kept++] = i;
+  size_t nrecv, nsend = list_sends(x, b, l, dest, me);
   out->sent = b->nsamples - kept;
-  out->received = list_received(x, l, p, comm->size, me, rows);
+  out->received = list_received(x, l, p, comm->size, me, rows, &nrecv);
   int in_place = fits_in_place(b, l, out->received, rows);
-  landing(x, b, l, in_place, rows, at);
-  size_t nsend = list_sends(x, b, l, dest, me),
-         nrecv = list_recvs(x, l, p, comm->size, me, at);
+  landing(x, b, l, in_place, rows, nrecv, at);
   double h0 = now(clock);
   if (hash) out->sent_hash = sent_hashes(b, l, dest, me);
   out->hash_s = now(clock) - h0;
