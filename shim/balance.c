@@ -957,18 +957,9 @@ static double meeting_cost(const dpshim__balancer_t *b, const double *enc,
 /* The step's end (us) at best under a plan of the LLM's part, the calls
  * met: each part even, none below its costliest sample's or unit's. */
 static double llm_plan_bound(const dpshim__balancer_t *b) {
-  double llm = 0, llm_most = 0, enc = 0, unit = 0;
-  for (int64_t i = 0; i < b->first[b->size]; i++) {
-    const dpshim_sample_t *s = &b->samples[i];
-    double e = encoder_part(b, s);
-    double part = fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
-    llm += part, enc += e;
-    llm_most = fmax(llm_most, part);
-    unit = fmax(unit, dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
-  }
-  double bound = 0;
-  for (int32_t r = 0; r < b->size; r++) bound = fmax(bound, b->gate[r]);
-  return bound + fmax(llm / b->size, llm_most) + fmax(enc / b->size, unit);
+  return dpshim__policy_llm_bound(b->gate, b->size, b->samples,
+                                  b->first[b->size], b->cfg.model,
+                                  b->encoder.a, b->encoder.b);
 }
 
 /* Whether such a plan could pay at all: its bound saving on the apart end

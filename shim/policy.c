@@ -105,6 +105,22 @@ double dpshim__policy_met_end(const double *before, const double *llm,
          fmax(enc_sum / ranks, enc_most);
 }
 
+double dpshim__policy_llm_bound(const double *before, int32_t ranks,
+                                const dpshim_sample_t *s, int64_t n,
+                                dpshim_cost_model_t model, double sq,
+                                double lin) {
+  double llm = 0, llm_most = 0, enc = 0, unit = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = sq * (double)s[i].patches_sq + lin * (double)s[i].patches;
+    double part = fmax(0, dpshim_sample_cost(model, &s[i]) - e);
+    llm += part, enc += e;
+    llm_most = fmax(llm_most, part);
+    unit = fmax(unit, dpshim__policy_vit_unit(sq, lin, &s[i]));
+  }
+  return max_of(before, ranks) + fmax(llm / ranks, llm_most) +
+         fmax(enc / ranks, unit);
+}
+
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,

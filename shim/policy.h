@@ -80,6 +80,15 @@ double dpshim__policy_vit_unit(double sq, double lin, const dpshim_sample_t *s);
 double dpshim__policy_met_end(const double *before, const double *llm,
                               const double *enc, double enc_most,
                               int32_t ranks);
+/* The same at its bound under a plan of the LLM's part alone, the samples
+ * s[0 .. n) anywhere: each part even over the ranks, none below its
+ * costliest sample's (the LLM's) or unit's (the encoder's). A sample's
+ * encoder part is sq * patches_sq + lin * patches, its LLM part the rest
+ * of its cost under `model` (no less than 0). */
+double dpshim__policy_llm_bound(const double *before, int32_t ranks,
+                                const dpshim_sample_t *s, int64_t n,
+                                dpshim_cost_model_t model, double sq,
+                                double lin);
 const char *dpshim__policy_meet(const double *before, const double *llm,
                                 const double *enc, double enc_most,
                                 int32_t ranks, double meet_s,

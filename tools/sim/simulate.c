@@ -617,21 +617,11 @@ static int meet_or_not(ctx_t *x, int64_t n, int64_t images, const char *why,
                               *cost, saving);
 }
 
-/* As balance.c's llm_plan_bound(): the step's end (us) at best under a
- * plan of the LLM part, the calls met. */
+/* As balance.c's llm_plan_bound() (policy.h): the step's end (us) at best
+ * under a plan of the LLM part, the calls met. */
 static double llm_plan_bound(ctx_t *x, int64_t n) {
-  const dpshim_cost_model_t *m = &x->model;
-  double llm = 0, llm_most = 0, enc = 0, unit = 0, bound = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const dpshim_sample_t *smp = &x->samples[i];
-    double e = encoder_part(m, smp);
-    double part = dpshim_sample_cost(*m, smp) - e;
-    llm += part, enc += e;
-    llm_most = fmax(llm_most, part);
-    unit = fmax(unit, dpshim__policy_vit_unit(m->d, m->e, smp));
-  }
-  for (int32_t r = 0; r < x->P; r++) bound = fmax(bound, x->before[r]);
-  return bound + fmax(llm / x->P, llm_most) + fmax(enc / x->P, unit);
+  return dpshim__policy_llm_bound(x->before, x->P, x->samples, n, x->model,
+                                  x->model.d, x->model.e);
 }
 
 /* As balance.c's llm_plan_could_pay(): the LLM part's plan is solved only
