@@ -892,35 +892,15 @@ static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
 }
 
 /* The encoder's part of sample s's cost (the gate's microseconds). */
-static double encoder_part(const dpshim__balancer_t *b,
-                           const dpshim_sample_t *s) {
-  return b->encoder.a * (double)s->patches_sq +
-         b->encoder.b * (double)s->patches;
-}
-
 /* Per rank, with the samples at dest (NULL: where they are): the LLM's and
  * the encoder's parts of what it holds, and one way's bytes (see
- * exchange_floor) at `wire` bytes a patch. Returns the encoder part of the
- * costliest unit the ViT plan can place (policy.h). */
+ * exchange_floor) at `wire` bytes a patch (policy.h). */
 static double gate_loads(const dpshim__balancer_t *b, const int32_t *dest,
                          double wire, double *llm, double *enc,
                          double *bytes) {
-  double most = 0;
-  memset(llm, 0, (size_t)b->size * sizeof *llm);
-  memset(enc, 0, (size_t)b->size * sizeof *enc);
-  memset(bytes, 0, (size_t)b->size * sizeof *bytes);
-  for (int32_t r = 0; r < b->size; r++)
-    for (int64_t i = b->first[r]; i < b->first[r + 1]; i++) {
-      const dpshim_sample_t *s = &b->samples[i];
-      int32_t at = dest ? dest[i] : r;
-      double e = encoder_part(b, s);
-      enc[at] += e;
-      llm[at] += fmax(0, dpshim_sample_cost(b->cfg.model, s) - e);
-      bytes[at] += fmax((double)s->bytes, 0.5 * wire * (double)s->patches);
-      most = fmax(most,
-                  dpshim__policy_vit_unit(b->encoder.a, b->encoder.b, s));
-    }
-  return most;
+  return dpshim__policy_gate_loads(b->samples, b->first[b->size], dest,
+                                   b->size, b->cfg.model, b->encoder.a,
+                                   b->encoder.b, wire, llm, enc, bytes);
 }
 
 /* What the group tells of meeting: the costliest rank's measure of its

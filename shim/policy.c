@@ -2,6 +2,7 @@
 #include "policy.h"
 
 #include <math.h>
+#include <string.h>
 
 const char *dpshim__policy_precheck(const int32_t *nsamples, int32_t ranks) {
   int64_t total = 0;
@@ -94,6 +95,26 @@ double dpshim__policy_vit_unit(double sq, double lin,
   if (s->patches <= 0) return 0;
   double block = (double)s->patches_sq / (double)s->patches;
   return sq * block * block + lin * block;
+}
+
+double dpshim__policy_gate_loads(const dpshim_sample_t *s, int64_t n,
+                                 const int32_t *dest, int32_t ranks,
+                                 dpshim_cost_model_t model, double sq,
+                                 double lin, double wire, double *llm,
+                                 double *enc, double *bytes) {
+  double most = 0;
+  memset(llm, 0, (size_t)ranks * sizeof *llm);
+  memset(enc, 0, (size_t)ranks * sizeof *enc);
+  memset(bytes, 0, (size_t)ranks * sizeof *bytes);
+  for (int64_t i = 0; i < n; i++) {
+    int32_t at = dest ? dest[i] : s[i].origin;
+    double e = sq * (double)s[i].patches_sq + lin * (double)s[i].patches;
+    enc[at] += e;
+    llm[at] += fmax(0, dpshim_sample_cost(model, &s[i]) - e);
+    bytes[at] += fmax((double)s[i].bytes, 0.5 * wire * (double)s[i].patches);
+    most = fmax(most, dpshim__policy_vit_unit(sq, lin, &s[i]));
+  }
+  return most;
 }
 
 double dpshim__policy_met_end(const double *before, const double *llm,

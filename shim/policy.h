@@ -64,6 +64,20 @@ const char *dpshim__policy_cannot_pay(const double *load,
  * sample of unequal images gets a block between their mean and largest. */
 double dpshim__policy_vit_unit(double sq, double lin, const dpshim_sample_t *s);
 
+/* The ViT gate's loads with the samples s[0 .. n) at dest (NULL: at their
+ * origin), per rank of `ranks`: llm[r] and enc[r] the LLM's and the
+ * encoder's parts of what r holds (a sample's encoder part is sq *
+ * patches_sq + lin * patches, its LLM part the rest of its cost under
+ * `model`, no less than 0), bytes[r] what one way of a meeting moves (a
+ * sample's bytes, or half its patches at `wire` bytes a patch where that
+ * is more). Returns the encoder part of the costliest unit the ViT plan
+ * can place (dpshim__policy_vit_unit). */
+double dpshim__policy_gate_loads(const dpshim_sample_t *s, int64_t n,
+                                 const int32_t *dest, int32_t ranks,
+                                 dpshim_cost_model_t model, double sq,
+                                 double lin, double wire, double *llm,
+                                 double *enc, double *bytes);
+
 /* The ViT gate (DPSHIM_VIT_TRIGGER_THRESHOLD=auto): whether a micro-batch's
  * encoder calls should meet to balance its images, or NULL. Per rank r, in
  * microseconds: before[r] what the step held before this hand-off, llm[r]

@@ -553,33 +553,13 @@ static double exchange_floor(const ctx_t *x, const double *enc, double *held) {
 
 /* The encoder's part of a sample's cost under the gate's model (its image
  * terms). */
-static double encoder_part(const dpshim_cost_model_t *m,
-                           const dpshim_sample_t *smp) {
-  return m->d * (double)smp->patches_sq + m->e * (double)smp->patches;
-}
-
-/* The gate's loads (balance.c's gate_loads) with the samples at dest (NULL:
- * where they are): each rank's LLM part, encoder part (the model's image
- * terms) and one way's bytes a meeting moves, into x->load_now,
- * x->enc_load and x->cost; returns the costliest unit the ViT plan can
- * place. */
+/* The gate's loads (policy.h, as balance.c's) with the samples at dest
+ * (NULL: where they are), the encoder's part the model's image terms:
+ * into x->load_now, x->enc_load and x->cost. */
 static double gate_loads(ctx_t *x, int64_t n, const int32_t *dest) {
-  const dpshim_cost_model_t *m = &x->model;
-  double *llm = x->load_now, *enc = x->enc_load, *held = x->cost, most = 0;
-  memset(llm, 0, (size_t)x->P * sizeof *llm);
-  memset(enc, 0, (size_t)x->P * sizeof *enc);
-  memset(held, 0, (size_t)x->P * sizeof *held);
-  for (int64_t i = 0; i < n; i++) {
-    const dpshim_sample_t *smp = &x->samples[i];
-    int32_t at = dest ? dest[i] : smp->origin;
-    double e = encoder_part(m, smp);
-    enc[at] += e;
-    llm[at] += dpshim_sample_cost(*m, smp) - e;
-    held[at] += fmax((double)smp->bytes,
-                     0.5 * x->wire_per_patch * (double)smp->patches);
-    most = fmax(most, dpshim__policy_vit_unit(m->d, m->e, smp));
-  }
-  return most;
+  return dpshim__policy_gate_loads(x->samples, n, dest, x->P, x->model,
+                                   x->model.d, x->model.e, x->wire_per_patch,
+                                   x->load_now, x->enc_load, x->cost);
 }
 
 /* What a meeting costs with the loads gate_loads() left: two header rounds
