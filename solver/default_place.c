@@ -8,6 +8,7 @@
 #define MAKE_ROOM_TRIES 16 /* least-loaded ranks asked first to make room */
 #define BIG_SAMPLE 0.05     /* share of B above which a sample may evict */
 #define LOAD_BLOCK 64       /* ranks a block of any_room_maker()'s scan */
+#define KEEP_MARGIN 1e-9    /* keeps_too_much(): share of the target */
 
 /* Rank r sheds its own samples smaller than i, largest first, until i fits;
  * they come later in order[] and are placed in their turn. */
@@ -42,6 +43,10 @@ typedef struct placer {
   char *block_stale;  /* [the same] */
   dpshim__rank_heap_t blocked; /* by tokens */
   sheddable_t *shed;           /* [ranks] */
+  /* What each rank keeps when it sheds for a sample (its load less its
+   * sheddable samples), as last asked, and the least of each block's: a
+   * lower bound of what it keeps for any later sample (keeps_too_much()). */
+  double *keep, *block_keep; /* [ranks], [blocks] */
   const int32_t *host_ring;    /* ctx->host_ring */
   int32_t *host_first;         /* [ranks] the lowest rank on the same host */
   double *exports;             /* [ranks] by host_first: load still to leave */
@@ -81,6 +86,7 @@ static int can_make_room(const dpshim__dstate_t *s, placer_t *pl, int32_t r,
                          int64_t i) {
   const dpshim__ctx_t *ctx = s->ctx;
   const sheddable_t *c = sheddable(s, pl, r, i);
+  pl->keep[r] = s->load[r] - c->cost;
   return s->load[r] - c->cost + ctx->cost[i] <= s->target &&
          s->tokens[r] - c->tokens + ctx->samples[i].len <= ctx->cap &&
          dpshim__rows_fit(ctx, r, s->rows[r] - c->rows, ctx->samples[i].rows);
@@ -156,12 +162,33 @@ static double block_min(const dpshim__dstate_t *s, placer_t *pl, int32_t b,
   return pl->block_min[b];
 }
 
+/* Whether `keep`, what a rank kept when last asked (or the least of a
+ * block's), is already too much for sample i. While samples are placed,
+ * what a rank keeps for the sample at hand only grows: it receives
+ * samples, the size falls (more of its own are too large to shed), and
+ * making room sheds only samples smaller than the one at hand. So what it
+ * kept when last asked bounds it from below, with a margin far above the
+ * sums' rounding. */
+static int keeps_too_much(const dpshim__dstate_t *s, double keep, int64_t i) {
+  return keep + s->ctx->cost[i] > s->target * (1 + KEEP_MARGIN);
+}
+
+/* Whether block b holds no rank lighter than bound, or only ranks that
+ * keep too much for i. */
+static int block_passes(const dpshim__dstate_t *s, placer_t *pl, int32_t b,
+                        int32_t end, int64_t i, double bound) {
+  return !(block_min(s, pl, b, end) < bound) ||
+         keeps_too_much(s, pl->block_keep[b], i);
+}
+
 /* The least-loaded rank of all that can shed shorter samples to fit i, or
  * -1: the slow path when the few least loaded hold long samples. The ranks
- * asked are those lighter than the best so far, in rank order (asking
- * fills their sheddable() sums, whose rounding depends on what was asked
- * before: the same ranks, so the same sums); a block whose least load is
- * not below the best's holds none. */
+ * asked are those lighter than the best so far, in rank order, but those
+ * that keep too much; a block whose least load is not below the best's,
+ * or whose ranks all keep too much, holds none. (Asking fills a rank's
+ * sheddable() sums, summed anew where it changed since: a rank not asked
+ * may round its sums otherwise when next asked. Every rank skips the
+ * same; against asking all, plans bit-identical on the bench's grids.) */
 static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
                               int64_t i) {
   int32_t best = -1, ranks = s->ctx->ranks;
@@ -169,12 +196,18 @@ static int32_t any_room_maker(const dpshim__dstate_t *s, placer_t *pl,
   for (int32_t b = 0; b * LOAD_BLOCK < ranks; b++) {
     int32_t end = b * LOAD_BLOCK + LOAD_BLOCK < ranks ? b * LOAD_BLOCK + LOAD_BLOCK
                                                       : ranks;
-    if (!(block_min(s, pl, b, end) < bound)) continue;
-    for (int32_t r = b * LOAD_BLOCK; r < end; r++)
-      if (s->load[r] < bound && can_make_room(s, pl, r, i)) {
+    if (block_passes(s, pl, b, end, i, bound)) continue;
+    double least = INFINITY;
+    for (int32_t r = b * LOAD_BLOCK; r < end; r++) {
+      if (s->load[r] < bound &&
+          !keeps_too_much(s, pl->keep[r], i) &&
+          can_make_room(s, pl, r, i)) {
         best = r;
         bound = s->load[r];
       }
+      least = pl->keep[r] < least ? pl->keep[r] : least;
+    }
+    pl->block_keep[b] = least;
   }
   return best;
 }
@@ -324,15 +357,20 @@ int dpshim__default_place(dpshim__dstate_t *s) {
       .shed = DPSHIM__ALLOC(ctx, sheddable_t, ctx->ranks),
       .block_min = DPSHIM__ALLOC(ctx, double, blocks),
       .block_stale = DPSHIM__ALLOC(ctx, char, blocks),
+      .keep = DPSHIM__ALLOC(ctx, double, ctx->ranks),
+      .block_keep = DPSHIM__ALLOC(ctx, double, blocks),
       .host_ring = ctx->host_ring};
   if (!pl.key || !pl.blocked.e || !pl.shed || !pl.block_min || !pl.block_stale ||
+      !pl.keep || !pl.block_keep ||
       (pl.host_ring && host_exports(s, &pl) < 0))
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++) {
     pl.key[r] = s->load[r];
     pl.shed[r].version = -1;
+    pl.keep[r] = -INFINITY;
   }
-  for (int32_t b = 0; b < blocks; b++) pl.block_stale[b] = 1;
+  for (int32_t b = 0; b < blocks; b++)
+    pl.block_stale[b] = 1, pl.block_keep[b] = -INFINITY;
   int rc = dpshim__rank_tree_init(&pl.open, ctx, pl.key, 0);
   for (int64_t k = 0; rc == 0 && k < ctx->nsamples; k++) {
     int64_t i = s->order[k];
