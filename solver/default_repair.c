@@ -543,16 +543,21 @@ static action_t best_elsewhere(dpshim__dstate_t *s, int32_t hi,
 }
 
 /* The scans over every rank (best_elsewhere(), unlock()): a few calls per
- * rank; above UNLOCK_MAX_RANKS (where unlock() runs only far from the
- * bound) no unlock until the busiest rank's load has fallen below where the
- * last one acted. With about one sample a rank (mix22 at 1024 ranks),
- * unlock() traded one sample back and forth between two light ranks a
- * thousand rounds, each scanning every rank, the peak unmoved: 200x seed's
- * solve for a plan with no gain. */
+ * rank; above POLISH_MAX_RANKS, no unlock that takes back what the last
+ * one moved. With about one sample a rank (mix22 at 128-4096 ranks, mix28),
+ * unlock() traded one sample back and forth between two light ranks every
+ * round, each a scan of every rank, until the calls ran out, the peak
+ * unmoved: 200x seed's solve for a plan with no gain. */
 typedef struct scans {
   int64_t effort;
-  double unlocked_at; /* the busiest load when unlock() last acted */
+  int64_t unlocked; /* the sample unlock() last moved, and from where */
+  int32_t unlocked_from;
 } scans_t;
+
+/* Whether unlock's action u would only take back what the last one moved. */
+static int undoes_unlock(const scans_t *sc, const action_t *u) {
+  return u->c.x.give == sc->unlocked && u->to == sc->unlocked_from;
+}
 
 /* The round's action: the best exchange with lo if it keeps lo within U;
  * under a binding cap, a trade; at small rank counts or far from the
@@ -573,10 +578,11 @@ static action_t choose(dpshim__dstate_t *s, int32_t hi, int32_t lo,
   }
   action_t e = best_elsewhere(s, hi, &sc->effort);
   if (e.c.x.give >= 0) return e;
-  if (capped && a.back == 0 && s->load[hi] < sc->unlocked_at) {
+  if (capped && a.back == 0) {
     action_t u = unlock(s, lo, &sc->effort);
-    if (u.c.x.give >= 0) {
-      if (s->ctx->ranks > UNLOCK_MAX_RANKS) sc->unlocked_at = s->load[hi];
+    if (u.c.x.give >= 0 &&
+        !(s->ctx->ranks > POLISH_MAX_RANKS && undoes_unlock(sc, &u))) {
+      sc->unlocked = u.c.x.give, sc->unlocked_from = u.from;
       return u;
     }
   }
@@ -766,7 +772,7 @@ static int repair_busiest(dpshim__dstate_t *s) {
   int rc = dpshim__rank_tree_init(&s->tree, s->ctx, s->load, 1);
   if (rc < 0) return rc;
   int64_t rounds = (int64_t)ROUNDS_PER_RANK * s->ctx->ranks;
-  scans_t sc = {(int64_t)SCANS_PER_RANK * s->ctx->ranks, INFINITY};
+  scans_t sc = {(int64_t)SCANS_PER_RANK * s->ctx->ranks, -1, -1};
   for (int64_t round = 0; round < rounds; round++) {
     int32_t hi = dpshim__rank_tree_max(&s->tree);
     int32_t lo = dpshim__rank_tree_min(&s->tree);
