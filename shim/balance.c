@@ -891,7 +891,6 @@ static double exchange_floor(const dpshim__balancer_t *b, const double *enc,
   return cost;
 }
 
-/* The encoder's part of sample s's cost (the gate's microseconds). */
 /* Per rank, with the samples at dest (NULL: where they are): the LLM's and
  * the encoder's parts of what it holds, and one way's bytes (see
  * exchange_floor) at `wire` bytes a patch (policy.h). */

@@ -97,6 +97,14 @@ double dpshim__policy_vit_unit(double sq, double lin,
   return sq * block * block + lin * block;
 }
 
+/* Sample s's encoder part (sq * patches_sq + lin * patches) into *enc,
+ * and its LLM part returned: the rest of its cost, no less than 0. */
+static double split_cost(dpshim_cost_model_t model, double sq, double lin,
+                         const dpshim_sample_t *s, double *enc) {
+  *enc = sq * (double)s->patches_sq + lin * (double)s->patches;
+  return fmax(0, dpshim_sample_cost(model, s) - *enc);
+}
+
 double dpshim__policy_gate_loads(const dpshim_sample_t *s, int64_t n,
                                  const int32_t *dest, int32_t ranks,
                                  dpshim_cost_model_t model, double sq,
@@ -108,9 +116,9 @@ double dpshim__policy_gate_loads(const dpshim_sample_t *s, int64_t n,
   memset(bytes, 0, (size_t)ranks * sizeof *bytes);
   for (int64_t i = 0; i < n; i++) {
     int32_t at = dest ? dest[i] : s[i].origin;
-    double e = sq * (double)s[i].patches_sq + lin * (double)s[i].patches;
+    double e, part = split_cost(model, sq, lin, &s[i], &e);
     enc[at] += e;
-    llm[at] += fmax(0, dpshim_sample_cost(model, &s[i]) - e);
+    llm[at] += part;
     bytes[at] += fmax((double)s[i].bytes, 0.5 * wire * (double)s[i].patches);
     most = fmax(most, dpshim__policy_vit_unit(sq, lin, &s[i]));
   }
@@ -132,8 +140,7 @@ double dpshim__policy_llm_bound(const double *before, int32_t ranks,
                                 double lin) {
   double llm = 0, llm_most = 0, enc = 0, unit = 0;
   for (int64_t i = 0; i < n; i++) {
-    double e = sq * (double)s[i].patches_sq + lin * (double)s[i].patches;
-    double part = fmax(0, dpshim_sample_cost(model, &s[i]) - e);
+    double e, part = split_cost(model, sq, lin, &s[i], &e);
     llm += part, enc += e;
     llm_most = fmax(llm_most, part);
     unit = fmax(unit, dpshim__policy_vit_unit(sq, lin, &s[i]));

@@ -551,8 +551,6 @@ static double exchange_floor(const ctx_t *x, const double *enc, double *held) {
   return cost;
 }
 
-/* The encoder's part of a sample's cost under the gate's model (its image
- * terms). */
 /* The gate's loads (policy.h, as balance.c's) with the samples at dest
  * (NULL: where they are), the encoder's part the model's image terms:
  * into x->load_now, x->enc_load and x->cost. */
