@@ -208,9 +208,10 @@ static int trade_cache_init(dpshim__dstate_t *s) {
   c->longest_at = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->second = DPSHIM__ALLOC(ctx, int64_t, ctx->ranks);
   c->costliest = DPSHIM__ALLOC(ctx, double, ctx->ranks);
+  c->densest = DPSHIM__ALLOC(ctx, double, ctx->ranks);
   if (!c->version || !c->at || !c->room || !c->key || !c->cost || !c->each ||
       !c->tokens || !c->rows || !c->longest || !c->longest_version ||
-      !c->longest_at || !c->second || !c->costliest)
+      !c->longest_at || !c->second || !c->costliest || !c->densest)
     return DPSHIM_ENOMEM;
   for (int32_t r = 0; r < ctx->ranks; r++)
     c->version[r] = c->longest_version[r] = -1, c->room[r] = 0;

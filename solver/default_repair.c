@@ -352,24 +352,29 @@ static void apply_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
 }
 
 /* Rank r's longest sample's tokens, kept while r is unchanged, with the
- * first such sample (list order), the longest of the others and the
- * costliest sample's cost: unlock() asks for every rank, most have none
- * long enough, and of the rest most have just the one or none costly
- * enough to beat the best trade so far. */
+ * first such sample (list order), the longest of the others, the costliest
+ * sample's cost and the most cost per token: unlock() asks for every rank,
+ * most have none long enough, and of the rest most have just the one or
+ * none costly enough to beat the best trade so far; trade_may_fit() asks
+ * the last two. */
 static int64_t longest_walk(dpshim__dstate_t *s, int32_t r) {
   struct dpshim__trade_cache *c = &s->cache;
   int64_t longest = 0, second = 0, at = -1;
-  double costliest = 0;
+  double costliest = 0, densest = 0;
   for (int64_t i = s->head[r]; i >= 0; i = s->next[i]) {
     int64_t len = s->ctx->len[i];
+    double cost = s->ctx->cost[i];
     if (len > longest) second = longest, longest = len, at = i;
     else if (len > second) second = len;
-    if (s->ctx->cost[i] > costliest) costliest = s->ctx->cost[i];
+    if (cost > costliest) costliest = cost;
+    if (cost > densest * (double)len) /* len 0: costs without tokens */
+      densest = len > 0 ? cost / (double)len : INFINITY;
   }
   c->longest_version[r] = s->version[r];
   c->longest_at[r] = at;
   c->second[r] = second;
   c->costliest[r] = costliest;
+  c->densest[r] = densest;
   return c->longest[r] = longest;
 }
 
@@ -511,6 +516,28 @@ static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   return best.c.x.give >= 0 && best.c.fits ? best : NO_ACTION;
 }
 
+/* Whether one of hi's gives (list_gives()) could go to r for r's shortest
+ * and leave r within U. What comes back covers the give's need but for its
+ * last sample: it costs at most r's most cost per token times the need,
+ * plus that last sample, which costs less than the give (else nothing
+ * moves) and at most r's costliest. A bound that sorts nothing: most of
+ * the trade scan's receivers fail it (Qwen2-VL at 4096 ranks: 80-85 %; the
+ * closest trade leaves r ~8 % of U above it), and their samples go
+ * unsorted. The margin covers the sums' rounding (a few ulps of U). */
+static int trade_may_fit(dpshim__dstate_t *s, int32_t r) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  longest_on(s, r);
+  double densest = s->cache.densest[r], costliest = s->cache.costliest[r];
+  double room = s->target - s->load[r] + 1e-9 * s->target;
+  for (int64_t k = 0; k < s->given; k++) {
+    int64_t i = s->give[k], need = s->tokens[r] + s->give_len[k] - ctx->cap;
+    double give = ctx->cost[i];
+    if (need > 0 && give - (densest * (double)need + fmin(costliest, give)) <= room)
+      return 1;
+  }
+  return 0;
+}
+
 /* A long-for-short trade with every rank below U that the cap keeps from
  * taking hi's longest sample (a rank at U or above cannot fit one). */
 static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
@@ -520,8 +547,9 @@ static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target ||
         s->tokens[r] + longest <= s->ctx->cap ||
-        s->tokens[hi] - s->ctx->cap > s->ctx->cap - s->tokens[r])
-      continue; /* the last: best_trade() would find none, not called */
+        s->tokens[hi] - s->ctx->cap > s->ctx->cap - s->tokens[r] ||
+        !trade_may_fit(s, r))
+      continue; /* the last two: best_trade() would find none */
     int64_t back = 0;
     candidate_t t = best_trade(s, hi, r, &back, 1);
     if (t.x.give >= 0 && t.fits && better(&t, &best.c))

@@ -38,6 +38,7 @@ typedef struct dpshim__dstate {
     int64_t *longest, *longest_version; /* [ranks]: its longest sample's */
     int64_t *longest_at, *second; /* tokens, that sample, the others' most */
     double *costliest; /* [ranks]: its costliest sample's cost (same version) */
+    double *densest;   /* [ranks]: its most cost per token (same version) */
   } cache;
   /* The rank last asked for: its slot's arrays (key[0 .. n), sums [0 .. n]) */
   const uint64_t *trade_key;
