@@ -389,9 +389,11 @@ static inline int64_t longest_on(dpshim__dstate_t *s, int32_t r) {
  * them), taken if it moves more than *best. Costs are never negative, so
  * no trade moves more than i's cost less lo's shortest sample's (rounding
  * is monotone): a sample no costlier than that plus *best is passed over
- * before the search for how many go back. */
-static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
-                        int64_t i, double *best, action_t *a) {
+ * before the search for how many go back. Inlined: unlock() runs it for
+ * every sample of every rank it asks, and a call cost a fifth of it. */
+__attribute__((always_inline)) static inline void
+unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x, int64_t i,
+            double *best, action_t *a) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t len = ctx->samples[i].len, need = s->tokens[lo] + len - ctx->cap;
   if (need <= 0 || ctx->cost[i] - s->trade_cost[1] <= *best) return;
@@ -405,6 +407,45 @@ static void unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x,
   if (!dpshim__dstate_affordable(s, trade_price(s, i, lo, x, m))) return;
   *best = delta;
   *a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
+}
+
+/* The first position in order[] (cost descending) costing less than c. */
+static int64_t first_below(const dpshim__dstate_t *s, double c) {
+  int64_t lo = 0, hi = s->ctx->nsamples;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (s->ctx->cost[s->order[mid]] < c) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* Whether no sample can trade with lo as unlock() trades, told from the
+ * samples long enough to need lo's shortest back alone where they are
+ * fewer than the ranks: each costs at least its length's cost without
+ * images (the vision terms only add), so they are among a prefix of
+ * order[]. Else (or where one can) unlock() asks every rank. On
+ * dpshim-sim's VLM presets at 4096 ranks that prefix holds 500-3000
+ * samples, and none trades. */
+static int none_unlocks(dpshim__dstate_t *s, int32_t lo, int64_t n) {
+  const dpshim__ctx_t *ctx = s->ctx;
+  int64_t shortest = ctx->cap - s->tokens[lo] + 1; /* need > 0 from here */
+  double l = shortest > 0 ? (double)shortest : 0;
+  int64_t end = first_below(s, ctx->model.a * l * l + ctx->model.b * l +
+                                   ctx->model.c);
+  if (end >= ctx->ranks) return 0;
+  for (int64_t k = 0; k < end; k++) {
+    int64_t i = s->order[k];
+    int32_t x = ctx->dest[i];
+    double best = 0;
+    action_t a = NO_ACTION;
+    if (ctx->len[i] < shortest || x == lo ||
+        s->tokens[x] - ctx->cap > ctx->cap - s->tokens[lo])
+      continue;
+    unlock_with(s, lo, n, x, i, &best, &a);
+    if (a.c.x.give >= 0) return 0;
+  }
+  return 1;
 }
 
 /* When the least-loaded rank is full up to the token cap with short
@@ -422,6 +463,7 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   if (!scan_allowed(s, UNLOCK_MAX_RANKS) || (*effort)-- <= 0) return NO_ACTION;
   int64_t n = index_shortest(s, lo);
   action_t a = NO_ACTION;
+  if (n > 0 && none_unlocks(s, lo, n)) return a;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks && n > 0 && best < room; x++) {
     /* As in best_trade(): x and lo together above twice the cap cannot
@@ -430,8 +472,6 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
         s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
         s->cache.costliest[x] - s->trade_cost[1] <= best)
       continue;
-    /* One call site: unlock_with() is inlined (it runs for every sample
-     * of every rank, a call each cost a fifth of it). */
     int alone = s->cache.longest_at[x] >= 0 &&
                 s->tokens[lo] + s->cache.second[x] <= ctx->cap;
     for (int64_t i = alone ? s->cache.longest_at[x] : s->head[x]; i >= 0;
