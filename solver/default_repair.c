@@ -571,9 +571,8 @@ static int trade_may_fit(dpshim__dstate_t *s, int32_t r) {
   double room = s->target - s->load[r] + 1e-9 * s->target;
   for (int64_t k = 0; k < s->given; k++) {
     int64_t i = s->give[k], need = s->tokens[r] + s->give_len[k] - ctx->cap;
-    double give = ctx->cost[i];
-    if (need > 0 && give - (densest * (double)need + fmin(costliest, give)) <= room)
-      return 1;
+    double give = ctx->cost[i], back = densest * (double)need;
+    if (need > 0 && give - (back + fmin(costliest, give)) <= room) return 1;
   }
   return 0;
 }

@@ -4,7 +4,6 @@
  * sample is one 64-bit key, what orders it in the high half and its index
  * in the low one. Lengths take a few digits; costs (vision terms) their
  * bits' top 32, the rare ties there settled by a comparison. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -183,8 +182,8 @@ static int order_by_cost(const dpshim__ctx_t *ctx, int64_t *size,
   uint64_t *tmp = sorted == a ? b : a;
   int64_t rank = -1;
   for (int64_t to = n, from; to > 0; to = from) {
-    for (from = to - 1; from > 0 && sorted[from - 1] >> 32 == sorted[to - 1] >> 32;)
-      from--;
+    uint64_t high = sorted[to - 1] >> 32;
+    for (from = to - 1; from > 0 && sorted[from - 1] >> 32 == high;) from--;
     settle_run(ctx, sorted, tmp, from, to, &rank, size, order);
   }
   return 0;
