@@ -409,12 +409,14 @@ unlock_with(dpshim__dstate_t *s, int32_t lo, int64_t n, int32_t x, int64_t i,
   *a = (action_t){{{i, -1, delta, 0}, 1, 0, 0}, x, lo, m};
 }
 
-/* The first position in order[] (cost descending) costing less than c. */
-static int64_t first_below(const dpshim__dstate_t *s, double c) {
+/* The first position in order[] (cost descending) costing at most c, or
+ * (below) less than c. */
+static int64_t first_costing(const dpshim__dstate_t *s, double c, int below) {
   int64_t lo = 0, hi = s->ctx->nsamples;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo) / 2;
-    if (s->ctx->cost[s->order[mid]] < c) hi = mid;
+    double cost = s->ctx->cost[s->order[mid]];
+    if (below ? cost < c : cost <= c) hi = mid;
     else lo = mid + 1;
   }
   return lo;
@@ -430,9 +432,8 @@ static int64_t first_below(const dpshim__dstate_t *s, double c) {
 static int none_unlocks(dpshim__dstate_t *s, int32_t lo, int64_t n) {
   const dpshim__ctx_t *ctx = s->ctx;
   int64_t shortest = ctx->cap - s->tokens[lo] + 1; /* need > 0 from here */
-  double l = shortest > 0 ? (double)shortest : 0;
-  int64_t end = first_below(s, ctx->model.a * l * l + ctx->model.b * l +
-                                   ctx->model.c);
+  dpshim_sample_t text = {.len = shortest > 0 ? shortest : 0};
+  int64_t end = first_costing(s, dpshim__sample_cost(ctx->model, &text), 1);
   if (end >= ctx->ranks) return 0;
   for (int64_t k = 0; k < end; k++) {
     int64_t i = s->order[k];
@@ -486,17 +487,6 @@ static int cap_binds(dpshim__dstate_t *s, int32_t hi, int32_t lo) {
   return s->tokens[lo] + longest_on(s, hi) > s->ctx->cap;
 }
 
-/* The first position in order[] (cost descending) costing <= c. */
-static int64_t first_at_most(const dpshim__dstate_t *s, double c) {
-  int64_t lo = 0, hi = s->ctx->nsamples;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (s->ctx->cost[s->order[mid]] <= c) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
-
 /* hi's shortest sample, the cheapest: no move from hi fits a rank without
  * room for it. */
 static int64_t shortest_on(const dpshim__dstate_t *s, int32_t hi) {
@@ -544,7 +534,7 @@ static action_t swap_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   double need = s->load[hi] - s->target;
   double room = s->target - s->load[dpshim__rank_tree_min(&s->tree)];
   for (int64_t i = s->head[hi]; i >= 0; i = s->next[i]) {
-    int64_t k = first_at_most(s, s->ctx->cost[i] - need);
+    int64_t k = first_costing(s, s->ctx->cost[i] - need, 0);
     for (int64_t end = k + SWAP_SCAN; k < end && k < s->ctx->nsamples; k++) {
       int64_t j = s->order[k];
       int32_t r = s->ctx->dest[j];
