@@ -308,6 +308,14 @@ static int trade_may_count(const dpshim__dstate_t *s, int32_t hi, int32_t lo,
          fmax(s->load[hi] - delta, s->load[lo] + delta) < s->load[hi];
 }
 
+/* Whether ranks a and b together hold more than twice the token cap: in a
+ * trade what comes back covers what the receiver lacks, so the giver ends
+ * with at least their tokens less the cap, above it; no trade between them
+ * is within it. (As differences: with no cap, INT64_MAX, a sum overflows.) */
+static int over_cap_together(const dpshim__dstate_t *s, int32_t a, int32_t b) {
+  return s->tokens[a] - s->ctx->cap > s->ctx->cap - s->tokens[b];
+}
+
 /* A receiver full up to the token cap can still take a long sample from hi
  * if it hands back enough of its shortest ones: cost moves, tokens do not.
  * Returns the best such trade (fits_only: the best that keeps lo within U,
@@ -316,10 +324,9 @@ static candidate_t best_trade(dpshim__dstate_t *s, int32_t hi, int32_t lo,
                               int64_t *back, int fits_only) {
   const dpshim__ctx_t *ctx = s->ctx;
   candidate_t best = {{-1, -1, 0, 0}, 0, 0, 0};
-  /* What comes back covers what lo lacks: hi would end with at least its
-   * tokens and lo's less the cap. Where that is above the cap, no trade
-   * is within it, and lo's samples are not sorted to find out. */
-  if (s->tokens[hi] - ctx->cap > ctx->cap - s->tokens[lo]) return best;
+  /* Where no trade is within the cap, lo's samples are not sorted to find
+   * out. */
+  if (over_cap_together(s, hi, lo)) return best;
   int64_t n = index_shortest(s, lo);
   for (int64_t k = 0; k < s->given; k++) {
     int64_t i = s->give[k], len = s->give_len[k];
@@ -440,8 +447,7 @@ static int none_unlocks(dpshim__dstate_t *s, int32_t lo, int64_t n) {
     int32_t x = ctx->dest[i];
     double best = 0;
     action_t a = NO_ACTION;
-    if (ctx->len[i] < shortest || x == lo ||
-        s->tokens[x] - ctx->cap > ctx->cap - s->tokens[lo])
+    if (ctx->len[i] < shortest || x == lo || over_cap_together(s, x, lo))
       continue;
     unlock_with(s, lo, n, x, i, &best, &a);
     if (a.c.x.give >= 0) return 0;
@@ -467,9 +473,7 @@ static action_t unlock(dpshim__dstate_t *s, int32_t lo, int64_t *effort) {
   if (n > 0 && none_unlocks(s, lo, n)) return a;
   double best = 0, room = s->target - s->load[lo];
   for (int32_t x = 0; x < ctx->ranks && n > 0 && best < room; x++) {
-    /* As in best_trade(): x and lo together above twice the cap cannot
-     * trade within it. */
-    if (x == lo || s->tokens[x] - ctx->cap > ctx->cap - s->tokens[lo] ||
+    if (x == lo || over_cap_together(s, x, lo) ||
         s->tokens[lo] + longest_on(s, x) <= ctx->cap ||
         s->cache.costliest[x] - s->trade_cost[1] <= best)
       continue;
@@ -576,7 +580,7 @@ static action_t trade_elsewhere(dpshim__dstate_t *s, int32_t hi) {
   for (int32_t r = 0; r < s->ctx->ranks; r++) {
     if (r == hi || s->load[r] >= s->target ||
         s->tokens[r] + longest <= s->ctx->cap ||
-        s->tokens[hi] - s->ctx->cap > s->ctx->cap - s->tokens[r] ||
+        over_cap_together(s, hi, r) ||
         !trade_may_fit(s, r))
       continue; /* the last two: best_trade() would find none */
     int64_t back = 0;
