@@ -63,6 +63,8 @@ static int run_op(dpshim__vit_t *v, const encoder_op_t *op,
     case DPSHIM__VIT_RELEASE:
       dpshim__vit_release(v, op->enc, op->key, rep);
       return 0;
+    case DPSHIM__VIT_SHIP:
+      return dpshim__vit_ship(v, op->call, rep);
     default:
       dpshim__vit_checkpoint(v, op->kind, rep);
       return 0;
@@ -118,6 +120,11 @@ DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
   if (!complete(enc)) return DPSHIM_EINVAL;
   encoder_op_t op = {.kind = DPSHIM__VIT_FORWARD, .enc = enc, .call = call,
                      .key_out = key};
+  return encoder_call(&op);
+}
+
+DPSHIM_EXTERN int dpshim_encoder_ship(const dpshim_encoder_call_t *call) {
+  encoder_op_t op = {.kind = DPSHIM__VIT_SHIP, .call = call};
   return encoder_call(&op);
 }
 

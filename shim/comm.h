@@ -19,6 +19,8 @@
 #define DPSHIM__COMM_TAG_MAX 32767
 
 typedef struct dpshim__comm dpshim__comm_t;
+/* One alltoallv_parts started and not yet finished (the implementation's). */
+typedef struct dpshim__comm_request dpshim__comm_request_t;
 
 /* One contiguous run of bytes of a point-to-point exchange. */
 typedef struct dpshim__comm_piece {
@@ -43,6 +45,19 @@ typedef struct dpshim__comm_ops {
   int (*alltoallv_parts)(dpshim__comm_t *c, int parts,
                          const void *const *send, const size_t *sendcounts,
                          void *const *recv, const size_t *recvcounts);
+  /* alltoallv_parts in two halves, for an exchange that runs behind the
+   * caller's work: `start` posts it on `req` and returns, `finish` waits
+   * for all of it (the buffers stay untouched until then); a start that
+   * fails still needs its finish. A request comes from request_new, made
+   * before the agreement that precedes the exchange (a start allocates
+   * nothing: a failure there is this rank's alone), holds one started
+   * exchange at a time, and request_free finishes it first. */
+  dpshim__comm_request_t *(*request_new)(dpshim__comm_t *c);
+  int (*start)(dpshim__comm_t *c, dpshim__comm_request_t *req, int parts,
+               const void *const *send, const size_t *sendcounts,
+               void *const *recv, const size_t *recvcounts);
+  int (*finish)(dpshim__comm_t *c, dpshim__comm_request_t *req);
+  void (*request_free)(dpshim__comm_t *c, dpshim__comm_request_t *req);
   /* Room for exchanges of up to n pieces, sent and received together, so
    * that `exchange` allocates nothing: a failure is this rank's alone, to
    * be agreed before any rank exchanges. */

@@ -9,10 +9,16 @@
 
 #include "dpshim/dpshim.h"
 
+/* Room for every message of one alltoallv_parts. */
+struct dpshim__comm_request {
+  int n, failed; /* posted; a post failed */
+  MPI_Request req[];
+};
+
 typedef struct impl {
   MPI_Comm comm;
   int *ints; /* [2 * size]: allgatherv's counts and displacements */
-  MPI_Request *requests; /* [2 * size * DPSHIM__COMM_PARTS_MAX] */
+  dpshim__comm_request_t *parts; /* the blocking alltoallv_parts' */
   MPI_Request *piece_requests; /* [pieces]: exchange's */
   size_t pieces;
 } impl_t;
@@ -91,25 +97,53 @@ static void copy_own_parts(dpshim__comm_t *c, int parts,
   }
 }
 
+static dpshim__comm_request_t *mpi_request_new(dpshim__comm_t *c) {
+  size_t n = 2 * DPSHIM__COMM_PARTS_MAX * (size_t)c->size;
+  dpshim__comm_request_t *q = malloc(sizeof *q + n * sizeof(MPI_Request));
+  if (q) q->n = q->failed = 0;
+  return q;
+}
+
 /* Point to point: the ViT plan's exchanges are sparse, and each part stays
  * where the caller wants it (no packing, no datatypes to build). */
+static int mpi_start(dpshim__comm_t *c, dpshim__comm_request_t *q, int parts,
+                     const void *const *send, const size_t *sendcounts,
+                     void *const *recv, const size_t *recvcounts) {
+  q->n = q->failed = 0;
+  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX ||
+      !parts_fit(c, parts, sendcounts) || !parts_fit(c, parts, recvcounts))
+    return DPSHIM_EINVAL;
+  q->failed = post_parts(c, parts, recv, recvcounts, 0, q->req, &q->n) ||
+              post_parts(c, parts, (void *const *)send, sendcounts, 1, q->req,
+                         &q->n);
+  if (!q->failed)
+    copy_own_parts(c, parts, send, sendcounts, recv, recvcounts);
+  return q->failed ? DPSHIM_EMPI : 0;
+}
+
+/* What was posted completes before its buffers can go. */
+static int mpi_finish(dpshim__comm_t *c, dpshim__comm_request_t *q) {
+  (void)c;
+  int rc = mpi_rc(PMPI_Waitall(q->n, q->req, MPI_STATUSES_IGNORE));
+  rc = q->failed ? DPSHIM_EMPI : rc;
+  q->n = q->failed = 0;
+  return rc;
+}
+
+static void mpi_request_free(dpshim__comm_t *c, dpshim__comm_request_t *q) {
+  if (!q) return;
+  mpi_finish(c, q);
+  free(q);
+}
+
 static int mpi_alltoallv_parts(dpshim__comm_t *c, int parts,
                                const void *const *send,
                                const size_t *sendcounts, void *const *recv,
                                const size_t *recvcounts) {
   impl_t *m = c->impl;
-  if (parts < 1 || parts > DPSHIM__COMM_PARTS_MAX ||
-      !parts_fit(c, parts, sendcounts) || !parts_fit(c, parts, recvcounts))
-    return DPSHIM_EINVAL;
-  int n = 0;
-  int failed = post_parts(c, parts, recv, recvcounts, 0, m->requests, &n) ||
-               post_parts(c, parts, (void *const *)send, sendcounts, 1,
-                          m->requests, &n);
-  if (!failed)
-    copy_own_parts(c, parts, send, sendcounts, recv, recvcounts);
-  /* what was posted completes before its buffers can go */
-  int rc = mpi_rc(PMPI_Waitall(n, m->requests, MPI_STATUSES_IGNORE));
-  return failed ? DPSHIM_EMPI : rc;
+  int rc = mpi_start(c, m->parts, parts, send, sendcounts, recv, recvcounts);
+  int done = mpi_finish(c, m->parts);
+  return rc < 0 ? rc : done;
 }
 
 static int mpi_reserve(dpshim__comm_t *c, size_t n) {
@@ -183,6 +217,10 @@ static int mpi_max(dpshim__comm_t *c, int64_t *v, int n) {
 static const dpshim__comm_ops_t ops = {.allgather = mpi_allgather,
                                        .allgatherv = mpi_allgatherv,
                                        .alltoallv_parts = mpi_alltoallv_parts,
+                                       .request_new = mpi_request_new,
+                                       .start = mpi_start,
+                                       .finish = mpi_finish,
+                                       .request_free = mpi_request_free,
                                        .reserve = mpi_reserve,
                                        .exchange = mpi_exchange,
                                        .gather = mpi_gather,
@@ -205,12 +243,11 @@ int dpshim__comm_mpi_open(MPI_Comm parent, int color, dpshim__comm_t *c) {
   PMPI_Comm_rank(m->comm, &c->rank);
   PMPI_Comm_size(m->comm, &c->size);
   m->ints = calloc(2 * (size_t)c->size, sizeof *m->ints);
-  m->requests = calloc(2 * DPSHIM__COMM_PARTS_MAX * (size_t)c->size,
-                       sizeof *m->requests);
-  if (!m->ints || !m->requests) {
+  m->parts = mpi_request_new(c);
+  if (!m->ints || !m->parts) {
     PMPI_Comm_free(&m->comm);
     free(m->ints);
-    free(m->requests);
+    free(m->parts);
     free(m);
     return DPSHIM_ENOMEM;
   }
@@ -224,7 +261,7 @@ void dpshim__comm_mpi_close(dpshim__comm_t *c) {
   if (!m) return;
   PMPI_Comm_free(&m->comm);
   free(m->ints);
-  free(m->requests);
+  free(m->parts);
   free(m->piece_requests);
   free(m);
   c->impl = NULL;

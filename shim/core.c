@@ -793,6 +793,8 @@ static void note_call(dpshim__vit_note_t *n, const dpshim__vit_report_t *r) {
   if (r->kind == DPSHIM__VIT_BACKWARD) n->bytes_moved += (double)r->bytes_moved;
   if (r->kind != DPSHIM__VIT_FORWARD || !r->grouped || r->warm) return;
   n->calls++;
+  n->shipped += r->shipped > 0;
+  n->shipped_again += r->shipped < 0;
   if (r->message[0]) {
     n->failed++;
     return;

@@ -7,7 +7,8 @@
 #include "hash.h"
 
 static int check_buffer(const dpshim_encoder_buffer_t *b, int32_t count,
-                        const char *what, char *msg, size_t cap) {
+                        int need_data, const char *what, char *msg,
+                        size_t cap) {
   if (b->row_bytes < 1) {
     snprintf(msg, cap, "%s row_bytes 0: expected >= 1", what);
     return DPSHIM_EINVAL;
@@ -25,14 +26,15 @@ static int check_buffer(const dpshim_encoder_buffer_t *b, int32_t count,
     }
     total += b->rows[i];
   }
-  if (total > 0 && !b->data) {
+  if (total > 0 && !b->data && need_data) {
     snprintf(msg, cap, "%s data is NULL", what);
     return DPSHIM_EINVAL;
   }
   return 0;
 }
 
-int dpshim__call_check(const dpshim_encoder_call_t *c, char *msg, size_t cap) {
+int dpshim__call_check(const dpshim_encoder_call_t *c, int ship, char *msg,
+                       size_t cap) {
   if (!c) return snprintf(msg, cap, "call is NULL"), DPSHIM_EINVAL;
   if (c->invalid)
     return snprintf(msg, cap, "%s", c->invalid), DPSHIM_EINVAL;
@@ -63,10 +65,10 @@ int dpshim__call_check(const dpshim_encoder_call_t *c, char *msg, size_t cap) {
   for (int32_t k = 0; k < c->ninputs; k++) {
     snprintf(what, sizeof what, "input %d ('%.24s')", (int)k,
              c->input[k].name ? c->input[k].name : "?");
-    if (check_buffer(&c->input[k], c->count, what, msg, cap) < 0)
+    if (check_buffer(&c->input[k], c->count, 1, what, msg, cap) < 0)
       return DPSHIM_EINVAL;
   }
-  return check_buffer(&c->output, c->count, "output", msg, cap);
+  return check_buffer(&c->output, c->count, !ship, "output", msg, cap);
 }
 
 dpshim__shape_t dpshim__call_shape(const dpshim_encoder_call_t *c) {

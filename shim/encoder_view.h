@@ -24,8 +24,10 @@ typedef struct dpshim__shape {
 } dpshim__shape_t;
 
 /* 0 when the call can be described, else DPSHIM_EINVAL with a one-line
- * message naming the field and what was expected. */
-int dpshim__call_check(const dpshim_encoder_call_t *c, char *msg, size_t cap);
+ * message naming the field and what was expected. A shipped call's output
+ * data may be NULL (ship: nothing is written there). */
+int dpshim__call_check(const dpshim_encoder_call_t *c, int ship, char *msg,
+                       size_t cap);
 
 dpshim__shape_t dpshim__call_shape(const dpshim_encoder_call_t *c);
 uint64_t dpshim__shape_hash(const dpshim__shape_t *s);

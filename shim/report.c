@@ -197,7 +197,7 @@ enum {
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
   S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
   S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_VIT_RETRIED,
-  S_STAGED, S_COUNT
+  S_STAGED, S_VIT_SHIPPED, S_VIT_SHIPPED_AGAIN, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -221,7 +221,8 @@ static int collect(dpshim__core_t *c, double *v) {
       group * (double)s->vit_apart, group * (double)s->backed_off,
       group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took,
       s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes,
-      group * (double)s->vit_retried, (double)s->staged};
+      group * (double)s->vit_retried, (double)s->staged,
+      group * (double)s->vit.shipped, group * (double)s->vit.shipped_again};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -297,6 +298,11 @@ static void say_vit(const dpshim__core_t *c, const double *v) {
                    v[S_VIT_IMB_AFTER] / solved, v[S_VIT_SOLVED],
                    steps > 0 ? v[S_VIT_BYTES] / (steps / c->world->size) / 1e6
                              : 0);
+  if (v[S_VIT_SHIPPED] + v[S_VIT_SHIPPED_AGAIN] > 0)
+    dpshim__core_say(c, "  ViT: %.0f forwards took the plan and inputs shipped "
+                     "ahead of them (dpshim_encoder_ship), %.0f were planned "
+                     "again (a call that differed from its ship)",
+                     v[S_VIT_SHIPPED], v[S_VIT_SHIPPED_AGAIN]);
   dpshim__core_say(c, "  ViT: encoder time %.2f%% of wall time, the balance's "
                    "own %.2f%%, plus %.2f%% waiting at the encoder's calls "
                    "for the other ranks", share(v[S_VIT_TIME], v[S_WALL]),

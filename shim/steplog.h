@@ -44,6 +44,9 @@ typedef struct dpshim__handoff_note {
 /* What a step's line says about its encoder calls (the group's, agreed). */
 typedef struct dpshim__vit_note {
   int64_t calls, applied, skipped, failed, solved;
+  /* forwards shipped ahead: that took their ship, that were planned again
+   * (a call that differed from its ship) */
+  int64_t shipped, shipped_again;
   double imbalance_before, imbalance_after; /* sums over the solved */
   double bytes_moved;
 } dpshim__vit_note_t;

@@ -26,6 +26,7 @@ typedef struct header {
   uint64_t key;   /* the forward's (forwards are numbered alike everywhere) */
   uint64_t shape; /* a hash of the call's buffers' row sizes */
   int64_t room;   /* gathered images its arrays hold without allocating */
+  int32_t ship;   /* a forward: 0 none shipped, 1 the call shipped, 2 not */
 } header_t;
 
 /* What this rank keeps of a forward until its backward. */
@@ -59,7 +60,12 @@ struct dpshim__vit {
   dpshim__vit_image_t *images;
   int32_t *dest;
   size_t images_cap;
+  double *loads; /* [2 * size]: a shipped forward's plan, before and after */
+  struct shipped *ship_head, *ship_tail; /* in the order of their ships */
+  int32_t nshipped;
 };
+
+static void drain_shipped(dpshim__vit_t *v);
 
 /* ---- set-up -------------------------------------------------------------- */
 
@@ -68,12 +74,15 @@ static void free_rank_arrays(dpshim__vit_t *v) {
   dpshim__agree_free(&v->agree);
   free(v->first);
   free(v->counts);
+  free(v->loads);
   v->headers = NULL;
   v->first = NULL;
   v->counts = NULL;
+  v->loads = NULL;
 }
 
 int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm) {
+  drain_shipped(v);
   free_rank_arrays(v);
   v->comm = NULL;
   v->size = 1;
@@ -83,7 +92,8 @@ int dpshim__vit_attach(dpshim__vit_t *v, dpshim__comm_t *comm) {
   v->headers = calloc(n, sizeof *v->headers);
   v->first = calloc(n + 1, sizeof *v->first);
   v->counts = calloc(2 * MAX_IN * n, sizeof *v->counts);
-  if (!v->headers || !v->first || !v->counts ||
+  v->loads = calloc(2 * n, sizeof *v->loads);
+  if (!v->headers || !v->first || !v->counts || !v->loads ||
       dpshim__agree_reserve(&v->agree, comm->size) < 0) {
     free_rank_arrays(v);
     return DPSHIM_ENOMEM;
@@ -122,6 +132,7 @@ static void pass_free(void *data) {
 
 void dpshim__vit_free(dpshim__vit_t *v) {
   if (!v) return;
+  drain_shipped(v);
   dpshim__vit_flights_free(&v->flights, pass_free);
   dpshim__vit_planner_free(&v->planner);
   free_rank_arrays(v);
@@ -169,6 +180,7 @@ static const char *kind_name(int32_t kind) {
     case DPSHIM__VIT_FORWARD: return "forward";
     case DPSHIM__VIT_BACKWARD: return "backward";
     case DPSHIM__VIT_RELEASE: return "release";
+    case DPSHIM__VIT_SHIP: return "ship";
     case DPSHIM__VIT_HANDOFF: return "LLM hand-off";
     default: return "MPI_Finalize";
   }
@@ -210,7 +222,7 @@ static int agree(dpshim__vit_t *v, int32_t status, const char *mine,
   return agreed(v, rc, said, rep);
 }
 
-static int encoder_call(int32_t kind) { return kind <= DPSHIM__VIT_RELEASE; }
+static int encoder_call(int32_t kind) { return kind <= DPSHIM__VIT_SHIP; }
 
 /* The first rank not at the same point as rank 0, or -1. */
 static int32_t out_of_step_rank(const dpshim__vit_t *v) {
@@ -424,7 +436,8 @@ static void own_order(const route_t *rt, int32_t *order) {
 /* Moves own images' `field` bytes between the caller's buffer (user, each
  * image at its place in the caller's order) and the packed buffers: kept
  * images from/to `kept`, the others from/to `sent`, in own_order. A NULL
- * packed buffer skips its images. */
+ * packed buffer skips its images. SAME_AS_PACKED compares instead, and
+ * returns 0 at the first difference (else 1). */
 typedef struct own_copy {
   const route_t *rt;
   const int32_t *order;
@@ -432,8 +445,10 @@ typedef struct own_copy {
   int32_t field;
 } own_copy_t;
 
-static void copy_own(const own_copy_t *c, unsigned char *user,
-                     unsigned char *kept, unsigned char *sent, int to_user) {
+typedef enum own_move { TO_PACKED, TO_USER, SAME_AS_PACKED } own_move_t;
+
+static int copy_own(const own_copy_t *c, unsigned char *user,
+                    unsigned char *kept, unsigned char *sent, own_move_t how) {
   const route_t *rt = c->rt;
   int64_t base = rt->first[rt->me], n = own_count(rt), at = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -445,10 +460,12 @@ static void copy_own(const own_copy_t *c, unsigned char *user,
     size_t b = (size_t)field_bytes(&rt->wire[base + i], c->field);
     unsigned char **packed = rt->dest[base + i] == rt->me ? &kept : &sent;
     if (!*packed || !b) continue;
-    if (to_user) memcpy(user + c->offset[i], *packed, b);
-    else memcpy(*packed, user + c->offset[i], b);
+    if (how == TO_USER) memcpy(user + c->offset[i], *packed, b);
+    else if (how == TO_PACKED) memcpy(*packed, user + c->offset[i], b);
+    else if (memcmp(*packed, user + c->offset[i], b)) return 0;
     *packed += b;
   }
+  return 1;
 }
 
 /* A call of the real encoder on images idx[0..n) of the group, whose input
@@ -597,24 +614,29 @@ static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
 
 /* One exchange of `parts` fields (field[k]) of the moved images: toward
  * the encoding ranks when to_encoder, else back to the owners; send[k] and
- * recv[k] hold them packed in the order route_counts() counts. */
+ * recv[k] hold them packed in the order route_counts() counts. Started on
+ * req and left running when req is not NULL. */
 static int exchange(dpshim__vit_t *v, const route_t *rt, int parts,
                     const int32_t *field, int to_encoder,
-                    const unsigned char *const *send, unsigned char *const *recv) {
+                    const unsigned char *const *send, unsigned char *const *recv,
+                    dpshim__comm_request_t *req) {
   size_t *sendc = v->counts, *recvc = v->counts + MAX_IN * v->size;
   for (int32_t k = 0; k < parts; k++)
     route_counts(rt, field[k], to_encoder, sendc + k * v->size,
                  recvc + k * v->size);
-  return v->comm->ops->alltoallv_parts(v->comm, parts,
-                                       (const void *const *)send, sendc,
-                                       (void *const *)recv, recvc);
+  const void *const *sendv = (const void *const *)send;
+  void *const *recvv = (void *const *)recv;
+  return req ? v->comm->ops->start(v->comm, req, parts, sendv, sendc, recvv,
+                                   recvc)
+             : v->comm->ops->alltoallv_parts(v->comm, parts, sendv, sendc,
+                                             recvv, recvc);
 }
 
 /* Inputs to the encoding ranks, every input buffer in one exchange, each
- * landing after this rank's kept images. */
+ * landing after this rank's kept images (started on req when not NULL). */
 static int send_inputs(dpshim__vit_t *v, const route_t *rt,
                        const dpshim_encoder_call_t *call, pass_t *p,
-                       buffers_t *b) {
+                       buffers_t *b, dpshim__comm_request_t *req) {
   own_copy_t oc = {rt, b->order, b->offset, 0};
   int32_t field[MAX_IN];
   unsigned char *recv[MAX_IN];
@@ -622,11 +644,11 @@ static int send_inputs(dpshim__vit_t *v, const route_t *rt,
     int64_t kept, sent, encoded;
     field_totals(rt, k, &kept, &sent, &encoded);
     oc.field = field[k] = k;
-    copy_own(&oc, call->input[k].data, b->in[k], p->sent[k], 0);
+    copy_own(&oc, call->input[k].data, b->in[k], p->sent[k], TO_PACKED);
     recv[k] = b->in[k] + kept;
   }
   return exchange(v, rt, call->ninputs, field, 1,
-                  (const unsigned char *const *)p->sent, recv);
+                  (const unsigned char *const *)p->sent, recv, req);
 }
 
 /* Embeddings back to their owners, into the caller's output. */
@@ -636,31 +658,22 @@ static int return_outputs(dpshim__vit_t *v, const route_t *rt,
   field_totals(rt, FIELD_OUT, &kept, &sent, &encoded);
   const int32_t field = FIELD_OUT;
   const unsigned char *send = b->out + kept;
-  int rc = exchange(v, rt, 1, &field, 0, &send, &b->back);
+  int rc = exchange(v, rt, 1, &field, 0, &send, &b->back, NULL);
   if (rc < 0) return rc;
   own_copy_t oc = {rt, b->order, b->offset, FIELD_OUT};
-  copy_own(&oc, call->output.data, b->out, b->back, 1);
+  copy_own(&oc, call->output.data, b->out, b->back, TO_USER);
   return 0;
 }
 
-/* The images move: inputs out, the real encoder on what this rank holds,
- * embeddings back. Returns 1 when it ran (*real: its result), 0 when every
- * rank is to run its own call as given. */
-static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
-                         const dpshim_encoder_call_t *call, pass_t *p,
-                         dpshim__vit_report_t *rep, int *real) {
-  route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
-  buffers_t b;
-  memset(&b, 0, sizeof b);
-  int ran = 0;
-  if (!forward_buffers(v, &rt, call, p, &b, rep)) goto done;
-  own_order(&rt, b.order);
-  int rc = send_inputs(v, &rt, call, p, &b);
-  if (rc < 0) {
-    comm_failed(v, rc, rep);
-    goto done;
-  }
-  *real = run_forward(v, enc, &b.built.call, &p->saved, rep);
+/* The real encoder on what this rank holds (b->built), then the embeddings
+ * back to their owners. Returns 1 when it ran (*real: its result), 0 when
+ * every rank is to run its own call as given. */
+static int encode_and_return(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                             const route_t *rt,
+                             const dpshim_encoder_call_t *call, pass_t *p,
+                             buffers_t *b, dpshim__vit_report_t *rep,
+                             int *real) {
+  *real = run_forward(v, enc, &b->built.call, &p->saved, rep);
   double t = now(v);
   int failed = agree(v, *real != 0 ? DPSHIM_EINVAL : 0,
                      "the encoder failed on the images the plan gave this "
@@ -669,19 +682,36 @@ static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   if (failed) {
     if (*real == 0) enc->release(enc->ctx, p->saved);
     p->saved = NULL;
-    goto done;
+    return 0;
   }
-  rc = return_outputs(v, &rt, call, &b);
+  int rc = return_outputs(v, rt, call, b);
   if (rc < 0) { /* every rank's collectives fail from here: all go local */
     comm_failed(v, rc, rep);
     enc->release(enc->ctx, p->saved);
     p->saved = NULL;
-    goto done;
+    return 0;
   }
-  p->moved = ran = 1;
+  p->moved = 1;
   rep->applied = 1;
   rep->bytes_moved = moved_bytes(v);
-done:
+  return 1;
+}
+
+/* The images move: inputs out, the real encoder on what this rank holds,
+ * embeddings back. Returns what encode_and_return() does. */
+static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         const dpshim_encoder_call_t *call, pass_t *p,
+                         dpshim__vit_report_t *rep, int *real) {
+  route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
+  buffers_t b;
+  memset(&b, 0, sizeof b);
+  int ran = 0;
+  if (forward_buffers(v, &rt, call, p, &b, rep)) {
+    own_order(&rt, b.order);
+    int rc = send_inputs(v, &rt, call, p, &b, NULL);
+    if (rc < 0) comm_failed(v, rc, rep);
+    else ran = encode_and_return(v, enc, &rt, call, p, &b, rep, real);
+  }
   buffers_free(&b);
   return ran;
 }
@@ -703,27 +733,269 @@ static int same_shape(dpshim__vit_t *v, dpshim__vit_report_t *rep) {
   return 0;
 }
 
-/* The group part of a forward. Returns 1 when images moved and the real
- * encoder ran here (*real), 0 when this rank runs its own call as given. */
-static int forward_grouped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
-                           const dpshim_encoder_call_t *call, uint64_t key,
-                           pass_t *p, int32_t status, const char *msg,
-                           dpshim__vit_report_t *rep, int *real) {
-  header_t h = {.kind = DPSHIM__VIT_FORWARD, .status = status, .key = key};
-  if (status == 0) {
-    shape_t s = dpshim__call_shape(call);
-    h.count = call->count;
-    h.shape = dpshim__shape_hash(&s);
-  }
-  if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep)) return 0;
+/* Every rank of the group has its cost model (else: warm-up, no plan). */
+static int group_ready(const dpshim__vit_t *v, dpshim__vit_report_t *rep) {
   for (int32_t r = 0; r < v->size; r++)
     if (!v->headers[r].ready) {
       rep->warm = 1;
       rep->skip_reason = "warmup";
       return 0;
     }
+  return 1;
+}
+
+static header_t call_header(int32_t kind, uint64_t key, int32_t status,
+                            const dpshim_encoder_call_t *call) {
+  header_t h = {.kind = kind, .status = status, .key = key};
+  if (status == 0) {
+    shape_t s = dpshim__call_shape(call);
+    h.count = call->count;
+    h.shape = dpshim__shape_hash(&s);
+  }
+  return h;
+}
+
+/* ---- shipped forwards ---------------------------------------------------- */
+
+/* A forward shipped ahead of its call: the group's images and plan, this
+ * rank's own images as it described them, and, when the plan moves
+ * images, its inputs on their way. Every rank of the group holds the same
+ * ones, in the order of their ships. */
+typedef struct shipped {
+  struct shipped *next;
+  dpshim__comm_t *comm;
+  int moves;               /* else every image stays home */
+  const char *skip_reason; /* the plan's, when it moves nothing */
+  uint64_t shape;
+  int64_t *first;          /* [size + 1] */
+  dpshim__vit_image_t *images;
+  int32_t *dest;
+  wire_t *own;             /* [own images] */
+  double *loads;           /* [2 * size], or NULL: no plan was solved */
+  double imbalance_before, imbalance_after;
+  int64_t patches;
+  pass_t *p;               /* moves: p->wire the group's, p->sent what left */
+  buffers_t b;             /* moves: the encoder's inputs landing in b.in */
+  dpshim__comm_request_t *req;
+} shipped_t;
+
+/* Frees s, its exchange finished first. */
+static void shipped_free(shipped_t *s) {
+  if (!s) return;
+  if (s->req) s->comm->ops->request_free(s->comm, s->req);
+  buffers_free(&s->b);
+  pass_free(s->p);
+  free(s->first);
+  free(s->images);
+  free(s->dest);
+  free(s->own);
+  free(s->loads);
+  free(s);
+}
+
+static shipped_t *take_shipped(dpshim__vit_t *v) {
+  shipped_t *s = v->ship_head;
+  if (!s) return NULL;
+  v->ship_head = s->next;
+  if (!v->ship_head) v->ship_tail = NULL;
+  v->nshipped--;
+  return s;
+}
+
+/* Every rank drops the same ones at the same call, so their exchanges
+ * finish. */
+static void drain_shipped(dpshim__vit_t *v) {
+  shipped_t *s;
+  while ((s = take_shipped(v))) shipped_free(s);
+}
+
+/* The plan just made into s. Returns 0 on an agreed failure. */
+static int keep_plan(dpshim__vit_t *v, shipped_t *s, int moves,
+                     dpshim__vit_report_t *rep) {
+  int failed = 0, solved = rep->load_before != NULL;
+  size_t n = (size_t)v->first[v->size], ranks = (size_t)v->size,
+         own = (size_t)v->headers[v->comm->rank].count;
+  s->first = alloc((ranks + 1) * sizeof *s->first, &failed);
+  s->images = alloc(n * sizeof *s->images, &failed);
+  s->dest = alloc(n * sizeof *s->dest, &failed);
+  s->own = alloc(own * sizeof *s->own, &failed);
+  if (solved) s->loads = alloc(2 * ranks * sizeof *s->loads, &failed);
+  if (moves) {
+    s->p = calloc(1, sizeof *s->p);
+    s->req = v->comm->ops->request_new(v->comm);
+    failed |= !s->p || !s->req;
+  }
+  if (agree(v, failed ? DPSHIM_ENOMEM : 0,
+            "out of memory for a shipped forward", rep))
+    return 0;
+  memcpy(s->first, v->first, (ranks + 1) * sizeof *s->first);
+  memcpy(s->images, v->images, n * sizeof *s->images);
+  memcpy(s->dest, v->dest, n * sizeof *s->dest);
+  memcpy(s->own, v->mine, own * sizeof *s->own);
+  if (solved) {
+    memcpy(s->loads, rep->load_before, ranks * sizeof *s->loads);
+    memcpy(s->loads + ranks, rep->load_after, ranks * sizeof *s->loads);
+  }
+  s->moves = moves;
+  s->skip_reason = rep->skip_reason;
+  s->imbalance_before = rep->imbalance_before;
+  s->imbalance_after = rep->imbalance_after;
+  s->patches = rep->patches;
+  return 1;
+}
+
+/* Starts this rank's inputs toward their encoding ranks; its kept ones
+ * wait in the encoder's buffers. Returns 0 on an agreed failure. */
+static int ship_inputs(dpshim__vit_t *v, const dpshim_encoder_call_t *call,
+                       shipped_t *s, dpshim__vit_report_t *rep) {
+  route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
+  if (!forward_buffers(v, &rt, call, s->p, &s->b, rep)) return 0;
+  own_order(&rt, s->b.order);
+  int rc = send_inputs(v, &rt, call, s->p, &s->b, s->req);
+  if (rc < 0) comm_failed(v, rc, rep);
+  return rc == 0;
+}
+
+int dpshim__vit_ship(dpshim__vit_t *v, const dpshim_encoder_call_t *call,
+                     dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = DPSHIM__VIT_SHIP;
+  char msg[MESSAGE_BYTES] = "";
+  int32_t status = dpshim__call_check(call, 1, msg, MESSAGE_BYTES);
+  if (!dpshim__vit_balancing(v)) drain_shipped(v);
+  if (!dpshim__vit_balancing(v) || v->apart) return status;
+  shipped_t *s = calloc(1, sizeof *s);
+  if (!s && status == 0) {
+    status = DPSHIM_ENOMEM;
+    snprintf(msg, sizeof msg, "out of memory");
+  }
+  header_t h = call_header(DPSHIM__VIT_SHIP,
+                           v->next_key + (uint64_t)v->nshipped + 1, status,
+                           call);
+  int kept = gather_headers(v, &h, msg, rep) && same_shape(v, rep) &&
+             group_ready(v, rep) && gather_images(v, call, rep);
+  if (kept) {
+    s->comm = v->comm;
+    int moves = plan(v, rep);
+    kept = (moves || !rep->message[0]) && keep_plan(v, s, moves, rep) &&
+           (!moves || ship_inputs(v, call, s, rep));
+  }
+  if (!kept) {
+    shipped_free(s);
+    return status;
+  }
+  s->shape = h.shape;
+  if (v->ship_tail) v->ship_tail->next = s;
+  else v->ship_head = s;
+  v->ship_tail = s;
+  v->nshipped++;
+  return 0;
+}
+
+/* Whether call is the one s shipped: the same images on this rank, and
+ * the same bytes in every input row that left it. */
+static int ship_matches(const dpshim__vit_t *v, const shipped_t *s,
+                        const dpshim_encoder_call_t *call, uint64_t shape) {
+  int32_t me = v->comm->rank;
+  int64_t own = s->first[me + 1] - s->first[me];
+  if (shape != s->shape || call->count != own) return 0;
+  for (int32_t i = 0; i < call->count; i++) {
+    wire_t w = dpshim__call_wire(call, i);
+    if (memcmp(&w, &s->own[i], sizeof w)) return 0;
+  }
+  if (!s->moves) return 1;
+  route_t rt = {v->size, me, s->first, s->dest, s->p->wire};
+  own_copy_t oc = {&rt, s->b.order, s->b.offset, 0};
+  for (int32_t k = 0; k < call->ninputs; k++) {
+    oc.field = k;
+    if (!copy_own(&oc, call->input[k].data, NULL, s->p->sent[k],
+                  SAME_AS_PACKED))
+      return 0;
+  }
+  return 1;
+}
+
+static int every_ship_matches(const dpshim__vit_t *v) {
+  for (int32_t r = 0; r < v->size; r++)
+    if (v->headers[r].ship != 1) return 0;
+  return 1;
+}
+
+/* s's group and plan back in v's arrays (the routes, the flight and the
+ * report read them there) and the report. */
+static void restore_plan(dpshim__vit_t *v, const shipped_t *s,
+                         dpshim__vit_report_t *rep) {
+  size_t n = (size_t)s->first[v->size], ranks = (size_t)v->size;
+  memcpy(v->first, s->first, (ranks + 1) * sizeof *v->first);
+  memcpy(v->images, s->images, n * sizeof *v->images);
+  memcpy(v->dest, s->dest, n * sizeof *v->dest);
+  if (s->moves) memcpy(v->wire, s->p->wire, n * sizeof *v->wire);
+  rep->images = (int64_t)n;
+  rep->patches = s->patches;
+  rep->skip_reason = s->skip_reason;
+  if (!s->loads) return;
+  memcpy(v->loads, s->loads, 2 * ranks * sizeof *v->loads);
+  rep->load_before = v->loads;
+  rep->load_after = v->loads + ranks;
+  rep->imbalance_before = s->imbalance_before;
+  rep->imbalance_after = s->imbalance_after;
+}
+
+/* The shipped forward's inputs are in (or arriving): this rank's kept ones
+ * taken again from the call, then the encoder and the return as in a
+ * forward that moves. p takes over s's pass. */
+static int forward_shipped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                           const dpshim_encoder_call_t *call, shipped_t *s,
+                           pass_t *p, dpshim__vit_report_t *rep, int *real) {
+  restore_plan(v, s, rep);
+  if (!s->moves) return 0;
+  double t = now(v);
+  int rc = s->comm->ops->finish(s->comm, s->req);
+  rep->arrival_s += now(v) - t;
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    return 0;
+  }
+  *p = *s->p;
+  free(s->p);
+  s->p = NULL;
+  route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
+  own_copy_t oc = {&rt, s->b.order, s->b.offset, 0};
+  for (int32_t k = 0; k < call->ninputs; k++) {
+    oc.field = k;
+    copy_own(&oc, call->input[k].data, s->b.in[k], NULL, TO_PACKED);
+  }
+  return encode_and_return(v, enc, &rt, call, p, &s->b, rep, real);
+}
+
+/* ---- the forward's meeting ------------------------------------------------ */
+
+/* The group part of a forward (s: the one shipped for it, or NULL; freed
+ * here). Returns 1 when images moved and the real encoder ran here
+ * (*real), 0 when this rank runs its own call as given. */
+static int forward_met(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                       const dpshim_encoder_call_t *call, uint64_t key,
+                       pass_t *p, int32_t status, const char *msg,
+                       shipped_t *s, dpshim__vit_report_t *rep, int *real) {
+  header_t h = call_header(DPSHIM__VIT_FORWARD, key, status, call);
+  if (s) h.ship = status == 0 && ship_matches(v, s, call, h.shape) ? 1 : 2;
+  if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep) ||
+      !group_ready(v, rep))
+    return 0;
+  rep->shipped = !s ? 0 : every_ship_matches(v) ? 1 : -1;
+  if (rep->shipped > 0) return forward_shipped(v, enc, call, s, p, rep, real);
   if (!gather_images(v, call, rep) || !plan(v, rep)) return 0;
   return forward_moved(v, enc, call, p, rep, real);
+}
+
+static int forward_grouped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                           const dpshim_encoder_call_t *call, uint64_t key,
+                           pass_t *p, int32_t status, const char *msg,
+                           dpshim__vit_report_t *rep, int *real) {
+  shipped_t *s = take_shipped(v);
+  int ran = forward_met(v, enc, call, key, p, status, msg, s, rep, real);
+  shipped_free(s);
+  return ran;
 }
 
 static void own_sums(const dpshim_encoder_call_t *call,
@@ -748,7 +1020,7 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   rep->kind = DPSHIM__VIT_FORWARD;
   *key = 0;
   char msg[MESSAGE_BYTES] = "";
-  int32_t status = dpshim__call_check(call, msg, MESSAGE_BYTES);
+  int32_t status = dpshim__call_check(call, 0, msg, MESSAGE_BYTES);
   pass_t *p = calloc(1, sizeof *p);
   if (!p && status == 0) {
     status = DPSHIM_ENOMEM;
@@ -756,7 +1028,9 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   }
   uint64_t k = ++v->next_key;
   int real = 0, ran = 0;
-  if (dpshim__vit_balancing(v) && !v->apart)
+  if (!dpshim__vit_balancing(v)) drain_shipped(v);
+  /* a shipped forward meets even apart: every rank has it */
+  if (dpshim__vit_balancing(v) && (v->ship_head || !v->apart))
     ran = forward_grouped(v, enc, call, k, p, status, msg, rep, &real);
   if (status == 0) own_sums(call, rep);
   if (!ran) {
@@ -823,11 +1097,12 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     goto out;
   own_order(rt, b.order);
   own_copy_t oc = {rt, b.order, b.offset, FIELD_OUT};
-  copy_own(&oc, (unsigned char *)(uintptr_t)out_grad, b.out, b.back, 0);
+  copy_own(&oc, (unsigned char *)(uintptr_t)out_grad, b.out, b.back,
+           TO_PACKED);
   int32_t field = FIELD_OUT;
   const unsigned char *send = b.back;
   unsigned char *recv = b.out + kout;
-  int rc = exchange(v, rt, 1, &field, 1, &send, &recv);
+  int rc = exchange(v, rt, 1, &field, 1, &send, &recv, NULL);
   if (rc < 0) {
     comm_failed(v, rc, rep);
     goto out;
@@ -841,14 +1116,14 @@ static int backward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   field = FIELD_GRAD;
   send = b.grad + kg;
   double t = now(v);
-  rc = exchange(v, rt, 1, &field, 0, &send, &b.grad_back);
+  rc = exchange(v, rt, 1, &field, 0, &send, &b.grad_back, NULL);
   rep->arrival_s += now(v) - t;
   if (rc < 0) {
     comm_failed(v, rc, rep);
     real = real ? real : DPSHIM_EMPI;
   } else if (in_grad) {
     oc.field = FIELD_GRAD;
-    copy_own(&oc, in_grad, b.grad, b.grad_back, 1);
+    copy_own(&oc, in_grad, b.grad, b.grad_back, TO_USER);
   }
 out:
   buffers_free(&b);
@@ -886,10 +1161,10 @@ static int backward_apart(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   own_order(rt, b.order);
   own_copy_t oc = {rt, b.order, b.offset, FIELD_OUT};
   unsigned char *user_grad = (unsigned char *)(uintptr_t)out_grad;
-  copy_own(&oc, user_grad, b.out, NULL, 0);
+  copy_own(&oc, user_grad, b.out, NULL, TO_PACKED);
   rc = run_backward(v, enc, p->saved, b.out, b.grad, rep);
   oc.field = FIELD_GRAD;
-  if (want) copy_own(&oc, in_grad, b.grad, NULL, 1);
+  if (want) copy_own(&oc, in_grad, b.grad, NULL, TO_USER);
   int64_t n = sent_images(rt, b.order, b.idx);
   if (n == 0 || build_call(&p->shape, p->wire, b.idx, n, p->sent, b.in[0],
                            &b.built) < 0)
@@ -956,7 +1231,11 @@ void dpshim__vit_checkpoint(dpshim__vit_t *v, dpshim__vit_kind_t kind,
                             dpshim__vit_report_t *rep) {
   memset(rep, 0, sizeof *rep);
   rep->kind = kind;
-  if (!dpshim__vit_balancing(v)) return;
-  header_t h = {.kind = (int32_t)kind};
-  gather_headers(v, &h, "", rep);
+  if (dpshim__vit_balancing(v)) {
+    header_t h = {.kind = (int32_t)kind};
+    gather_headers(v, &h, "", rep);
+  }
+  /* forwards shipped and never called: their exchanges end with the run */
+  if (kind == DPSHIM__VIT_CLOSE || !dpshim__vit_balancing(v))
+    drain_shipped(v);
 }

@@ -37,6 +37,7 @@ typedef enum dpshim__vit_kind {
   DPSHIM__VIT_FORWARD = 1,
   DPSHIM__VIT_BACKWARD,
   DPSHIM__VIT_RELEASE,
+  DPSHIM__VIT_SHIP,    /* a forward's inputs sent ahead of its call */
   DPSHIM__VIT_HANDOFF, /* an LLM-level hand-off on the main thread */
   DPSHIM__VIT_CLOSE    /* MPI_Finalize */
 } dpshim__vit_kind_t;
@@ -51,6 +52,9 @@ typedef struct dpshim__vit_report {
   int grouped;    /* the call went through the group (a header) */
   int warm;       /* local because some rank has no cost model yet */
   int applied;    /* images (a backward: their gradients) moved */
+  /* A forward shipped ahead: 1 it took its ship's plan (and inputs), -1
+   * some rank's call differed from its ship (planned again). */
+  int shipped;
   const char *skip_reason; /* a forward not applied: why */
   int out_of_step;         /* the balance went off at this call */
   char message[256];       /* the agreed error, or "" */
@@ -101,6 +105,15 @@ int32_t dpshim__vit_ranks(const dpshim__vit_t *v);
 void dpshim__vit_set_apart(dpshim__vit_t *v, int apart);
 /* Forwards in flight whose images moved (their backwards meet). */
 int32_t dpshim__vit_moved_in_flight(const dpshim__vit_t *v);
+/* See dpshim_encoder_ship(): the next forward not yet shipped is planned
+ * now and its inputs start toward the encoding ranks; that forward then
+ * meets only for a header round (where its call is the one shipped: the
+ * same images, and the same bytes in the rows that left) before its own
+ * images' encoding. Collective like a forward; nothing happens where a
+ * forward would not meet (the balance off or apart, the group warming
+ * up). Returns 0, or DPSHIM_EINVAL when this rank's call is invalid. */
+int dpshim__vit_ship(dpshim__vit_t *v, const dpshim_encoder_call_t *call,
+                     dpshim__vit_report_t *rep);
 /* See dpshim_encoder_forward(), _backward(), _release(). Forwards and
  * backwards are collective over the group while balancing. */
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,

@@ -116,6 +116,26 @@ DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
                                          const dpshim_encoder_call_t *call,
                                          uint64_t *key);
 
+/* Ships the next forward not yet shipped ahead of its call: where that
+ * forward would meet its group, the group plans it now and the inputs this
+ * rank's images leave for start toward their encoding ranks; the forward
+ * then waits only for what has not arrived (a header round, the encoder,
+ * the embeddings back). Call it where the inputs are ready and the forward
+ * is still to come (right after the batch's hand-off, on the loader's
+ * thread where it has one). The forward must describe the same images
+ * (count, patches, rows and row sizes); input rows that left are compared
+ * with what left, and where any rank's call differs every rank plans the
+ * forward again as if nothing was shipped (the outputs stay exact, the
+ * ship's work is lost). output.data may be NULL here (nothing is written).
+ * Collective over the DP group like a forward, in the same order on every
+ * rank; nothing happens where a forward would not meet (balancing off, the
+ * gate keeping the calls apart, the cost model still warming up): the
+ * forward then runs as it would have. Ship calls in the order of their
+ * forwards; a forward takes the oldest ship not yet taken, whichever call
+ * it is. Returns 0, DPSHIM_EINVAL (a call that cannot be described: the
+ * group's ship is dropped on every rank) or DPSHIM_ENOMEM. */
+DPSHIM_EXTERN int dpshim_encoder_ship(const dpshim_encoder_call_t *call);
+
 /* The backward of the forward `key`, with out_grad in the shape of that
  * call's output; in_grad (the grad_input's shape), or NULL. Returns the
  * real backward's result, or DPSHIM_EINVAL when no forward of that key is

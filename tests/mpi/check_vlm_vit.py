@@ -31,6 +31,11 @@ the encoder is asked for patch gradients.
     backwards in reverse order): without the shim both give the same
     digests (the trainer's outputs do not depend on the schedule); with
     it, the digests of the runs without it, applied in each schedule;
+  - shipped: the schedules' runs with --vit-ship (each micro-batch's
+    encoder calls shipped at its hand-off through vit_ship(), the adapter's
+    dpshim_encoder_ship()): the digests of the runs without the shim and
+    without shipping, no "out of step" line, and the summary's count of
+    forwards that took their ship (some) and of those planned again (0);
   - gated: the schedules' runs under the default DPSHIM_VIT_TRIGGER_THRESHOLD
     (auto; the other scenarios set 0.1, so that every call meets): the
     digests, no "out of step" line, and the summary's "ViT gate" line
@@ -56,7 +61,7 @@ the encoder is asked for patch gradients.
     in vit_faults_seen: 1) without a collective, exit 0, no "out of step"
     line, the digests of the run without the shim and without the fault.
 --only NAME (repeatable) runs those scenarios alone (mixed, frames,
-text-heavy, fitted, schedules, gated, grid, extra, rebackward). Every run is bounded (a hang
+text-heavy, fitted, schedules, shipped, gated, grid, extra, rebackward). Every run is bounded (a hang
 is a failed check, its processes killed), and the whole script by a budget
 below meson's timeout. Exit status 0 when every check holds.
 """
@@ -331,6 +336,32 @@ def scenario_rebackward(args):
           % (what, out_of_step_lines(err)))
 
 
+def scenario_shipped(args):
+    """--vit-ship: each micro-batch's encoder calls shipped at its hand-off
+    (dpshim_encoder_ship through libdpshim_vit.so's vit_ship), in both
+    schedules: the digests of the runs without the shim and without
+    shipping, no "out of step" line, and the summary counting forwards that
+    took their ship (some) and none planned again."""
+    for name, extra in (("1f1b", ONE_F_ONE_B), ("afab", AFAB)):
+        what = "%s, shipped, 3 micro-batches, %s" % (args.layout, name)
+        base = plain(args, extra, what)
+        on, err = with_shim(args, extra + ["--vit-ship"], what)
+        if not intact(what, base, on):
+            continue
+        same_digests(what, on, base, digests_of(args, extra),
+                     than="without the shim and without shipping")
+        check(not out_of_step_lines(err), "%s: the calls fell out of step: "
+              "%r" % (what, out_of_step_lines(err)))
+        m = re.search(r"ViT: (\d+) forwards took the plan and inputs shipped "
+                      r"ahead of them \(dpshim_encoder_ship\), (\d+) were "
+                      r"planned again", err)
+        check(m is not None and int(m.group(1)) > 0 and m.group(2) == "0",
+              "%s: expected the summary's 'ViT: N forwards took the plan and "
+              "inputs shipped ahead of them ..., 0 were planned again' with "
+              "N > 0, got %r" % (what, m.group(0) if m else None))
+        check_applied(what, err)
+
+
 def scenario_frames(args):
     """Qwen3-VL's encoder (qwen3-vl-8b) attends a video's frames apart, and
     libdpshim_vit.so shows such a video as an image a frame, so that its
@@ -346,6 +377,7 @@ SCENARIOS = {
     "text-heavy": lambda a: scenario_balanced(a, "text-heavy", TEXT_HEAVY),
     "fitted": scenario_fitted,
     "schedules": scenario_schedules,
+    "shipped": scenario_shipped,
     "gated": scenario_gated,
     "grid": scenario_grid,
     "extra": scenario_extra,

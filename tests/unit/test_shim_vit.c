@@ -140,12 +140,16 @@ typedef struct scenario {
   int odd_rank;     /* its first image has an odd side; -1: none */
   int handoff_rank; /* a checkpoint before its backwards; -1: none */
   unsigned apart;   /* bit m: the gate keeps micro-batch m's calls apart */
+  int ship;         /* 1: each call shipped before its forward; 2: every
+                     * micro-batch's shipped before the first forward */
+  int change_rank;  /* ships rows that differ from its forwards'; -1: none */
   /* recorded by the ranks */
   float emb[MAXR][MAXM][MAXEMB], pgrad[MAXR][MAXM][MAXROWS * RF];
   int64_t params[MAXR][NPARAMS];
   int fwd_rc[MAXR][MAXM], bwd_rc[MAXR][MAXM];
   int applied[MAXR], out_of_step[MAXR], off_at_end[MAXR];
   int backs_moved[MAXR]; /* backwards whose gradients moved */
+  int shipped[MAXR];     /* forwards that took their ship */
   int32_t moved_peak[MAXR], moved_end[MAXR]; /* moved forwards in flight */
   char message[MAXR][256];
 } scenario_t;
@@ -154,7 +158,7 @@ static scenario_t *new_scenario(int ranks, uint64_t seed) {
   scenario_t *s = calloc(1, sizeof *s);
   *s = (scenario_t){.ranks = ranks, .micro = 2, .ready = 1, .want_patch = 1,
                     .seed = seed, .extra_rank = -1, .invalid_rank = -1,
-                    .odd_rank = -1, .handoff_rank = -1};
+                    .odd_rank = -1, .handoff_rank = -1, .change_rank = -1};
   return s;
 }
 
@@ -167,6 +171,7 @@ typedef struct rank_state {
   vit_input_t in[MAXM];
   uint64_t key[MAXM];
   adapter_t a[MAXM];
+  dpshim_encoder_call_t call[MAXM];
 } rank_state_t;
 
 static void note(rank_state_t *st, const dpshim__vit_report_t *rep) {
@@ -174,21 +179,46 @@ static void note(rank_state_t *st, const dpshim__vit_report_t *rep) {
   st->s->backs_moved[st->rank] +=
       rep->applied && rep->kind == DPSHIM__VIT_BACKWARD;
   st->s->out_of_step[st->rank] |= rep->out_of_step;
+  st->s->shipped[st->rank] += rep->shipped > 0;
   if (rep->message[0] && !st->s->message[st->rank][0])
     snprintf(st->s->message[st->rank], 256, "%s", rep->message);
 }
 
-static void forward(rank_state_t *st, int m) {
+/* Micro-batch m's images and call, before its ship or forward. */
+static void prepare(rank_state_t *st, int m) {
   scenario_t *s = st->s;
   draw(&st->im[m], s->seed, st->rank, m, st->rank == s->odd_rank && m == 0);
   st->in[m] = input_of(&st->im[m]);
   st->a[m] = (adapter_t){st->vit, &st->in[m], s->emb[st->rank][m],
                          s->params[st->rank]};
-  dpshim_encoder_t enc = {&st->a[m], a_forward, a_backward, a_release};
-  dpshim_encoder_call_t call = describe(&st->im[m], s->emb[st->rank][m]);
-  if (st->rank == s->invalid_rank && m == 0) call.invalid = "broken here";
+  st->call[m] = describe(&st->im[m], s->emb[st->rank][m]);
+  if (st->rank == s->invalid_rank && m == 0) st->call[m].invalid = "broken here";
+}
+
+/* change_rank ships every image's first value off by one (its forward then
+ * gives the true ones); no output buffer is given, as a loader would not
+ * have one yet. */
+static void ship(rank_state_t *st, int m) {
+  images_t *im = &st->im[m];
+  int change = st->rank == st->s->change_rank;
+  float *px = im->px;
+  for (int32_t i = 0; change && i < im->count; px += im->rows[1][i++] * RF)
+    px[0] += 1;
+  dpshim_encoder_call_t call = st->call[m];
+  call.output.data = NULL;
   dpshim__vit_report_t rep;
-  s->fwd_rc[st->rank][m] = dpshim__vit_forward(st->v, &enc, &call,
+  dpshim__vit_ship(st->v, &call, &rep);
+  note(st, &rep);
+  px = im->px;
+  for (int32_t i = 0; change && i < im->count; px += im->rows[1][i++] * RF)
+    px[0] -= 1;
+}
+
+static void forward(rank_state_t *st, int m) {
+  scenario_t *s = st->s;
+  dpshim_encoder_t enc = {&st->a[m], a_forward, a_backward, a_release};
+  dpshim__vit_report_t rep;
+  s->fwd_rc[st->rank][m] = dpshim__vit_forward(st->v, &enc, &st->call[m],
                                                &st->key[m], &rep);
   note(st, &rep);
 }
@@ -236,7 +266,12 @@ static void rank_main(dpshim__comm_t *comm, int rank, void *arg) {
     dpshim__vit_set_model(st->v, (dpshim_cost_model_t){1, 0, 0, 0, 0});
   if (rank == st->s->extra_rank) extra_forward(st);
   for (int m = 0; m < st->s->micro; m++) {
+    prepare(st, m);
+    if (st->s->ship == 2) ship(st, m);
+  }
+  for (int m = 0; m < st->s->micro; m++) {
     dpshim__vit_set_apart(st->v, st->s->apart >> m & 1);
+    if (st->s->ship == 1) ship(st, m);
     forward(st, m);
     int32_t moved = dpshim__vit_moved_in_flight(st->v);
     if (moved > st->s->moved_peak[rank]) st->s->moved_peak[rank] = moved;
@@ -548,4 +583,94 @@ Test(shim_vit, a_failing_collective_turns_the_balance_off_without_loss) {
     free(s);
   }
   cr_assert_gt(faulted, 8, "the faults fired");
+}
+
+/* ---- shipped forwards -------------------------------------------------------- */
+
+/* Each call shipped before its forward (as at a hand-off), or every
+ * micro-batch's before the first forward (a loader running ahead): the
+ * outputs are exact, every forward takes its ship, and a forward meets
+ * for its header and the embeddings' return only: the group's images are
+ * gathered once per micro-batch (at the ship) and the inputs go in the
+ * ship's one exchange. */
+Test(shim_vit, shipped_forwards_meet_once_and_stay_exact) {
+  int applied = 0;
+  for (int ahead = 0; ahead <= 1; ahead++)
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      scenario_t *s = new_scenario(4, seed);
+      s->ship = ahead ? 2 : 1;
+      s->micro = MAXM;
+      s->afab = ahead;
+      mock_stats_t stats;
+      run_and_check(s, &stats, -1, 0);
+      for (int r = 0; r < 4; r++) {
+        cr_assert_eq(s->message[r][0], 0, "rank %d: %s", r, s->message[r]);
+        cr_assert_eq(s->shipped[r], MAXM, "seed %d rank %d: %d of %d "
+                     "forwards took their ship", (int)seed, r, s->shipped[r],
+                     MAXM);
+      }
+      int back = s->backs_moved[0], fwd = s->applied[0] - back;
+      cr_assert_eq(stats.ops[MOCK_ALLGATHERV], MAXM,
+                   "one images' gather per micro-batch, not %ld",
+                   stats.ops[MOCK_ALLGATHERV]);
+      cr_assert_eq(stats.ops[MOCK_ALLTOALLV_PARTS], 2 * fwd + 2 * back);
+      applied += fwd;
+      free(s);
+    }
+  cr_assert_gt(applied, 6, "shipped forwards moved images (%d)", applied);
+}
+
+/* A rank whose forwards' rows differ from what it shipped: every rank
+ * plans those forwards again, and the outputs are still exact. */
+Test(shim_vit, a_call_that_differs_from_its_ship_is_planned_again) {
+  int again = 0;
+  for (uint64_t seed = 1; seed <= 8; seed++) {
+    scenario_t *s = new_scenario(4, seed);
+    s->ship = 1;
+    s->micro = MAXM;
+    s->change_rank = 2;
+    run_and_check(s, NULL, -1, 0);
+    for (int r = 0; r < 4; r++) {
+      cr_assert_eq(s->message[r][0], 0, "rank %d: %s", r, s->message[r]);
+      cr_assert_eq(s->shipped[r], s->shipped[0], "every rank decides alike");
+    }
+    again += MAXM - s->shipped[0];
+    free(s);
+  }
+  cr_assert_gt(again, 0, "rank 2's changed rows were never sent away");
+}
+
+/* Nothing is shipped where the forward would not meet: calls kept apart,
+ * or the group still warming up. */
+Test(shim_vit, nothing_is_shipped_apart_or_warming_up) {
+  for (int ready = 0; ready <= 1; ready++) {
+    scenario_t *s = new_scenario(4, 3);
+    s->ship = 1;
+    s->micro = MAXM;
+    s->ready = ready;
+    s->apart = ready ? 1u << 1 : 0; /* micro-batch 1 apart */
+    run_and_check(s, NULL, -1, 0);
+    cr_assert_eq(s->shipped[0], ready ? MAXM - 1 : 0);
+    free(s);
+  }
+}
+
+/* One rank's extra forward meets the others' ship: out of step, the
+ * shipped forwards dropped everywhere, every output exact, no hang. */
+Test(shim_vit, a_forward_beside_a_ship_puts_ranks_out_of_step) {
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    scenario_t *s = new_scenario(4, seed);
+    s->ship = 2;
+    s->afab = 1;
+    s->micro = MAXM;
+    s->extra_rank = 1;
+    mock_stats_t stats;
+    run_and_check(s, &stats, -1, 0);
+    for (int r = 0; r < 4; r++) {
+      cr_assert(s->out_of_step[r], "rank %d saw it", r);
+      cr_assert_eq(s->shipped[r], 0);
+    }
+    cr_assert_eq(stats.mismatch, 0);
+    free(s);
+  }
 }

@@ -1,6 +1,6 @@
 /* libdpshim_vit.so, the reference vision encoder's adapter: libvit.so's
- * vit_forward(), vit_backward() and vit_saved_free() interposed on the
- * public API (<dpshim/adapter.h>, <dpshim/encoder.h>), like any
+ * vit_ship(), vit_forward(), vit_backward() and vit_saved_free() interposed
+ * on the public API (<dpshim/adapter.h>, <dpshim/encoder.h>), like any
  * third-party adapter; preloaded beside libdpshim.so (dpshim-run
  * --adapter vit).
  *
@@ -176,25 +176,49 @@ static const char *refused(vit_t *vit, const vit_input_t *in) {
 
 static int to_vit_rc(int rc) { return rc == 0 ? 0 : -1; }
 
-VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
-                           float *embeddings, vit_saved_t **saved) {
+/* in as the shim sees it, into *call (call->invalid: why it cannot be),
+ * its arrays in *r (free_rows() after the call); *cfg libvit's. -1 when
+ * libvit's own functions are missing. */
+static int description(vit_t *vit, const vit_input_t *in, float *emb,
+                       vit_config_t *cfg, image_rows_t *r,
+                       dpshim_encoder_call_t *call) {
   config_fn config;
   apart_fn apart;
   DPSHIM_NEXT(real_config, config);
   DPSHIM_NEXT(real_apart, apart);
-  *saved = NULL;
+  *r = (image_rows_t){0};
   if (!config || !apart) return -1;
-  vit_config_t cfg = config(vit);
+  *cfg = config(vit);
+  const char *why = refused(vit, in);
+  if (!why && alloc_rows(r, cfg, apart(vit), in) < 0) why = "out of memory";
+  *call = (dpshim_encoder_call_t){.invalid = why};
+  if (!why) {
+    fill_rows(cfg, apart(vit), in, r);
+    *call = describe(cfg, in, emb, r);
+  }
+  return 0;
+}
+
+/* Without an output buffer: the shim writes none at a ship. */
+VIT_EXTERN int vit_ship(vit_t *vit, const vit_input_t *in) {
+  vit_config_t cfg;
+  image_rows_t r;
+  dpshim_encoder_call_t call;
+  if (description(vit, in, NULL, &cfg, &r, &call) < 0) return -1;
+  int rc = dpshim_encoder_ship(&call);
+  free_rows(&r);
+  return to_vit_rc(rc);
+}
+
+VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
+                           float *embeddings, vit_saved_t **saved) {
+  vit_config_t cfg;
+  image_rows_t r;
+  dpshim_encoder_call_t call;
+  *saved = NULL;
+  if (description(vit, in, embeddings, &cfg, &r, &call) < 0) return -1;
   call_ctx_t ctx = {vit, cfg.layout, in, embeddings, NULL};
   dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
-  const char *why = refused(vit, in);
-  image_rows_t r = {0};
-  if (!why && alloc_rows(&r, &cfg, apart(vit), in) < 0) why = "out of memory";
-  dpshim_encoder_call_t call = {.invalid = why};
-  if (!why) {
-    fill_rows(&cfg, apart(vit), in, &r);
-    call = describe(&cfg, in, embeddings, &r);
-  }
   uint64_t key = 0;
   int rc = dpshim_encoder_forward(&enc, &call, &key);
   free_rows(&r);

@@ -160,6 +160,10 @@ int64_t vit_embed_rows(vit_t *v, const vit_input_t *in) {
   return rows / ((int64_t)v->cfg.merge * v->cfg.merge);
 }
 
+int vit_ship(vit_t *v, const vit_input_t *in) {
+  return vit_embed_rows(v, in) < 0 ? -1 : 0;
+}
+
 /* The blocks image k is attended in: each frame of a Qwen video where
  * frames are apart (Qwen3-VL), else the image whole. A block's embeddings
  * depend on its own rows alone, as in a real encoder whose attention and

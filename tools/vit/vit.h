@@ -88,6 +88,12 @@ VIT_EXTERN int vit_set_time_scale(vit_t *vit, double time_scale);
 /* Embedding rows vit_forward() writes for in; -1 when in is malformed. */
 VIT_EXTERN int64_t vit_embed_rows(vit_t *vit, const vit_input_t *in);
 
+/* A hint that in is the next call's input, given as soon as the inputs
+ * are ready (the batch's hand-off): libvit itself does nothing with it
+ * but check it (0, or -1 as vit_embed_rows); an interposer may start
+ * moving the inputs (dpshim_encoder_ship()). The call's rows must stay as
+ * they are until its vit_forward(). */
+VIT_EXTERN int vit_ship(vit_t *vit, const vit_input_t *in);
 /* Writes vit_embed_rows(in) x embed_dim floats to embeddings, in the
  * images' order, and *saved for the backward. 0, or -1 with the reason in
  * vit_error() (nothing written, *saved NULL) when in is malformed: grid

@@ -107,6 +107,7 @@ typedef struct opts {
   const char *stats_out; /* --stats-out: per-step, per-rank times */
   int32_t embed_dim;     /* --embed-dim: the encoder's embedding row */
   int patch_grads;       /* --patch-grads: ask the encoder for them */
+  int vit_ship;          /* --vit-ship: vit_ship() at each hand-off */
   schedule_t schedule;   /* --schedule */
   vit_fault_t vit_fault; /* --vit-fault */
   const char *mix;       /* --mix, applied after the other options */
@@ -144,7 +145,7 @@ static void die(const char *what) {
   "[--image-fraction X] [--video-fraction X] [--max-images N] "              \
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
   "[--prefetch N] [--mix default|encoder-heavy] [--max-frames N] "         \
-  "[--stats-out FILE] [--embed-dim N] [--patch-grads] "                     \
+  "[--stats-out FILE] [--embed-dim N] [--patch-grads] [--vit-ship] "        \
   "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
 /* What the loader options less obvious than their names do. */
@@ -168,6 +169,10 @@ static void die(const char *what) {
   "                      pack is built in the hand-off call\n"             \
   "  --embed-dim N       floats per embedding row of libvit's encoder\n"  \
   "  --patch-grads       the encoder's backward writes patch gradients\n"   \
+  "  --vit-ship          each micro-batch's encoder calls are announced with\n" \
+  "                      vit_ship() right after its hand-off, before the\n"  \
+  "                      first of its forwards (an interposer may start\n"  \
+  "                      moving their inputs there)\n"                      \
   "  --schedule S        1f1b (default): each micro-batch's encoder forward,\n" \
   "                      LLM and encoder backward in turn; afab: every\n"   \
   "                      micro-batch's hand-off and forward, then the LLM,\n" \
@@ -308,6 +313,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--check")) {
       o->check = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--vit-ship")) {
+      o->vit_ship = 1;
       continue;
     }
     if (!strcmp(argv[i], "--patch-grads")) {
@@ -643,6 +652,11 @@ static void encoder_forward(encoder_t *enc, encoder_micro_t *mb,
     encoder_call_t *c = &mb->call[k];
     c->in = encoder_input(b, k);
     if (o->schedule == SCHEDULE_AFAB) keep_inputs(c, enc->row_floats);
+    if (o->vit_ship && vit_ship(enc->vit, &c->in) < 0)
+      die(vit_error(enc->vit));
+  }
+  for (int32_t k = 0; k < enc->ncalls; k++) {
+    encoder_call_t *c = &mb->call[k];
     c->tokens = vit_embed_rows(enc->vit, &c->in);
     if (c->tokens < 0) die(vit_error(enc->vit));
     c->emb = grow(c->emb, &c->emb_cap, c->tokens * o->embed_dim + 1);
