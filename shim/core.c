@@ -767,14 +767,27 @@ int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet) {
 /* Under c->lock: what a grouped call cost this rank beyond the encoder and
  * the wait for the other ranks (the header round, the plan, the copies and
  * exchanges), a moving average per kind: a micro-batch's meeting costs a
- * forward's and a backward's. A retry's call (the gate's, policy.h) starts
+ * forward's and a backward's. A shipped forward's includes its ship's
+ * (the mean of the ships kept and not yet taken: the shim cannot tell a
+ * ship made on the loader's thread, off the step's path, from one made
+ * just before the forward). A retry's call (the gate's, policy.h) starts
  * the average again. */
 static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
                        double seconds) {
+  if (!r->grouped) return;
+  double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
+  if (r->kind == DPSHIM__VIT_SHIP && r->shipped > 0) {
+    c->ship_cost += cost;
+    c->ships++;
+  }
   int k = r->kind == DPSHIM__VIT_FORWARD ? 0
           : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
-  if (k < 0 || !r->grouped) return;
-  double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
+  if (k < 0) return;
+  if (k == 0 && r->shipped != 0 && c->ships > 0) {
+    double part = c->ship_cost / (double)c->ships--;
+    c->ship_cost -= part;
+    cost += part;
+  }
   if (c->stats.vit_gated > 0) c->stats.vit_met_took += cost;
   dpshim__policy_learn(&c->meet[k], cost);
 }

@@ -137,6 +137,9 @@ typedef struct dpshim__core {
    * cost this rank beyond the encoder and the waits (seconds, averaged) */
   int vit_apart, vit_quiet;
   dpshim__policy_learnt_t meet[2];
+  /* Ships kept for forwards still to come, and their summed cost */
+  int64_t ships;
+  double ship_cost;
   /* The most bytes a meeting moved per patch of this rank's own images in
    * any forward so far (inputs, embeddings and their gradients); 0 before
    * its first forward with an image. */

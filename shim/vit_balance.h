@@ -52,8 +52,9 @@ typedef struct dpshim__vit_report {
   int grouped;    /* the call went through the group (a header) */
   int warm;       /* local because some rank has no cost model yet */
   int applied;    /* images (a backward: their gradients) moved */
-  /* A forward shipped ahead: 1 it took its ship's plan (and inputs), -1
-   * some rank's call differed from its ship (planned again). */
+  /* A ship: 1 when it was kept for the next forward. A forward shipped
+   * ahead: 1 it took its ship's plan (and inputs), -1 some rank's call
+   * differed from its ship (planned again). */
   int shipped;
   const char *skip_reason; /* a forward not applied: why */
   int out_of_step;         /* the balance went off at this call */

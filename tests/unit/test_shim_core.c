@@ -167,6 +167,7 @@ typedef struct run {
   dpshim_cost_model_t model[MAXP], vit_model[MAXP];
   int64_t applied[MAXP], handoffs[MAXP], backed_off[MAXP];
   int mode[MAXP], from_steps[MAXP], noop[MAXP];
+  double meet_cost[MAXP][2]; /* ships_then_forwards: the learnt meeting */
   mock_stats_t stats;
 } run_t;
 
@@ -361,6 +362,48 @@ Test(shim_core, vit_fit_learns_the_encoder_cost) {
             want.a, want.c);
   cr_assert_eq(said_with("ViT fit (ranks)", "prediction error mean 0.00%"),
                1, "the summary gives the ViT fit and its error");
+  free(x);
+}
+
+/* Each rank ships two forwards (3 ms each beyond the wait for the others)
+ * and then makes them (1 ms each beyond the encoder and the wait): what a
+ * meeting costs is learnt as 4 ms, the ship's part of each forward's; a
+ * forward shipped for nothing (its ship not kept) adds nothing. */
+static void ships_then_forwards(dpshim__comm_t *world, dpshim__comm_t *dp,
+                                dpshim__comm_t *peers, int rank, void *arg) {
+  run_t *x = arg;
+  dpshim__core_t c;
+  dpshim__core_setup_t s = {&x->cfg, world, dp, peers, 0, 1, NULL, now,
+                            capture};
+  if (dpshim__core_open(&c, &s) < 0) return;
+  dpshim__vit_report_t ship = {.kind = DPSHIM__VIT_SHIP, .grouped = 1,
+                               .shipped = 1, .arrival_s = 5e-3};
+  dpshim__vit_report_t fwd = {.kind = DPSHIM__VIT_FORWARD, .grouped = 1,
+                              .shipped = 1, .encode_s = 2e-3,
+                              .arrival_s = 1e-3};
+  for (int k = 0; k < 2; k++) dpshim__core_vit_call(&c, &ship, 8e-3);
+  for (int k = 0; k < 2; k++) dpshim__core_vit_call(&c, &fwd, 4e-3);
+  x->meet_cost[rank][0] = c.meet[0].s;
+  ship.shipped = 0; /* kept for no forward: nothing to learn from */
+  dpshim__core_vit_call(&c, &ship, 8e-3);
+  fwd.shipped = 0;
+  dpshim__core_vit_call(&c, &fwd, 4e-3);
+  x->meet_cost[rank][1] = c.meet[0].s;
+  dpshim__core_close(&c);
+}
+
+Test(shim_core, a_shipped_forward_costs_its_ship_too) {
+  run_t *x = run_new(2, 1, 0);
+  x->vit = 1;
+  x->cfg = config(x->log, x->vit);
+  mock_opts_t o = {.size = x->P, .fail_rank = -1};
+  cr_assert_eq(mock_run_groups(&o, 1, ships_then_forwards, x, &x->stats), 0);
+  for (int r = 0; r < x->P; r++) {
+    cr_assert_float_eq(x->meet_cost[r][0], 4e-3, 1e-12, "rank %d: %g", r,
+                       x->meet_cost[r][0]);
+    cr_assert_float_eq(x->meet_cost[r][1], 0.75 * 4e-3 + 0.25 * 1e-3, 1e-12,
+                       "rank %d: %g", r, x->meet_cost[r][1]);
+  }
   free(x);
 }
 

@@ -179,7 +179,8 @@ static void note(rank_state_t *st, const dpshim__vit_report_t *rep) {
   st->s->backs_moved[st->rank] +=
       rep->applied && rep->kind == DPSHIM__VIT_BACKWARD;
   st->s->out_of_step[st->rank] |= rep->out_of_step;
-  st->s->shipped[st->rank] += rep->shipped > 0;
+  st->s->shipped[st->rank] +=
+      rep->kind == DPSHIM__VIT_FORWARD && rep->shipped > 0;
   if (rep->message[0] && !st->s->message[st->rank][0])
     snprintf(st->s->message[st->rank], 256, "%s", rep->message);
 }
