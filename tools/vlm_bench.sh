@@ -11,19 +11,21 @@
 # reports the encoder's straggler wait (per step after the warm-up, the
 # slowest rank's emulated encoder time less the mean, from vlmtrain's
 # --stats-out); the ViT variants their bytes moved per step and the ViT
-# fit's error. Builds nothing:
+# fit's error. With --vit --ship, default+vit+ship adds default+vit with
+# vlmtrain --vit-ship (each micro-batch's encoder calls shipped at its
+# hand-off: dpshim_encoder_ship). Builds nothing:
 #
 #   ninja -C build tools/vlmtrain/vlmtrain tools/vlmload/libdpshim_vlmload.so \
 #     tools/vit/libdpshim_vit.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
 #                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
-#                      [--vit] [--mix M] [-- vlmtrain args]
+#                      [--vit [--ship]] [--mix M] [-- vlmtrain args]
 # --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default);
 # --mix is vlmtrain's (default, or encoder-heavy).
 set -euo pipefail
 
 build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
-scale=0.2 threshold=0.2 vit=0 mix=default extra=()
+scale=0.2 threshold=0.2 vit=0 ship=0 mix=default extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -36,8 +38,9 @@ while (($#)); do
     --threshold) threshold=$2; shift 2 ;;
     --mix) mix=$2; shift 2 ;;
     --vit) vit=1; shift ;;
+    --ship) ship=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +58,8 @@ args=(--layout "$layout" --model "$model" --tp "$tp" --steps "$steps" --mix "$mi
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
      -np "$ranks")
 
-# variant, solver ("" without the shim), ViT balance (0/1)
+# variant, solver ("" without the shim), ViT balance (0/1), vlmtrain
+# arguments of the variant's own
 run() {
   local env=()
   if [[ -n $2 ]]; then
@@ -65,7 +69,7 @@ run() {
          -x DPSHIM_VIT_BALANCE="${3:-0}" -x MALLOC_PERTURB_=0
          -x DPSHIM_LOG="$out/$1.jsonl")
   fi
-  "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" \
+  "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" "${@:4}" \
     --stats-out "$out/$1.stats" 2>"$out/$1.err" |
     grep '^{' >"$out/$1.json" || { cat "$out/$1.err" >&2; exit 1; }
 }
@@ -78,6 +82,10 @@ if ((vit)); then
   run seed+vit seed 1
   run default+vit default 1
   variants="$variants seed+vit default+vit"
+  if ((ship)); then
+    run default+vit+ship default 1 --vit-ship
+    variants="$variants default+vit+ship"
+  fi
 fi
 
 python3 - "$out" "$layout" "$model" "$ranks" "$tp" "$threshold" \
@@ -127,7 +135,7 @@ def fit_errors(v):
     return m.groups() if m else None
 print(f"vlm_bench: {layout}, {model}, {ranks} ranks (tp {tp}), "
       f"trigger threshold {threshold}")
-print(f"{'variant':<12}{'TGS':>10}{'gain':>8}{'step ms':>10}"
+print(f"{'variant':<17}{'TGS':>10}{'gain':>8}{'step ms':>10}"
       f"{'sync wait':>11}{'MB/step':>9}{'applied':>9}{'ViT wait':>10}"
       f"{'ViT MB':>8}  digests")
 keys = ("consumed_digest", "images_digest", "embeddings_digest",
@@ -137,9 +145,9 @@ for v in variants:
     r = result(v)
     wait = wait_share("measured" if v == "none" else v)
     mb = 0.0 if v == "none" else mb_per_step(v)
-    vit_mb = mb_per_step(v, "vit") if v.endswith("+vit") else 0.0
+    vit_mb = mb_per_step(v, "vit") if "+vit" in v else 0.0
     applied = "-" if v == "none" else "%d/%d" % plans(v)
-    print(f"{v:<12}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
+    print(f"{v:<17}{r['tgs']:>10.1f}{100 * (r['tgs'] / base['tgs'] - 1):>7.1f}%"
           f"{r['step_ms_mean']:>10.1f}{wait:>10.1f}%{mb:>9.2f}{applied:>9}"
           f"{vit_wait_ms(v):>8.1f}ms{vit_mb:>8.2f}  "
           f"{'same' if same(r) else 'DIFFER'}")

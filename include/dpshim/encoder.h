@@ -33,6 +33,11 @@
  *   ...
  *   rc = dpshim_encoder_backward(&enc, key, emb_grad, patch_grad_or_NULL);
  *
+ * Where the inputs are known before the call (the batch handed off), ship
+ * it then, with the same description: dpshim_encoder_ship(&call) plans the
+ * forward and starts its inputs on their way; the forward then only waits
+ * for what has not arrived.
+ *
  * Collective: every DP rank calls the encoder (forward and backward, or
  * release) for every micro-batch, in the same order, with zero images when
  * it has none. Backwards may come in any order of their forwards (all

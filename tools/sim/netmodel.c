@@ -129,16 +129,24 @@ static double shim_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
-/* The ViT balance's time in one step: all its encoder calls together. */
-static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
+/* The ViT balance's time in one step: all its encoder calls together,
+ * less what was shipped ahead where on_path. */
+static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s,
+                          int on_path) {
   if (s->vit_calls == 0) return 0;
+  sim_vit_ahead_t a = {0};
+  if (on_path) a = s->vit_ahead;
   double k = s->vit_calls;
   int32_t P = g.P;
-  double coll = k * allgather(n, g, s->vit_gather_bytes / k) +
-                s->vit_xfer_bytes / n->bandwidth + s->vit_peers * n->latency_s;
-  coll += across_hosts(n, g, s->vit_inter_xfer_bytes, s->vit_inter_peers);
-  double collectives = k + 3.0 * s->vit_applied;
-  double cpu = s->vit_solve_s + s->vit_copy_bytes / n->memcpy_bps;
+  double coll = k * allgather(n, g, (s->vit_gather_bytes - a.gather_bytes) /
+                                        k) +
+                (s->vit_xfer_bytes - a.xfer_bytes) / n->bandwidth +
+                (s->vit_peers - a.peers) * n->latency_s;
+  coll += across_hosts(n, g, s->vit_inter_xfer_bytes - a.inter_xfer_bytes,
+                       s->vit_inter_peers - a.inter_peers);
+  double collectives = k + 3.0 * s->vit_applied - a.exchanges;
+  double cpu = s->vit_solve_s - a.solve_s +
+               (s->vit_copy_bytes - a.copy_bytes) / n->memcpy_bps;
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
@@ -150,7 +158,7 @@ double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
 
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s) {
-  return vit_seconds(n, span_of(c, ranks), s);
+  return vit_seconds(n, span_of(c, ranks), s, 0);
 }
 
 double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
@@ -163,7 +171,7 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
   span_t g = span_of(c, ranks);
   sim_price_t p;
-  p.vit_shim_s = vit_seconds(n, g, s);
+  p.vit_shim_s = vit_seconds(n, g, s, 1);
   p.shim_s = shim_seconds(n, g, s) + p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */

@@ -16,7 +16,7 @@ enum {
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_MIX, OPT_TEXT_COST,
-  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_RANKS_PER_HOST,
+  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_VIT_SHIP, OPT_RANKS_PER_HOST,
   OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
   OPT_HELP
 };
@@ -34,6 +34,7 @@ static const struct option longopts[] = {
     {"vit-cap-ratio", required_argument, NULL, OPT_VIT_CAP_RATIO},
     {"vit-threshold", required_argument, NULL, OPT_VIT_THRESHOLD},
     {"slow-first-meeting", required_argument, NULL, OPT_SLOW_MEETING},
+    {"vit-ship", no_argument, NULL, OPT_VIT_SHIP},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -110,7 +111,12 @@ static void usage(void) {
 "  --vit-threshold X     DPSHIM_VIT_TRIGGER_THRESHOLD: a ratio, or auto (the\n"
 "                        gate; see tools/sim/README.md) [auto]\n"
 "  --slow-first-meeting F  auto: the gate measures its first meeting F times\n"
-"                        as dear as it is (a rank preempted there) [1]\n",
+"                        as dear as it is (a rank preempted there) [1]\n"
+"  --vit-ship            the encoder's inputs shipped at the hand-off on a\n"
+"                        loader thread running ahead (dpshim_encoder_ship):\n"
+"                        the images' sizes gathered, the ViT plan and the\n"
+"                        inputs' exchange off the step's path; a forward\n"
+"                        keeps its header round and the return [off]\n",
       stdout);
   /* In two: one string would exceed what C11 compilers must take. */
   fputs(
@@ -415,6 +421,7 @@ static int apply_vlm(int code, const char *opt, const char *arg,
     o->cfg.vit_threshold = strcmp(arg, "auto") == 0 ? -1
         : need_double(opt, arg, 0, 1e3, "a number in [0, 1000] or 'auto'");
     return 1;
+  case OPT_VIT_SHIP: o->cfg.vit_ship = 1; return 1;
   case OPT_SLOW_MEETING:
     o->cfg.slow_meeting = need_double(opt, arg, 1, 1e6, "a number >= 1");
     return 1;

@@ -99,6 +99,7 @@ typedef struct sim_config {
    * (< 0: auto, see simulate.c's meet_or_not()). */
   double vit_cap_ratio, vit_threshold;
   double slow_meeting; /* --slow-first-meeting: the first one's measure x */
+  int vit_ship;        /* --vit-ship: inputs shipped ahead (sim_vit_ahead_t) */
   /* The hosts: DP rank r on host r / ranks_per_host (0: every rank on one
    * host, and the network in one level). topology: the solver is told the
    * hosts (the shim's DPSHIM_TOPOLOGY=1); 0: it plans as on one host and
@@ -132,6 +133,13 @@ typedef struct sim_algo {
 /* One measured step of one (ranks, algorithm): everything netmodel.c needs.
  * The shim's quantities are summed over the step's hand-offs: every price is
  * linear in each of them. */
+/* The ViT balance's work at its ships (sim_step_t.vit_ahead): the part of
+ * the step's vit_* tallies of that name made there, and its exchanges. */
+typedef struct sim_vit_ahead {
+  double gather_bytes, xfer_bytes, peers, copy_bytes, solve_s;
+  double inter_xfer_bytes, inter_peers, exchanges;
+} sim_vit_ahead_t;
+
 typedef struct sim_step {
   double compute_max_s; /* the slowest rank's compute, after the plans */
   double imb_before;    /* max/mean - 1 of the ranks' compute, as drawn */
@@ -168,6 +176,11 @@ typedef struct sim_step {
   double vit_moved_bytes, vit_solve_s;
   /* With hosts, the ViT balance's three alltoallvs as inter_* above. */
   double vit_inter_xfer_bytes, vit_inter_peers, vit_inter_moved_bytes;
+  /* --vit-ship: the part of the ViT tallies above made at the ship, on the
+   * loader's thread ahead of the step (the images' sizes gathered, the
+   * plan, the inputs' exchange): in what the gate learns (the shim cannot
+   * tell where a ship ran), not on the step's path. */
+  sim_vit_ahead_t vit_ahead;
   /* VLM packs, without noise: the slowest rank's compute where the
    * LLM-level plans leave the samples, and the least any encoder balance
    * could bring it to (encoder work divisible at will, exchanges free):
@@ -434,7 +447,8 @@ sim_net_t sim_net_default(void);
 double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
                          double copy, double partners);
 /* Seconds of the ViT balance's calls tallied in s (their vit_* fields),
- * as the step's price counts them. */
+ * what was shipped ahead included (the gate's view; the step's price
+ * leaves it out). */
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s);
 /* Seconds of one ViT-level encoder call that moves nothing: its gather of

@@ -257,14 +257,16 @@ static int32_t rank_partners(const sim_vit_t *v, int32_t r) {
                                                 : v->partners_in[r];
 }
 
-/* The tallied exchange and copies into the step. */
+/* The tallied exchange and copies into the step; with --vit-ship the
+ * inputs' part of them also into st->vit_ahead. */
 static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
-  double xin = 0, xout = 0, copy = 0;
+  double xin = 0, xout = 0, copy = 0, copy_out = 0;
   int32_t peers = 0;
   for (int32_t r = 0; r < v->P; r++) {
     xin = fmax(xin, fmax(v->sent_in[r], v->recv_in[r]));
     xout = fmax(xout, fmax(v->sent_out[r], v->recv_out[r]));
     copy = fmax(copy, rank_copy(v, r));
+    copy_out = fmax(copy_out, 2 * (v->sent_out[r] + v->recv_out[r]));
     if (rank_partners(v, r) > peers) peers = rank_partners(v, r);
     st->vit_moved_bytes += v->sent_in[r] + 2 * v->sent_out[r];
   }
@@ -275,6 +277,14 @@ static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
                               2 * sim_cross_link_bytes(&v->cross_out);
   st->vit_inter_peers += 3.0 * sim_cross_peers(&v->cross_in);
   st->vit_inter_moved_bytes += v->cross_in.moved + 2 * v->cross_out.moved;
+  if (!v->c->vit_ship) return;
+  sim_vit_ahead_t *a = &st->vit_ahead;
+  a->xfer_bytes += xin;
+  a->copy_bytes += copy - copy_out;
+  a->peers += peers;
+  a->inter_xfer_bytes += sim_cross_link_bytes(&v->cross_in);
+  a->inter_peers += sim_cross_peers(&v->cross_in);
+  a->exchanges += 1;
 }
 
 int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
@@ -304,6 +314,10 @@ int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
   st->vit_solve_s += solve_s;
   st->vit_gather_bytes += (double)v->P * SIM_VIT_HEADER_BYTES +
                           (double)n * SIM_VIT_META_BYTES;
+  if (v->c->vit_ship) { /* the forward keeps its header round */
+    st->vit_ahead.solve_s += solve_s;
+    st->vit_ahead.gather_bytes += (double)n * SIM_VIT_META_BYTES;
+  }
   memset(encoded, 0, (size_t)v->P * sizeof *encoded);
   for (int64_t j = 0; j < n; j++) {
     double secs = v->w->image[v->image_of[j]].vit;
