@@ -45,6 +45,7 @@ static int complete(const dpshim_encoder_t *enc) {
  * when balanced. */
 typedef struct encoder_op {
   dpshim__vit_kind_t kind;
+  int async;
   const dpshim_encoder_t *enc;
   const dpshim_encoder_call_t *call;
   uint64_t key, *key_out;
@@ -56,7 +57,10 @@ static int run_op(dpshim__vit_t *v, const encoder_op_t *op,
                   dpshim__vit_report_t *rep) {
   switch (op->kind) {
     case DPSHIM__VIT_FORWARD:
-      return dpshim__vit_forward(v, op->enc, op->call, op->key_out, rep);
+      return dpshim__vit_forward(v, op->enc, op->call, op->async, op->key_out,
+                                 rep);
+    case DPSHIM__VIT_WAIT:
+      return dpshim__vit_wait(v, op->enc, op->key, rep);
     case DPSHIM__VIT_BACKWARD:
       return dpshim__vit_backward(v, op->enc, op->key, op->out_grad,
                                   op->in_grad, rep);
@@ -112,14 +116,33 @@ void dpshim__vit_point(dpshim__vit_kind_t kind) {
   if (dpshim__state.vit_on) encoder_call(&op);
 }
 
-DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
-                                         const dpshim_encoder_call_t *call,
-                                         uint64_t *key) {
+static int forward(const dpshim_encoder_t *enc,
+                   const dpshim_encoder_call_t *call, int async,
+                   uint64_t *key) {
   if (!key) return DPSHIM_EINVAL;
   *key = 0;
   if (!complete(enc)) return DPSHIM_EINVAL;
-  encoder_op_t op = {.kind = DPSHIM__VIT_FORWARD, .enc = enc, .call = call,
-                     .key_out = key};
+  encoder_op_t op = {.kind = DPSHIM__VIT_FORWARD, .async = async,
+                     .enc = enc, .call = call, .key_out = key};
+  return encoder_call(&op);
+}
+
+DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
+                                         const dpshim_encoder_call_t *call,
+                                         uint64_t *key) {
+  return forward(enc, call, 0, key);
+}
+
+DPSHIM_EXTERN int dpshim_encoder_forward_async(
+    const dpshim_encoder_t *enc, const dpshim_encoder_call_t *call,
+    uint64_t *key) {
+  return forward(enc, call, 1, key);
+}
+
+DPSHIM_EXTERN int dpshim_encoder_wait(const dpshim_encoder_t *enc,
+                                      uint64_t key) {
+  if (!complete(enc)) return DPSHIM_EINVAL;
+  encoder_op_t op = {.kind = DPSHIM__VIT_WAIT, .enc = enc, .key = key};
   return encoder_call(&op);
 }
 

@@ -767,7 +767,9 @@ int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet) {
 /* Under c->lock: what a grouped call cost this rank beyond the encoder and
  * the wait for the other ranks (the header round, the plan, the copies and
  * exchanges), a moving average per kind: a micro-batch's meeting costs a
- * forward's and a backward's. A shipped forward's includes its ship's
+ * forward's and a backward's. An async forward's wait adds to the latest
+ * forward's share (forwards between the two make it approximate). A
+ * shipped forward's includes its ship's
  * (the mean of the ships kept and not yet taken: the shim cannot tell a
  * ship made on the loader's thread, off the step's path, from one made
  * just before the forward). A retry's call (the gate's, policy.h) starts
@@ -780,6 +782,8 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
     c->ship_cost += cost;
     c->ships++;
   }
+  if (r->kind == DPSHIM__VIT_WAIT) /* an async forward's return */
+    dpshim__policy_learn_more(&c->meet[0], cost);
   int k = r->kind == DPSHIM__VIT_FORWARD ? 0
           : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
   if (k < 0) return;

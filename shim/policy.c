@@ -166,7 +166,12 @@ const char *dpshim__policy_meet(const double *before, const double *llm,
 void dpshim__policy_learn(dpshim__policy_learnt_t *m, double seconds) {
   int fresh = !m->seen++ || m->fresh;
   m->fresh = 0;
-  m->s = fresh ? seconds : m->s + DPSHIM__POLICY_MEET_WEIGHT * (seconds - m->s);
+  m->last = fresh ? 1 : DPSHIM__POLICY_MEET_WEIGHT;
+  m->s += m->last * (seconds - m->s);
+}
+
+void dpshim__policy_learn_more(dpshim__policy_learnt_t *m, double seconds) {
+  m->s += m->last * seconds;
 }
 
 static int32_t retry_after(const dpshim__policy_retry_t *r) {

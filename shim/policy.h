@@ -124,8 +124,11 @@ typedef struct dpshim__policy_learnt {
   double s;     /* seconds; 0 before any call */
   int64_t seen; /* calls learnt from */
   int fresh;    /* the next call replaces s */
+  double last;  /* the weight the latest call had in s */
 } dpshim__policy_learnt_t;
 void dpshim__policy_learn(dpshim__policy_learnt_t *m, double seconds);
+/* More seconds of the latest call learnt (an async forward's wait). */
+void dpshim__policy_learn_more(dpshim__policy_learnt_t *m, double seconds);
 /* What meetings cost is all the gate learns from them, so one slow meeting
  * (a preempted rank) would keep the calls apart for good. Where that
  * measure alone keeps them apart (held: either plan would pay for the

@@ -40,6 +40,7 @@ typedef struct pass {
   /* Own images encoded elsewhere, by (destination, image): their input
    * rows (what a backward re-encodes once the balance is off). */
   unsigned char *sent[MAX_IN];
+  struct pending *pending; /* an async forward's return, not yet waited */
 } pass_t;
 
 struct dpshim__vit {
@@ -116,8 +117,11 @@ dpshim__vit_t *dpshim__vit_new(const dpshim__vit_config_t *cfg,
   return NULL;
 }
 
+static void pending_free(struct pending *q);
+
 /* Back to a pass that moved nothing: what a failed exchange left freed. */
 static void pass_clear(pass_t *p) {
+  pending_free(p->pending);
   free(p->wire);
   for (int32_t k = 0; k < MAX_IN; k++) free(p->sent[k]);
   memset(p, 0, sizeof *p);
@@ -181,6 +185,7 @@ static const char *kind_name(int32_t kind) {
     case DPSHIM__VIT_BACKWARD: return "backward";
     case DPSHIM__VIT_RELEASE: return "release";
     case DPSHIM__VIT_SHIP: return "ship";
+    case DPSHIM__VIT_WAIT: return "wait";
     case DPSHIM__VIT_HANDOFF: return "LLM hand-off";
     default: return "MPI_Finalize";
   }
@@ -651,18 +656,61 @@ static int send_inputs(dpshim__vit_t *v, const route_t *rt,
                   (const unsigned char *const *)p->sent, recv, req);
 }
 
-/* Embeddings back to their owners, into the caller's output. */
+/* An async forward's embeddings on their way back: the exchange's
+ * buffers (b.out is sent from, b.back received into) until the wait
+ * copies what arrived into the caller's output. */
+typedef struct pending {
+  dpshim__comm_t *comm;
+  dpshim__comm_request_t *req;
+  unsigned char *output;
+  buffers_t b;
+} pending_t;
+
+/* NULL on no memory (said in the forward's header round). */
+static pending_t *pending_new(dpshim__comm_t *comm) {
+  pending_t *q = calloc(1, sizeof *q);
+  if (q && !(q->req = comm->ops->request_new(comm))) {
+    free(q);
+    return NULL;
+  }
+  if (q) q->comm = comm;
+  return q;
+}
+
+static void pending_free(pending_t *q) {
+  if (!q) return;
+  q->comm->ops->request_free(q->comm, q->req);
+  buffers_free(&q->b);
+  free(q);
+}
+
+/* Embeddings back to their owners, into the caller's output: those this
+ * rank encoded itself now, the others once they are in (started on q's
+ * request and left to the wait where q is not NULL). */
 static int return_outputs(dpshim__vit_t *v, const route_t *rt,
-                          const dpshim_encoder_call_t *call, buffers_t *b) {
+                          const dpshim_encoder_call_t *call, buffers_t *b,
+                          pending_t *q) {
   int64_t kept, sent, encoded;
   field_totals(rt, FIELD_OUT, &kept, &sent, &encoded);
   const int32_t field = FIELD_OUT;
   const unsigned char *send = b->out + kept;
-  int rc = exchange(v, rt, 1, &field, 0, &send, &b->back, NULL);
+  int rc = exchange(v, rt, 1, &field, 0, &send, &b->back, q ? q->req : NULL);
   if (rc < 0) return rc;
   own_copy_t oc = {rt, b->order, b->offset, FIELD_OUT};
-  copy_own(&oc, call->output.data, b->out, b->back, TO_USER);
+  copy_own(&oc, call->output.data, b->out, q ? NULL : b->back, TO_USER);
   return 0;
+}
+
+/* q takes what its wait needs of b (the rest is freed), and p takes q. */
+static void keep_pending(pass_t *p, pending_t *q, buffers_t *b,
+                         const dpshim_encoder_call_t *call) {
+  q->output = call->output.data;
+  q->b = (buffers_t){.out = b->out, .back = b->back, .order = b->order,
+                     .offset = b->offset};
+  b->out = b->back = NULL;
+  b->order = NULL;
+  b->offset = NULL;
+  p->pending = q;
 }
 
 /* The real encoder on what this rank holds (b->built), then the embeddings
@@ -671,8 +719,8 @@ static int return_outputs(dpshim__vit_t *v, const route_t *rt,
 static int encode_and_return(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                              const route_t *rt,
                              const dpshim_encoder_call_t *call, pass_t *p,
-                             buffers_t *b, dpshim__vit_report_t *rep,
-                             int *real) {
+                             buffers_t *b, pending_t **q,
+                             dpshim__vit_report_t *rep, int *real) {
   *real = run_forward(v, enc, &b->built.call, &p->saved, rep);
   double t = now(v);
   int failed = agree(v, *real != 0 ? DPSHIM_EINVAL : 0,
@@ -684,13 +732,15 @@ static int encode_and_return(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     p->saved = NULL;
     return 0;
   }
-  int rc = return_outputs(v, rt, call, b);
+  int rc = return_outputs(v, rt, call, b, *q);
   if (rc < 0) { /* every rank's collectives fail from here: all go local */
     comm_failed(v, rc, rep);
     enc->release(enc->ctx, p->saved);
     p->saved = NULL;
     return 0;
   }
+  if (*q) keep_pending(p, *q, b, call);
+  *q = NULL;
   p->moved = 1;
   rep->applied = 1;
   rep->bytes_moved = moved_bytes(v);
@@ -701,7 +751,8 @@ static int encode_and_return(dpshim__vit_t *v, const dpshim_encoder_t *enc,
  * embeddings back. Returns what encode_and_return() does. */
 static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                          const dpshim_encoder_call_t *call, pass_t *p,
-                         dpshim__vit_report_t *rep, int *real) {
+                         pending_t **q, dpshim__vit_report_t *rep,
+                         int *real) {
   route_t rt = {v->size, v->comm->rank, v->first, v->dest, v->wire};
   buffers_t b;
   memset(&b, 0, sizeof b);
@@ -710,7 +761,7 @@ static int forward_moved(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     own_order(&rt, b.order);
     int rc = send_inputs(v, &rt, call, p, &b, NULL);
     if (rc < 0) comm_failed(v, rc, rep);
-    else ran = encode_and_return(v, enc, &rt, call, p, &b, rep, real);
+    else ran = encode_and_return(v, enc, &rt, call, p, &b, q, rep, real);
   }
   buffers_free(&b);
   return ran;
@@ -947,7 +998,8 @@ static void restore_plan(dpshim__vit_t *v, const shipped_t *s,
  * forward that moves. p takes over s's pass. */
 static int forward_shipped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                            const dpshim_encoder_call_t *call, shipped_t *s,
-                           pass_t *p, dpshim__vit_report_t *rep, int *real) {
+                           pass_t *p, pending_t **q,
+                           dpshim__vit_report_t *rep, int *real) {
   restore_plan(v, s, rep);
   if (!s->moves) return 0;
   /* what has not arrived yet: the exchange's cost, not straggling */
@@ -965,7 +1017,7 @@ static int forward_shipped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     oc.field = k;
     copy_own(&oc, call->input[k].data, s->b.in[k], NULL, TO_PACKED);
   }
-  return encode_and_return(v, enc, &rt, call, p, &s->b, rep, real);
+  return encode_and_return(v, enc, &rt, call, p, &s->b, q, rep, real);
 }
 
 /* ---- the forward's meeting ------------------------------------------------ */
@@ -976,25 +1028,35 @@ static int forward_shipped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
 static int forward_met(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                        const dpshim_encoder_call_t *call, uint64_t key,
                        pass_t *p, int32_t status, const char *msg,
-                       shipped_t *s, dpshim__vit_report_t *rep, int *real) {
+                       shipped_t *s, pending_t **q, dpshim__vit_report_t *rep,
+                       int *real) {
   header_t h = call_header(DPSHIM__VIT_FORWARD, key, status, call);
   if (s) h.ship = status == 0 && ship_matches(v, s, call, h.shape) ? 1 : 2;
   if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep) ||
       !group_ready(v, rep))
     return 0;
   rep->shipped = !s ? 0 : every_ship_matches(v) ? 1 : -1;
-  if (rep->shipped > 0) return forward_shipped(v, enc, call, s, p, rep, real);
+  if (rep->shipped > 0)
+    return forward_shipped(v, enc, call, s, p, q, rep, real);
   if (!gather_images(v, call, rep) || !plan(v, rep)) return 0;
-  return forward_moved(v, enc, call, p, rep, real);
+  return forward_moved(v, enc, call, p, q, rep, real);
 }
 
+/* async: the embeddings' return left to the wait where images move (its
+ * request made before the header round, which agrees on a failure). */
 static int forward_grouped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                            const dpshim_encoder_call_t *call, uint64_t key,
-                           pass_t *p, int32_t status, const char *msg,
+                           int async, pass_t *p, int32_t status, char *msg,
                            dpshim__vit_report_t *rep, int *real) {
+  pending_t *q = async ? pending_new(v->comm) : NULL;
+  if (async && !q && status == 0) {
+    status = DPSHIM_ENOMEM;
+    snprintf(msg, MESSAGE_BYTES, "out of memory");
+  }
   shipped_t *s = take_shipped(v);
-  int ran = forward_met(v, enc, call, key, p, status, msg, s, rep, real);
+  int ran = forward_met(v, enc, call, key, p, status, msg, s, &q, rep, real);
   shipped_free(s);
+  pending_free(q);
   return ran;
 }
 
@@ -1014,8 +1076,8 @@ static void own_sums(const dpshim_encoder_call_t *call,
 }
 
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
-                        const dpshim_encoder_call_t *call, uint64_t *key,
-                        dpshim__vit_report_t *rep) {
+                        const dpshim_encoder_call_t *call, int async,
+                        uint64_t *key, dpshim__vit_report_t *rep) {
   memset(rep, 0, sizeof *rep);
   rep->kind = DPSHIM__VIT_FORWARD;
   *key = 0;
@@ -1031,7 +1093,7 @@ int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   if (!dpshim__vit_balancing(v)) drain_shipped(v);
   /* a shipped forward meets even apart: every rank has it */
   if (dpshim__vit_balancing(v) && (v->ship_head || !v->apart))
-    ran = forward_grouped(v, enc, call, k, p, status, msg, rep, &real);
+    ran = forward_grouped(v, enc, call, k, async, p, status, msg, rep, &real);
   if (status == 0) own_sums(call, rep);
   if (!ran) {
     void *saved;
@@ -1130,6 +1192,17 @@ out:
   return real;
 }
 
+/* This rank's n images that other ranks encoded (b->idx, sent_images()),
+ * encoded here again from what it sent, their output rows into out; the
+ * real forward's result (*saved its state where 0), or DPSHIM_ENOMEM. */
+static int encode_sent(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                       pass_t *p, buffers_t *b, int64_t n, unsigned char *out,
+                       void **saved, dpshim__vit_report_t *rep) {
+  if (build_call(&p->shape, p->wire, b->idx, n, p->sent, out, &b->built) < 0)
+    return DPSHIM_ENOMEM;
+  return run_forward(v, enc, &b->built.call, saved, rep);
+}
+
 /* The balance off (or the exchange impossible): this rank's own images'
  * gradients without the group. Its saved forward runs back with zero
  * gradients for the images it encoded for others (which adds nothing),
@@ -1166,22 +1239,62 @@ static int backward_apart(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   oc.field = FIELD_GRAD;
   if (want) copy_own(&oc, in_grad, b.grad, NULL, TO_USER);
   int64_t n = sent_images(rt, b.order, b.idx);
-  if (n == 0 || build_call(&p->shape, p->wire, b.idx, n, p->sent, b.in[0],
-                           &b.built) < 0)
-    goto out;
+  if (n == 0) goto out;
   void *saved;
-  int again = run_forward(v, enc, &b.built.call, &saved, rep);
+  int again = encode_sent(v, enc, p, &b, n, b.in[0], &saved, rep);
   if (again == 0) {
     oc.field = FIELD_OUT;
-    copy_own(&oc, user_grad, NULL, b.back, 0);
+    copy_own(&oc, user_grad, NULL, b.back, TO_PACKED);
     again = run_backward(v, enc, saved, b.back, b.grad_back, rep);
     oc.field = FIELD_GRAD;
-    if (want) copy_own(&oc, in_grad, NULL, b.grad_back, 1);
+    if (want) copy_own(&oc, in_grad, NULL, b.grad_back, TO_USER);
   }
   if (rc == 0) rc = again;
 out:
   buffers_free(&b);
   return rc;
+}
+
+/* An async forward's embeddings into its caller's output: what arrived, or
+ * where the exchange failed, this rank's own encodings of them. */
+static int settle_return(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                         const dpshim__vit_flight_t *f,
+                         dpshim__vit_report_t *rep) {
+  pass_t *p = f->data;
+  pending_t *q = p->pending;
+  if (!q) return 0;
+  p->pending = NULL;
+  rep->grouped = 1; /* the rest of a grouped forward */
+  route_t rt = {f->ranks, p->me, f->first, f->dest, p->wire};
+  own_copy_t oc = {&rt, q->b.order, q->b.offset, FIELD_OUT};
+  int rc = q->comm->ops->finish(q->comm, q->req);
+  if (rc < 0) {
+    comm_failed(v, rc, rep);
+    void *saved = NULL;
+    int failed = 0;
+    q->b.idx = alloc((size_t)own_count(&rt) * sizeof *q->b.idx, &failed);
+    int64_t n = failed ? 0 : sent_images(&rt, q->b.order, q->b.idx);
+    rc = failed ? DPSHIM_ENOMEM
+         : n > 0 ? encode_sent(v, enc, p, &q->b, n, q->b.back, &saved, rep)
+                 : 0;
+    if (rc == 0 && saved) enc->release(enc->ctx, saved);
+  }
+  if (rc == 0) copy_own(&oc, q->output, NULL, q->b.back, TO_USER);
+  pending_free(q);
+  return rc;
+}
+
+int dpshim__vit_wait(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                     uint64_t key, dpshim__vit_report_t *rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->kind = DPSHIM__VIT_WAIT;
+  const dpshim__vit_flight_t *f = dpshim__vit_flights_find(&v->flights, key);
+  if (f) return settle_return(v, enc, f, rep);
+  snprintf(rep->message, sizeof rep->message,
+           "ViT: a wait for forward %llu, which this rank has not in flight: "
+           "expected a forward not yet backed nor released",
+           (unsigned long long)key);
+  return DPSHIM_EINVAL;
 }
 
 int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
@@ -1198,7 +1311,14 @@ int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
     return DPSHIM_EINVAL;
   }
   pass_t *p = f.data;
-  int together = 0, rc = 0, done = 0;
+  /* the embeddings it was computed from were meant to be waited for */
+  int rc = settle_return(v, enc, &f, rep), together = 0, done = 0;
+  if (rc != 0) {
+    enc->release(enc->ctx, p->saved);
+    pass_free(p);
+    dpshim__vit_flight_free(&f);
+    return rc;
+  }
   if (dpshim__vit_balancing(v) && (!v->apart || p->moved)) {
     header_t h = {.kind = DPSHIM__VIT_BACKWARD, .key = key,
                   .want_grad = in_grad != NULL};

@@ -38,6 +38,7 @@ typedef enum dpshim__vit_kind {
   DPSHIM__VIT_BACKWARD,
   DPSHIM__VIT_RELEASE,
   DPSHIM__VIT_SHIP,    /* a forward's inputs sent ahead of its call */
+  DPSHIM__VIT_WAIT,    /* an async forward's embeddings waited for */
   DPSHIM__VIT_HANDOFF, /* an LLM-level hand-off on the main thread */
   DPSHIM__VIT_CLOSE    /* MPI_Finalize */
 } dpshim__vit_kind_t;
@@ -115,11 +116,20 @@ int32_t dpshim__vit_moved_in_flight(const dpshim__vit_t *v);
  * up). Returns 0, or DPSHIM_EINVAL when this rank's call is invalid. */
 int dpshim__vit_ship(dpshim__vit_t *v, const dpshim_encoder_call_t *call,
                      dpshim__vit_report_t *rep);
-/* See dpshim_encoder_forward(), _backward(), _release(). Forwards and
- * backwards are collective over the group while balancing. */
+/* See dpshim_encoder_forward(), _forward_async() (async: the embeddings
+ * that other ranks encoded are in call->output.data only once
+ * dpshim__vit_wait() of the key returned), _backward(), _release().
+ * Forwards and backwards are collective over the group while balancing. */
 int dpshim__vit_forward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
-                        const dpshim_encoder_call_t *call, uint64_t *key,
-                        dpshim__vit_report_t *rep);
+                        const dpshim_encoder_call_t *call, int async,
+                        uint64_t *key, dpshim__vit_report_t *rep);
+/* Here only: an async forward's embeddings in its caller's output (done at
+ * once where none were on their way; a backward waits first, a release
+ * drops them). Where their exchange failed, this rank encodes its images
+ * again (the balance is then off). Returns 0, the real encoder's result
+ * then, DPSHIM_EINVAL for a key not in flight, or DPSHIM_ENOMEM. */
+int dpshim__vit_wait(dpshim__vit_t *v, const dpshim_encoder_t *enc,
+                     uint64_t key, dpshim__vit_report_t *rep);
 int dpshim__vit_backward(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                          uint64_t key, const void *out_grad, void *in_grad,
                          dpshim__vit_report_t *rep);

@@ -72,6 +72,12 @@ int dpshim__vit_flights_push(dpshim__vit_flights_t *f, uint64_t key,
   return rc;
 }
 
+dpshim__vit_flight_t *dpshim__vit_flights_find(dpshim__vit_flights_t *f,
+                                               uint64_t key) {
+  int32_t k = find(f, key);
+  return k < 0 ? NULL : &f->slot[k];
+}
+
 int dpshim__vit_flights_take(dpshim__vit_flights_t *f, uint64_t key,
                              dpshim__vit_flight_t *out) {
   int32_t k = find(f, key);

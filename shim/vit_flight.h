@@ -51,5 +51,8 @@ int dpshim__vit_flights_push(dpshim__vit_flights_t *f, uint64_t key,
 int dpshim__vit_flights_take(dpshim__vit_flights_t *f, uint64_t key,
                              dpshim__vit_flight_t *out);
 void dpshim__vit_flight_free(dpshim__vit_flight_t *flight);
+/* The flight of `key`, left in the air, or NULL. */
+dpshim__vit_flight_t *dpshim__vit_flights_find(dpshim__vit_flights_t *f,
+                                               uint64_t key);
 
 #endif

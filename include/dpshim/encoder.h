@@ -141,6 +141,26 @@ DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
  * group's ship is dropped on every rank) or DPSHIM_ENOMEM. */
 DPSHIM_EXTERN int dpshim_encoder_ship(const dpshim_encoder_call_t *call);
 
+/* As dpshim_encoder_forward(), but the embeddings of this rank's images
+ * that other ranks encoded may still be on their way when it returns (its
+ * own are written): dpshim_encoder_wait(key) where they are first needed.
+ * call->output.data must stay valid until then. The return moves as MPI
+ * progresses it (inside this rank's and its peers' MPI calls at least, and
+ * at the wait), so it overlaps what runs in between where MPI progresses
+ * on its own (a progress thread, offloaded transfers). */
+DPSHIM_EXTERN int dpshim_encoder_forward_async(
+    const dpshim_encoder_t *enc, const dpshim_encoder_call_t *call,
+    uint64_t *key);
+
+/* The embeddings of dpshim_encoder_forward_async(key) all in its output:
+ * at once where none were on their way. Here only (no collective). A
+ * backward waits first, a release drops them. Where their exchange
+ * failed this rank encodes its images again (enc's forward; the ViT
+ * balance is then off). Returns 0 (or that forward's error), DPSHIM_EINVAL
+ * when no forward of that key is in flight, or DPSHIM_ENOMEM. */
+DPSHIM_EXTERN int dpshim_encoder_wait(const dpshim_encoder_t *enc,
+                                      uint64_t key);
+
 /* The backward of the forward `key`, with out_grad in the shape of that
  * call's output; in_grad (the grad_input's shape), or NULL. Returns the
  * real backward's result, or DPSHIM_EINVAL when no forward of that key is

@@ -33,9 +33,11 @@ the encoder is asked for patch gradients.
     it, the digests of the runs without it, applied in each schedule;
   - shipped: the schedules' runs with --vit-ship (each micro-batch's
     encoder calls shipped at its hand-off through vit_ship(), the adapter's
-    dpshim_encoder_ship()): the digests of the runs without the shim and
-    without shipping, no "out of step" line, and the summary's count of
-    forwards that took their ship (some) and of those planned again (0);
+    dpshim_encoder_ship()), afab's with --vit-async too (forwards through
+    vit_forward_async(), each waited for with vit_wait() before the LLM
+    reads its embeddings): the digests of the runs without the shim, no
+    "out of step" line, and the summary's count of forwards that took
+    their ship (some) and of those planned again (0);
   - gated: the schedules' runs under the default DPSHIM_VIT_TRIGGER_THRESHOLD
     (auto; the other scenarios set 0.1, so that every call meets): the
     digests, no "out of step" line, and the summary's "ViT gate" line
@@ -339,13 +341,15 @@ def scenario_rebackward(args):
 def scenario_shipped(args):
     """--vit-ship: each micro-batch's encoder calls shipped at its hand-off
     (dpshim_encoder_ship through libdpshim_vit.so's vit_ship), in both
-    schedules: the digests of the runs without the shim and without
-    shipping, no "out of step" line, and the summary counting forwards that
-    took their ship (some) and none planned again."""
-    for name, extra in (("1f1b", ONE_F_ONE_B), ("afab", AFAB)):
+    schedules, afab's forwards also async (--vit-async: the embeddings'
+    return waited for before the LLM reads them): the digests of the runs
+    without the shim, no "out of step" line, and the summary counting
+    forwards that took their ship (some) and none planned again."""
+    for name, extra, more in (("1f1b", ONE_F_ONE_B, []),
+                              ("afab, async", AFAB, ["--vit-async"])):
         what = "%s, shipped, 3 micro-batches, %s" % (args.layout, name)
         base = plain(args, extra, what)
-        on, err = with_shim(args, extra + ["--vit-ship"], what)
+        on, err = with_shim(args, extra + ["--vit-ship"] + more, what)
         if not intact(what, base, on):
             continue
         same_digests(what, on, base, digests_of(args, extra),

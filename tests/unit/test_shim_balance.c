@@ -1085,7 +1085,7 @@ Test(shim_balance, meeting_saves_only_what_balance_can_reach) {
 /* What meeting costs, learnt: the first call sets it, later ones move it
  * a quarter of the way, and the first after a retry sets it again. */
 Test(shim_balance, what_meeting_costs_is_learnt_and_a_retry_starts_it_again) {
-  dpshim__policy_learnt_t m = {0, 0, 0};
+  dpshim__policy_learnt_t m = {0, 0, 0, 0};
   dpshim__policy_learn(&m, 8e-3); /* a slow first meeting */
   cr_assert_float_eq(m.s, 8e-3, 1e-15);
   dpshim__policy_learn(&m, 0);
@@ -1095,6 +1095,8 @@ Test(shim_balance, what_meeting_costs_is_learnt_and_a_retry_starts_it_again) {
   cr_assert_float_eq(m.s, 1e-3, 1e-15, "the retry's measure replaces");
   dpshim__policy_learn(&m, 5e-3);
   cr_assert_float_eq(m.s, 2e-3, 1e-15, "and the average goes on from it");
+  dpshim__policy_learn_more(&m, 4e-3); /* the same call took 9 ms */
+  cr_assert_float_eq(m.s, 3e-3, 1e-15);
 }
 
 /* The costliest unit the ViT plan can place, in the rule above: an image

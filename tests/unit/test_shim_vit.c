@@ -143,6 +143,7 @@ typedef struct scenario {
   int ship;         /* 1: each call shipped before its forward; 2: every
                      * micro-batch's shipped before the first forward */
   int change_rank;  /* ships rows that differ from its forwards'; -1: none */
+  int async;        /* forwards async, each waited for before its backward */
   /* recorded by the ranks */
   float emb[MAXR][MAXM][MAXEMB], pgrad[MAXR][MAXM][MAXROWS * RF];
   int64_t params[MAXR][NPARAMS];
@@ -150,6 +151,8 @@ typedef struct scenario {
   int applied[MAXR], out_of_step[MAXR], off_at_end[MAXR];
   int backs_moved[MAXR]; /* backwards whose gradients moved */
   int shipped[MAXR];     /* forwards that took their ship */
+  /* async: output floats not yet written when the forward returned */
+  long unwritten[MAXR];
   int32_t moved_peak[MAXR], moved_end[MAXR]; /* moved forwards in flight */
   char message[MAXR][256];
 } scenario_t;
@@ -215,12 +218,28 @@ static void ship(rank_state_t *st, int m) {
     px[0] -= 1;
 }
 
+#define UNWRITTEN -1e30f /* no embedding value is this */
+
 static void forward(rank_state_t *st, int m) {
   scenario_t *s = st->s;
   dpshim_encoder_t enc = {&st->a[m], a_forward, a_backward, a_release};
   dpshim__vit_report_t rep;
-  s->fwd_rc[st->rank][m] = dpshim__vit_forward(st->v, &enc, &st->call[m],
-                                               &st->key[m], &rep);
+  float *emb = s->emb[st->rank][m];
+  int64_t n = 0;
+  for (int32_t i = 0; i < st->im[m].count; i++) n += st->im[m].out_rows[i] * ED;
+  for (int64_t k = 0; k < n; k++) emb[k] = UNWRITTEN;
+  s->fwd_rc[st->rank][m] = dpshim__vit_forward(
+      st->v, &enc, &st->call[m], s->async, &st->key[m], &rep);
+  note(st, &rep);
+  for (int64_t k = 0; k < n; k++) s->unwritten[st->rank] += emb[k] == UNWRITTEN;
+}
+
+static void wait_for(rank_state_t *st, int m) {
+  scenario_t *s = st->s;
+  if (!s->async || s->fwd_rc[st->rank][m] != 0) return;
+  dpshim_encoder_t enc = {&st->a[m], a_forward, a_backward, a_release};
+  dpshim__vit_report_t rep;
+  s->fwd_rc[st->rank][m] = dpshim__vit_wait(st->v, &enc, st->key[m], &rep);
   note(st, &rep);
 }
 
@@ -234,7 +253,7 @@ static void extra_forward(rank_state_t *st) {
   dpshim_encoder_call_t call = describe(&im, emb);
   uint64_t key;
   dpshim__vit_report_t rep;
-  dpshim__vit_forward(st->v, &enc, &call, &key, &rep);
+  dpshim__vit_forward(st->v, &enc, &call, 0, &key, &rep);
   note(st, &rep);
   dpshim__vit_release(st->v, &enc, key, &rep);
   note(st, &rep);
@@ -276,8 +295,9 @@ static void rank_main(dpshim__comm_t *comm, int rank, void *arg) {
     forward(st, m);
     int32_t moved = dpshim__vit_moved_in_flight(st->v);
     if (moved > st->s->moved_peak[rank]) st->s->moved_peak[rank] = moved;
-    if (!st->s->afab) backward(st, m);
+    if (!st->s->afab) wait_for(st, m), backward(st, m);
   }
+  for (int m = 0; st->s->afab && m < st->s->micro; m++) wait_for(st, m);
   if (rank == st->s->handoff_rank) {
     dpshim__vit_report_t rep;
     dpshim__vit_checkpoint(st->v, DPSHIM__VIT_HANDOFF, &rep);
@@ -556,10 +576,14 @@ Test(shim_vit, a_backward_without_its_forward_is_refused_locally) {
   dpshim_encoder_call_t call = describe(&im, emb);
   uint64_t key;
   dpshim__vit_report_t rep;
-  cr_assert_eq(dpshim__vit_forward(v, &enc, &call, &key, &rep), 0);
+  cr_assert_eq(dpshim__vit_forward(v, &enc, &call, 0, &key, &rep), 0);
   cr_assert_eq(dpshim__vit_backward(v, &enc, key + 1, g, NULL, &rep),
                DPSHIM_EINVAL);
   cr_assert(strstr(rep.message, "not in flight"), "%s", rep.message);
+  cr_assert_eq(dpshim__vit_wait(v, &enc, key + 1, &rep), DPSHIM_EINVAL);
+  cr_assert(strstr(rep.message, "not in flight"), "%s", rep.message);
+  cr_assert_eq(dpshim__vit_wait(v, &enc, key, &rep), 0,
+               "nothing on its way: done at once");
   cr_assert_eq(dpshim__vit_backward(v, &enc, key, g, NULL, &rep), 0);
   cr_assert_eq(dpshim__vit_backward(v, &enc, key, g, NULL, &rep),
                DPSHIM_EINVAL, "a forward is backed once");
@@ -571,19 +595,27 @@ Test(shim_vit, a_backward_without_its_forward_is_refused_locally) {
  * rank's later ones fail too; every call then runs where it was made, the
  * moved forwards' backwards too, and nothing is lost or hangs. */
 Test(shim_vit, a_failing_collective_turns_the_balance_off_without_loss) {
-  int faulted = 0;
-  for (int call = 0; call < 16; call++) {
-    scenario_t *s = new_scenario(4, 4);
-    s->afab = 1;
-    s->micro = MAXM;
-    mock_stats_t stats;
-    run_and_check(s, &stats, 1, call);
-    faulted += stats.faulted;
-    if (stats.faulted)
-      for (int r = 0; r < 4; r++) cr_assert(s->off_at_end[r], "rank %d", r);
-    free(s);
+  /* plain, async (a failed return is encoded again at the wait), shipped
+   * (a failed ship's exchange shows at its forward) */
+  for (int mode = 0; mode < 3; mode++) {
+    int faulted = 0;
+    for (int call = 0; call < 16; call++) {
+      scenario_t *s = new_scenario(4, 4);
+      s->afab = 1;
+      s->micro = MAXM;
+      s->async = mode == 1;
+      s->ship = mode == 2 ? 2 : 0;
+      mock_stats_t stats;
+      run_and_check(s, &stats, 1, call);
+      faulted += stats.faulted;
+      if (stats.faulted)
+        for (int r = 0; r < 4; r++)
+          cr_assert(s->off_at_end[r], "mode %d call %d rank %d", mode, call,
+                    r);
+      free(s);
+    }
+    cr_assert_gt(faulted, 8, "mode %d: the faults fired", mode);
   }
-  cr_assert_gt(faulted, 8, "the faults fired");
 }
 
 /* ---- shipped forwards -------------------------------------------------------- */
@@ -673,5 +705,40 @@ Test(shim_vit, a_forward_beside_a_ship_puts_ranks_out_of_step) {
     }
     cr_assert_eq(stats.mismatch, 0);
     free(s);
+  }
+}
+
+/* ---- async forwards ------------------------------------------------------------ */
+
+/* An async forward returns with this rank's own encodings written and the
+ * others' still on their way (some output not yet written where images
+ * moved); after the wait (each micro-batch's right after its forward, or
+ * all of afab's after the last forward) every output is exact, shipped
+ * forwards too. A forward that is not async writes everything before it
+ * returns. */
+Test(shim_vit, async_forwards_return_later_and_stay_exact) {
+  for (int async = 0; async <= 1; async++) {
+    long unwritten = 0;
+    int applied = 0;
+    for (int mode = 0; mode < 3; mode++) /* 1f1b, afab, afab shipped */
+      for (uint64_t seed = 1; seed <= 6; seed++) {
+        scenario_t *s = new_scenario(4, seed);
+        s->micro = MAXM;
+        s->afab = mode > 0;
+        s->ship = mode == 2 ? 2 : 0;
+        s->async = async;
+        run_and_check(s, NULL, -1, 0);
+        for (int r = 0; r < 4; r++) {
+          cr_assert_eq(s->message[r][0], 0, "rank %d: %s", r, s->message[r]);
+          unwritten += s->unwritten[r];
+        }
+        applied += s->applied[0];
+        free(s);
+      }
+    cr_assert_gt(applied, 10, "images moved (%d forwards)", applied);
+    if (async)
+      cr_assert_gt(unwritten, 0, "async returns were all complete at once");
+    else
+      cr_assert_eq(unwritten, 0, "a forward returned before its output");
   }
 }

@@ -825,7 +825,7 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
   if (rc == 0 && any_vit(algos, nalgos)) rc = prepare_vit(&x, err, errlen);
   for (int a = 0; rc == 0 && a < nalgos; a++) {
     x.slot = 0; /* each run is a process of its own */
-    x.meet = (dpshim__policy_learnt_t){0, 0, 0};
+    x.meet = (dpshim__policy_learnt_t){0, 0, 0, 0};
     x.retry = (dpshim__policy_retry_t){0, 0};
     runs[a] = (sim_run_t){ranks, algos[a], c->steps, NULL,
                           algos[a].vit && c->vit_threshold >= 0 ? x.text_model

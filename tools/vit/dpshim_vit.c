@@ -1,6 +1,7 @@
 /* libdpshim_vit.so, the reference vision encoder's adapter: libvit.so's
- * vit_ship(), vit_forward(), vit_backward() and vit_saved_free() interposed
- * on the public API (<dpshim/adapter.h>, <dpshim/encoder.h>), like any
+ * vit_ship(), vit_forward(), vit_forward_async(), vit_wait(),
+ * vit_backward() and vit_saved_free() interposed on the public API
+ * (<dpshim/adapter.h>, <dpshim/encoder.h>), like any
  * third-party adapter; preloaded beside libdpshim.so (dpshim-run
  * --adapter vit).
  *
@@ -210,8 +211,8 @@ VIT_EXTERN int vit_ship(vit_t *vit, const vit_input_t *in) {
   return to_vit_rc(rc);
 }
 
-VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
-                           float *embeddings, vit_saved_t **saved) {
+static int forward(vit_t *vit, const vit_input_t *in, float *embeddings,
+                   vit_saved_t **saved, int async) {
   vit_config_t cfg;
   image_rows_t r;
   dpshim_encoder_call_t call;
@@ -220,10 +221,32 @@ VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
   call_ctx_t ctx = {vit, cfg.layout, in, embeddings, NULL};
   dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
   uint64_t key = 0;
-  int rc = dpshim_encoder_forward(&enc, &call, &key);
+  int rc = async ? dpshim_encoder_forward_async(&enc, &call, &key)
+                 : dpshim_encoder_forward(&enc, &call, &key);
   free_rows(&r);
   *saved = (vit_saved_t *)(uintptr_t)key;
   return to_vit_rc(rc);
+}
+
+VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
+                           float *embeddings, vit_saved_t **saved) {
+  return forward(vit, in, embeddings, saved, 0);
+}
+
+VIT_EXTERN int vit_forward_async(vit_t *vit, const vit_input_t *in,
+                                 float *embeddings, vit_saved_t **saved) {
+  return forward(vit, in, embeddings, saved, 1);
+}
+
+/* The call's arguments are gone by now: a failed return is encoded again
+ * from what the shim kept (the layout is all the callbacks need). */
+VIT_EXTERN int vit_wait(vit_t *vit, vit_saved_t *saved) {
+  config_fn config;
+  DPSHIM_NEXT(real_config, config);
+  if (!config) return -1;
+  call_ctx_t ctx = {vit, config(vit).layout, NULL, NULL, NULL};
+  dpshim_encoder_t enc = {&ctx, encode, encode_back, release};
+  return to_vit_rc(dpshim_encoder_wait(&enc, (uint64_t)(uintptr_t)saved));
 }
 
 VIT_EXTERN int vit_backward(vit_t *vit, vit_saved_t *saved,

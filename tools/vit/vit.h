@@ -101,6 +101,14 @@ VIT_EXTERN int vit_ship(vit_t *vit, const vit_input_t *in);
  * not add up to nrows. Zero images is a valid call. */
 VIT_EXTERN int vit_forward(vit_t *vit, const vit_input_t *in,
                            float *embeddings, vit_saved_t **saved);
+/* vit_forward() whose embeddings an interposer may still be bringing in
+ * when it returns (dpshim_encoder_forward_async()): vit_wait(saved) before
+ * reading them. In libvit itself the same as vit_forward(). */
+VIT_EXTERN int vit_forward_async(vit_t *vit, const vit_input_t *in,
+                                 float *embeddings, vit_saved_t **saved);
+/* The embeddings of vit_forward_async(saved) all written: 0 (libvit itself
+ * has nothing to wait for), or -1 with the reason in vit_error(). */
+VIT_EXTERN int vit_wait(vit_t *vit, vit_saved_t *saved);
 /* Adds the parameter gradients of saved's images, for embedding gradients
  * emb_grad (the forward's shape; finite, |g| < 2^31), to param_grad
  * [params]; writes patch gradients (the forward's rows' shape) when

@@ -108,6 +108,7 @@ typedef struct opts {
   int32_t embed_dim;     /* --embed-dim: the encoder's embedding row */
   int patch_grads;       /* --patch-grads: ask the encoder for them */
   int vit_ship;          /* --vit-ship: vit_ship() at each hand-off */
+  int vit_async;         /* --vit-async: vit_forward_async(), vit_wait() */
   schedule_t schedule;   /* --schedule */
   vit_fault_t vit_fault; /* --vit-fault */
   const char *mix;       /* --mix, applied after the other options */
@@ -146,6 +147,7 @@ static void die(const char *what) {
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
   "[--prefetch N] [--mix default|encoder-heavy] [--max-frames N] "         \
   "[--stats-out FILE] [--embed-dim N] [--patch-grads] [--vit-ship] "        \
+  "[--vit-async] "                                                           \
   "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
 /* What the loader options less obvious than their names do. */
@@ -173,6 +175,9 @@ static void die(const char *what) {
   "                      vit_ship() right after its hand-off, before the\n"  \
   "                      first of its forwards (an interposer may start\n"  \
   "                      moving their inputs there)\n"                      \
+  "  --vit-async         the encoder's forwards through vit_forward_async(),\n" \
+  "                      each waited for (vit_wait) where the LLM first\n"  \
+  "                      reads its embeddings\n"                            \
   "  --schedule S        1f1b (default): each micro-batch's encoder forward,\n" \
   "                      LLM and encoder backward in turn; afab: every\n"   \
   "                      micro-batch's hand-off and forward, then the LLM,\n" \
@@ -317,6 +322,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     }
     if (!strcmp(argv[i], "--vit-ship")) {
       o->vit_ship = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--vit-async")) {
+      o->vit_async = 1;
       continue;
     }
     if (!strcmp(argv[i], "--patch-grads")) {
@@ -500,6 +509,7 @@ typedef struct encoder {
   int64_t *discard; /* [nparams]: TP peers' copies, kept out of the sum */
   int64_t faults_seen; /* --vit-fault calls refused as expected */
   double wall;         /* seconds inside the encoder's calls, this step */
+  int async;           /* --vit-async */
 } encoder_t;
 
 static void encoder_open(encoder_t *enc, const opts_t *o) {
@@ -518,7 +528,8 @@ static void encoder_open(encoder_t *enc, const opts_t *o) {
   *enc = (encoder_t){.vit = vit_open(&cfg, err, sizeof err),
                      .ncalls = internvl ? 1 : 2,
                      .row_floats = cfg.row_floats, .nparams = cfg.params,
-                     .nmicro = o->schedule == SCHEDULE_AFAB ? o->micro : 1};
+                     .nmicro = o->schedule == SCHEDULE_AFAB ? o->micro : 1,
+                     .async = o->vit_async};
   if (!enc->vit) die(err);
   enc->discard = calloc((size_t)cfg.params, sizeof *enc->discard);
   enc->micro = calloc((size_t)enc->nmicro, sizeof *enc->micro);
@@ -592,9 +603,17 @@ static void keep_inputs(encoder_call_t *c, int32_t row_floats) {
 static int timed_forward(encoder_t *enc, const vit_input_t *in, float *emb,
                          vit_saved_t **saved) {
   double t = dpshim__tool_now_s();
-  int rc = vit_forward(enc->vit, in, emb, saved);
+  int rc = enc->async ? vit_forward_async(enc->vit, in, emb, saved)
+                      : vit_forward(enc->vit, in, emb, saved);
   enc->wall += dpshim__tool_now_s() - t;
   return rc;
+}
+
+/* --vit-async: a forward's embeddings all in before the LLM reads them. */
+static void timed_wait(encoder_t *enc, vit_saved_t *saved) {
+  double t = dpshim__tool_now_s();
+  if (enc->async && vit_wait(enc->vit, saved) < 0) die(vit_error(enc->vit));
+  enc->wall += dpshim__tool_now_s() - t;
 }
 
 static int timed_backward(encoder_t *enc, vit_saved_t *saved,
@@ -820,6 +839,7 @@ static double forward_part(step_run_t *r, encoder_micro_t *mb,
   encoder_forward(enc, mb, b, r->o, m == 0 ? r->fault : VIT_FAULT_NONE,
                   r->rank);
   double forward = vit_seconds_charged(enc->vit) - vit0;
+  for (int32_t k = 0; k < enc->ncalls; k++) timed_wait(enc, mb->call[k].saved);
   const float *emb[2] = {mb->call[0].emb, mb->call[1].emb};
   double llm = mb->scale * consume(r->led, r->l, b, emb, r->o, r->s,
                                    first_of_tp);
