@@ -130,12 +130,10 @@ static double shim_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
 }
 
 /* The ViT balance's time in one step: all its encoder calls together,
- * less what was shipped ahead where on_path. */
+ * less a (their part off the path, or off what the shim measures). */
 static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s,
-                          int on_path) {
+                          sim_vit_hidden_t a) {
   if (s->vit_calls == 0) return 0;
-  sim_vit_ahead_t a = {0};
-  if (on_path) a = s->vit_ahead;
   double k = s->vit_calls;
   int32_t P = g.P;
   double coll = k * allgather(n, g, (s->vit_gather_bytes - a.gather_bytes) /
@@ -156,9 +154,21 @@ double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
          cpu_factor(n, ranks) * copy / n->memcpy_bps;
 }
 
+sim_vit_hidden_t sim_vit_hidden_sum(const sim_vit_hidden_t *a,
+                                    const sim_vit_hidden_t *b, double sign) {
+  return (sim_vit_hidden_t){a->gather_bytes + sign * b->gather_bytes,
+                            a->xfer_bytes + sign * b->xfer_bytes,
+                            a->peers + sign * b->peers,
+                            a->copy_bytes + sign * b->copy_bytes,
+                            a->solve_s + sign * b->solve_s,
+                            a->inter_xfer_bytes + sign * b->inter_xfer_bytes,
+                            a->inter_peers + sign * b->inter_peers,
+                            a->exchanges + sign * b->exchanges};
+}
+
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s) {
-  return vit_seconds(n, span_of(c, ranks), s, 0);
+  return vit_seconds(n, span_of(c, ranks), s, s->vit_returned);
 }
 
 double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
@@ -171,7 +181,8 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
   span_t g = span_of(c, ranks);
   sim_price_t p;
-  p.vit_shim_s = vit_seconds(n, g, s, 1);
+  p.vit_shim_s = vit_seconds(
+      n, g, s, sim_vit_hidden_sum(&s->vit_shipped, &s->vit_returned, 1));
   p.shim_s = shim_seconds(n, g, s) + p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */

@@ -16,7 +16,7 @@ enum {
   OPT_BANDWIDTH, OPT_MEMCPY, OPT_SERIAL, OPT_CORES, OPT_ALLREDUCE,
   OPT_CAP_RATIO, OPT_THRESHOLD, OPT_SOLVE_REPS, OPT_PNG, OPT_JSON,
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_MIX, OPT_TEXT_COST,
-  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_VIT_SHIP, OPT_RANKS_PER_HOST,
+  OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_VIT_SHIP, OPT_VIT_ASYNC, OPT_RANKS_PER_HOST,
   OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
   OPT_HELP
 };
@@ -35,6 +35,7 @@ static const struct option longopts[] = {
     {"vit-threshold", required_argument, NULL, OPT_VIT_THRESHOLD},
     {"slow-first-meeting", required_argument, NULL, OPT_SLOW_MEETING},
     {"vit-ship", no_argument, NULL, OPT_VIT_SHIP},
+    {"vit-async", no_argument, NULL, OPT_VIT_ASYNC},
     {"lengths", required_argument, NULL, OPT_LENGTHS},
     {"seed", required_argument, NULL, OPT_SEED},
     {"steps", required_argument, NULL, OPT_STEPS},
@@ -116,7 +117,12 @@ static void usage(void) {
 "                        loader thread running ahead (dpshim_encoder_ship):\n"
 "                        the images' sizes gathered, the ViT plan and the\n"
 "                        inputs' exchange off the step's path; a forward\n"
-"                        keeps its header round and the return [off]\n",
+"                        keeps its header round and the return [off]\n"
+"  --vit-async           the embeddings' return overlapped with the LLM's\n"
+"                        compute (dpshim_encoder_forward_async, MPI\n"
+"                        progressing on its own): off the step's path and\n"
+"                        off what the gate learns; the copies at the wait\n"
+"                        stay [off]\n",
       stdout);
   /* In two: one string would exceed what C11 compilers must take. */
   fputs(
@@ -422,6 +428,7 @@ static int apply_vlm(int code, const char *opt, const char *arg,
         : need_double(opt, arg, 0, 1e3, "a number in [0, 1000] or 'auto'");
     return 1;
   case OPT_VIT_SHIP: o->cfg.vit_ship = 1; return 1;
+  case OPT_VIT_ASYNC: o->cfg.vit_async = 1; return 1;
   case OPT_SLOW_MEETING:
     o->cfg.slow_meeting = need_double(opt, arg, 1, 1e6, "a number >= 1");
     return 1;

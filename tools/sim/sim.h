@@ -99,7 +99,8 @@ typedef struct sim_config {
    * (< 0: auto, see simulate.c's meet_or_not()). */
   double vit_cap_ratio, vit_threshold;
   double slow_meeting; /* --slow-first-meeting: the first one's measure x */
-  int vit_ship;        /* --vit-ship: inputs shipped ahead (sim_vit_ahead_t) */
+  int vit_ship;        /* --vit-ship: inputs shipped ahead (vit_shipped) */
+  int vit_async;       /* --vit-async: the return overlapped (vit_returned) */
   /* The hosts: DP rank r on host r / ranks_per_host (0: every rank on one
    * host, and the network in one level). topology: the solver is told the
    * hosts (the shim's DPSHIM_TOPOLOGY=1); 0: it plans as on one host and
@@ -133,12 +134,13 @@ typedef struct sim_algo {
 /* One measured step of one (ranks, algorithm): everything netmodel.c needs.
  * The shim's quantities are summed over the step's hand-offs: every price is
  * linear in each of them. */
-/* The ViT balance's work at its ships (sim_step_t.vit_ahead): the part of
- * the step's vit_* tallies of that name made there, and its exchanges. */
-typedef struct sim_vit_ahead {
+/* A part of the ViT balance's work off the step's path (sim_step_t's
+ * vit_shipped, vit_returned): the part of the step's vit_* tallies of that
+ * name, and its exchanges. */
+typedef struct sim_vit_hidden {
   double gather_bytes, xfer_bytes, peers, copy_bytes, solve_s;
   double inter_xfer_bytes, inter_peers, exchanges;
-} sim_vit_ahead_t;
+} sim_vit_hidden_t;
 
 typedef struct sim_step {
   double compute_max_s; /* the slowest rank's compute, after the plans */
@@ -179,8 +181,10 @@ typedef struct sim_step {
   /* --vit-ship: the part of the ViT tallies above made at the ship, on the
    * loader's thread ahead of the step (the images' sizes gathered, the
    * plan, the inputs' exchange): in what the gate learns (the shim cannot
-   * tell where a ship ran), not on the step's path. */
-  sim_vit_ahead_t vit_ahead;
+   * tell where a ship ran), not on the step's path. --vit-async: the
+   * embeddings' return, overlapped with the LLM's compute (MPI progressing
+   * on its own): neither on the path nor in what the shim measures. */
+  sim_vit_hidden_t vit_shipped, vit_returned;
   /* VLM packs, without noise: the slowest rank's compute where the
    * LLM-level plans leave the samples, and the least any encoder balance
    * could bring it to (encoder work divisible at will, exchanges free):
@@ -446,9 +450,12 @@ sim_net_t sim_net_default(void);
  * the shim's time in sim_price_step. */
 double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
                          double copy, double partners);
-/* Seconds of the ViT balance's calls tallied in s (their vit_* fields),
- * what was shipped ahead included (the gate's view; the step's price
- * leaves it out). */
+/* a + sign * b, field by field. */
+sim_vit_hidden_t sim_vit_hidden_sum(const sim_vit_hidden_t *a,
+                                    const sim_vit_hidden_t *b, double sign);
+/* Seconds of the ViT balance's calls tallied in s (their vit_* fields) as
+ * the shim measures them: what was shipped ahead included, the overlapped
+ * return not (the step's price leaves both out). */
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s);
 /* Seconds of one ViT-level encoder call that moves nothing: its gather of

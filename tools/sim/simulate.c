@@ -680,6 +680,8 @@ static void learn_meet(ctx_t *x, const sim_step_t *before,
   d.vit_inter_xfer_bytes =
       after->vit_inter_xfer_bytes - before->vit_inter_xfer_bytes;
   d.vit_inter_peers = after->vit_inter_peers - before->vit_inter_peers;
+  d.vit_returned =
+      sim_vit_hidden_sum(&after->vit_returned, &before->vit_returned, -1);
   double s = sim_vit_seconds(&x->c->price_net, x->c, x->P, &d);
   if (!x->meet.seen && x->c->slow_meeting > 1) s *= x->c->slow_meeting;
   dpshim__policy_learn(&x->meet, s);

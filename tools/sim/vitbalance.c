@@ -258,7 +258,9 @@ static int32_t rank_partners(const sim_vit_t *v, int32_t r) {
 }
 
 /* The tallied exchange and copies into the step; with --vit-ship the
- * inputs' part of them also into st->vit_ahead. */
+ * inputs' part of them also into st->vit_shipped, with --vit-async the
+ * embeddings' way back (not its copies, made at the wait) into
+ * st->vit_returned. */
 static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
   double xin = 0, xout = 0, copy = 0, copy_out = 0;
   int32_t peers = 0;
@@ -277,8 +279,16 @@ static void exchange_costs(sim_vit_t *v, sim_step_t *st) {
                               2 * sim_cross_link_bytes(&v->cross_out);
   st->vit_inter_peers += 3.0 * sim_cross_peers(&v->cross_in);
   st->vit_inter_moved_bytes += v->cross_in.moved + 2 * v->cross_out.moved;
+  if (v->c->vit_async) {
+    sim_vit_hidden_t *a = &st->vit_returned;
+    a->xfer_bytes += xout;
+    a->peers += peers;
+    a->inter_xfer_bytes += sim_cross_link_bytes(&v->cross_out);
+    a->inter_peers += sim_cross_peers(&v->cross_in);
+    a->exchanges += 1;
+  }
   if (!v->c->vit_ship) return;
-  sim_vit_ahead_t *a = &st->vit_ahead;
+  sim_vit_hidden_t *a = &st->vit_shipped;
   a->xfer_bytes += xin;
   a->copy_bytes += copy - copy_out;
   a->peers += peers;
@@ -315,8 +325,8 @@ int sim_vit_call(sim_vit_t *v, dpshim_algo_t algo, dpshim_cost_model_t model,
   st->vit_gather_bytes += (double)v->P * SIM_VIT_HEADER_BYTES +
                           (double)n * SIM_VIT_META_BYTES;
   if (v->c->vit_ship) { /* the forward keeps its header round */
-    st->vit_ahead.solve_s += solve_s;
-    st->vit_ahead.gather_bytes += (double)n * SIM_VIT_META_BYTES;
+    st->vit_shipped.solve_s += solve_s;
+    st->vit_shipped.gather_bytes += (double)n * SIM_VIT_META_BYTES;
   }
   memset(encoded, 0, (size_t)v->P * sizeof *encoded);
   for (int64_t j = 0; j < n; j++) {
