@@ -638,7 +638,9 @@ static int exchange(dpshim__vit_t *v, const route_t *rt, int parts,
 }
 
 /* Inputs to the encoding ranks, every input buffer in one exchange, each
- * landing after this rank's kept images (started on req when not NULL). */
+ * landing after this rank's kept images. Started on req when not NULL (a
+ * ship: the kept images' rows are then taken at the forward, as they are
+ * by then). */
 static int send_inputs(dpshim__vit_t *v, const route_t *rt,
                        const dpshim_encoder_call_t *call, pass_t *p,
                        buffers_t *b, dpshim__comm_request_t *req) {
@@ -649,7 +651,8 @@ static int send_inputs(dpshim__vit_t *v, const route_t *rt,
     int64_t kept, sent, encoded;
     field_totals(rt, k, &kept, &sent, &encoded);
     oc.field = field[k] = k;
-    copy_own(&oc, call->input[k].data, b->in[k], p->sent[k], TO_PACKED);
+    copy_own(&oc, call->input[k].data, req ? NULL : b->in[k], p->sent[k],
+             TO_PACKED);
     recv[k] = b->in[k] + kept;
   }
   return exchange(v, rt, call->ninputs, field, 1,
