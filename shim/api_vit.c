@@ -14,13 +14,23 @@ dpshim__vit_t *dpshim__vit_of(dpshim__state_t *st) {
 
 /* Whether this call is balanced. From a thread other than MPI_Init's the
  * shim's collectives need MPI_THREAD_MULTIPLE; without it the balance
- * stops, said once. Every rank's trainer calls from alike threads, so
- * every rank stops at the same call. */
-static int balanced(dpshim__state_t *st) {
+ * stops, said once, but for a ship, which is then not made (its forward
+ * plans as it would have): a loader thread's ships need not cost the
+ * balance. Every rank's trainer calls from alike threads, so every rank
+ * decides alike at the same call. */
+static int balanced(dpshim__state_t *st, dpshim__vit_kind_t kind) {
   if (!st->vit_on || st->finalized) return 0;
   if (pthread_equal(pthread_self(), st->init_thread) ||
       st->mpi_provided >= MPI_THREAD_MULTIPLE)
     return 1;
+  if (kind == DPSHIM__VIT_SHIP) {
+    if (st->world_rank == 0 && !st->said_ship_thread++)
+      dpshim__say("dpshim_encoder_ship() was called from a thread other "
+                  "than MPI_Init's, without MPI_THREAD_MULTIPLE (set "
+                  "DPSHIM_LOADER_THREAD=1 for it): nothing is shipped, the "
+                  "forwards are balanced as before");
+    return 0;
+  }
   st->vit_on = 0;
   dpshim__vit_attach(st->vit, NULL);
   if (st->world_rank == 0 && !st->said_vit_thread++)
@@ -79,8 +89,10 @@ static int encoder_call(const encoder_op_t *op) {
   dpshim__state_t *st = &dpshim__state;
   pthread_mutex_lock(&st->encoder_lock);
   dpshim__vit_t *v = dpshim__vit_of(st);
-  int rc = DPSHIM_ENOMEM, grouped = v && balanced(st);
-  if (v) {
+  int rc = DPSHIM_ENOMEM, grouped = v && balanced(st, op->kind);
+  if (v && op->kind == DPSHIM__VIT_SHIP && !grouped) {
+    rc = 0; /* nothing to ship where the forward will not meet */
+  } else if (v) {
     if (grouped) sync_model(st, v);
     double t0 = grouped ? dpshim__now() : 0;
     dpshim__vit_report_t rep;

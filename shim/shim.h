@@ -45,7 +45,7 @@ typedef struct dpshim__state {
   pthread_mutex_t encoder_lock;
   dpshim__vit_t *vit;
   dpshim__comm_t vit_seam;
-  int vit_on, said_vit_thread;
+  int vit_on, said_vit_thread, said_ship_thread;
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
   int nsync;
   int said_not_initialised;

@@ -127,8 +127,11 @@ DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
  * then waits only for what has not arrived (a header round, the encoder,
  * the embeddings back). Call it where the inputs are ready and the forward
  * is still to come (right after the batch's hand-off, on the loader's
- * thread where it has one). The forward must describe the same images
- * (count, patches, rows and row sizes); input rows that left are compared
+ * thread where it has one: that needs MPI_THREAD_MULTIPLE, which
+ * DPSHIM_LOADER_THREAD=1 asks for; without it a ship from another thread
+ * than MPI_Init's ships nothing, said once). The forward must describe
+ * the same images (count, patches, rows and row sizes); input rows that
+ * left are compared
  * with what left, and where any rank's call differs every rank plans the
  * forward again as if nothing was shipped (the outputs stay exact, the
  * ship's work is lost). output.data may be NULL here (nothing is written).
@@ -137,8 +140,9 @@ DPSHIM_EXTERN int dpshim_encoder_forward(const dpshim_encoder_t *enc,
  * gate keeping the calls apart, the cost model still warming up): the
  * forward then runs as it would have. Ship calls in the order of their
  * forwards; a forward takes the oldest ship not yet taken, whichever call
- * it is. Returns 0, DPSHIM_EINVAL (a call that cannot be described: the
- * group's ship is dropped on every rank) or DPSHIM_ENOMEM. */
+ * it is. Returns 0 (shipped or not), DPSHIM_EINVAL (where the group was to
+ * plan it, a call that cannot be described: the group's ship is dropped
+ * on every rank) or DPSHIM_ENOMEM. */
 DPSHIM_EXTERN int dpshim_encoder_ship(const dpshim_encoder_call_t *call);
 
 /* As dpshim_encoder_forward(), but the embeddings of this rank's images

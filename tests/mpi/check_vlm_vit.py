@@ -35,9 +35,12 @@ the encoder is asked for patch gradients.
     encoder calls shipped at its hand-off through vit_ship(), the adapter's
     dpshim_encoder_ship()), afab's with --vit-async too (forwards through
     vit_forward_async(), each waited for with vit_wait() before the LLM
-    reads its embeddings): the digests of the runs without the shim, no
-    "out of step" line, and the summary's count of forwards that took
-    their ship (some) and of those planned again (0);
+    reads its embeddings), and 1f1b with --vit-ship-thread (shipped from a
+    thread of their own) with DPSHIM_LOADER_THREAD=1 and without: the
+    digests of the runs without the shim, no "out of step" line, applied,
+    and the summary's count of forwards that took their ship (some) and of
+    those planned again (0); without MPI_THREAD_MULTIPLE no such count and
+    one note that nothing is shipped;
   - gated: the schedules' runs under the default DPSHIM_VIT_TRIGGER_THRESHOLD
     (auto; the other scenarios set 0.1, so that every call meets): the
     digests, no "out of step" line, and the summary's "ViT gate" line
@@ -338,32 +341,52 @@ def scenario_rebackward(args):
           % (what, out_of_step_lines(err)))
 
 
+SHIP_THREAD_NOTE = ("dpshim_encoder_ship() was called from a thread other "
+                    "than MPI_Init's, without MPI_THREAD_MULTIPLE")
+
+
 def scenario_shipped(args):
     """--vit-ship: each micro-batch's encoder calls shipped at its hand-off
     (dpshim_encoder_ship through libdpshim_vit.so's vit_ship), in both
     schedules, afab's forwards also async (--vit-async: the embeddings'
-    return waited for before the LLM reads them): the digests of the runs
-    without the shim, no "out of step" line, and the summary counting
-    forwards that took their ship (some) and none planned again."""
-    for name, extra, more in (("1f1b", ONE_F_ONE_B, []),
-                              ("afab, async", AFAB, ["--vit-async"])):
+    return waited for before the LLM reads them); --vit-ship-thread: shipped
+    from a thread of their own, with DPSHIM_LOADER_THREAD=1 (MPI_THREAD_
+    MULTIPLE) and without (nothing shipped, said once, the forwards
+    balanced as before). Each: the digests of the runs without the shim,
+    no "out of step" line, applied, and the summary counting forwards that
+    took their ship (some, and none planned again) or no such line."""
+    loader = dict(VIT_ENV, DPSHIM_LOADER_THREAD="1")
+    for name, extra, more, env in (
+            ("1f1b", ONE_F_ONE_B, ["--vit-ship"], VIT_ENV),
+            ("afab, async", AFAB, ["--vit-ship", "--vit-async"], VIT_ENV),
+            ("1f1b, loader thread", ONE_F_ONE_B, ["--vit-ship-thread"],
+             loader),
+            ("1f1b, thread without MPI_THREAD_MULTIPLE", ONE_F_ONE_B,
+             ["--vit-ship-thread"], VIT_ENV)):
         what = "%s, shipped, 3 micro-batches, %s" % (args.layout, name)
         base = plain(args, extra, what)
-        on, err = with_shim(args, extra + ["--vit-ship"] + more, what)
+        on, err = with_shim(args, extra + more, what, env)
         if not intact(what, base, on):
             continue
         same_digests(what, on, base, digests_of(args, extra),
                      than="without the shim and without shipping")
         check(not out_of_step_lines(err), "%s: the calls fell out of step: "
               "%r" % (what, out_of_step_lines(err)))
+        check_applied(what, err)
         m = re.search(r"ViT: (\d+) forwards took the plan and inputs shipped "
                       r"ahead of them \(dpshim_encoder_ship\), (\d+) were "
                       r"planned again", err)
+        if "without" in name:
+            check(m is None and err.count(SHIP_THREAD_NOTE) == 1,
+                  "%s: expected no forward taking a ship and the note %r "
+                  "once, got %r and %d notes" % (
+                      what, SHIP_THREAD_NOTE, m.group(0) if m else None,
+                      err.count(SHIP_THREAD_NOTE)))
+            continue
         check(m is not None and int(m.group(1)) > 0 and m.group(2) == "0",
               "%s: expected the summary's 'ViT: N forwards took the plan and "
               "inputs shipped ahead of them ..., 0 were planned again' with "
               "N > 0, got %r" % (what, m.group(0) if m else None))
-        check_applied(what, err)
 
 
 def scenario_frames(args):

@@ -66,6 +66,7 @@
  */
 #include <inttypes.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,8 @@ typedef struct opts {
   const char *stats_out; /* --stats-out: per-step, per-rank times */
   int32_t embed_dim;     /* --embed-dim: the encoder's embedding row */
   int patch_grads;       /* --patch-grads: ask the encoder for them */
-  int vit_ship;          /* --vit-ship: vit_ship() at each hand-off */
+  int vit_ship; /* --vit-ship: vit_ship() at each hand-off (2: from a thread
+                 of its own, --vit-ship-thread) */
   int vit_async;         /* --vit-async: vit_forward_async(), vit_wait() */
   schedule_t schedule;   /* --schedule */
   vit_fault_t vit_fault; /* --vit-fault */
@@ -147,7 +149,7 @@ static void die(const char *what) {
   "[--image-rows N [--image-headroom X]] [--fault-pack N [--fault-rank R]] " \
   "[--prefetch N] [--mix default|encoder-heavy] [--max-frames N] "         \
   "[--stats-out FILE] [--embed-dim N] [--patch-grads] [--vit-ship] "        \
-  "[--vit-async] "                                                           \
+  "[--vit-ship-thread] [--vit-async] "                                       \
   "[--schedule 1f1b|afab] [--vit-fault grid|extra|rebackward:RANK:STEP]\n"
 
 /* What the loader options less obvious than their names do. */
@@ -175,6 +177,8 @@ static void die(const char *what) {
   "                      vit_ship() right after its hand-off, before the\n"  \
   "                      first of its forwards (an interposer may start\n"  \
   "                      moving their inputs there)\n"                      \
+  "  --vit-ship-thread   the same from a thread of its own (a loader's),\n"  \
+  "                      joined before the forwards\n"                      \
   "  --vit-async         the encoder's forwards through vit_forward_async(),\n" \
   "                      each waited for (vit_wait) where the LLM first\n"  \
   "                      reads its embeddings\n"                            \
@@ -320,8 +324,9 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       o->check = 1;
       continue;
     }
-    if (!strcmp(argv[i], "--vit-ship")) {
-      o->vit_ship = 1;
+    if (!strcmp(argv[i], "--vit-ship") ||
+        !strcmp(argv[i], "--vit-ship-thread")) {
+      o->vit_ship = strcmp(argv[i], "--vit-ship") ? 2 : 1;
       continue;
     }
     if (!strcmp(argv[i], "--vit-async")) {
@@ -661,6 +666,20 @@ static void extra_forward(encoder_t *enc, encoder_call_t *c) {
   timed_release(enc, saved);
 }
 
+/* --vit-ship: a micro-batch's encoder calls announced (vit_ship()). */
+typedef struct ship_job {
+  encoder_t *enc;
+  encoder_micro_t *mb;
+  int failed;
+} ship_job_t;
+
+static void *ship_calls(void *arg) {
+  ship_job_t *j = arg;
+  for (int32_t k = 0; k < j->enc->ncalls; k++)
+    j->failed |= vit_ship(j->enc->vit, &j->mb->call[k].in) < 0;
+  return NULL;
+}
+
 /* Every call, even with no images: an interposer's ranks all take part.
  * `fault` is this rank's --vit-fault part in this micro-batch. */
 static void encoder_forward(encoder_t *enc, encoder_micro_t *mb,
@@ -671,9 +690,14 @@ static void encoder_forward(encoder_t *enc, encoder_micro_t *mb,
     encoder_call_t *c = &mb->call[k];
     c->in = encoder_input(b, k);
     if (o->schedule == SCHEDULE_AFAB) keep_inputs(c, enc->row_floats);
-    if (o->vit_ship && vit_ship(enc->vit, &c->in) < 0)
-      die(vit_error(enc->vit));
   }
+  ship_job_t job = {enc, mb, 0};
+  pthread_t t;
+  if (o->vit_ship == 1) ship_calls(&job);
+  if (o->vit_ship == 2 && (pthread_create(&t, NULL, ship_calls, &job) != 0 ||
+                           pthread_join(t, NULL) != 0))
+    die("cannot start the thread that ships the encoder's calls");
+  if (job.failed) die(vit_error(enc->vit));
   for (int32_t k = 0; k < enc->ncalls; k++) {
     encoder_call_t *c = &mb->call[k];
     c->tokens = vit_embed_rows(enc->vit, &c->in);
