@@ -97,6 +97,9 @@ static int encoder_call(const encoder_op_t *op) {
     double t0 = grouped ? dpshim__now() : 0;
     dpshim__vit_report_t rep;
     rc = run_op(v, op, &rep);
+    rep.ahead = op->kind == DPSHIM__VIT_SHIP &&
+                !pthread_equal(pthread_self(), st->forward_thread);
+    if (op->kind == DPSHIM__VIT_FORWARD) st->forward_thread = pthread_self();
     if (grouped) dpshim__core_vit_call(&st->core, &rep, dpshim__now() - t0);
     else if (rep.message[0]) dpshim__say(rep.message);
   }

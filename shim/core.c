@@ -769,17 +769,16 @@ int dpshim__core_vit_apart(dpshim__core_t *c, int *quiet) {
  * exchanges), a moving average per kind: a micro-batch's meeting costs a
  * forward's and a backward's. An async forward's wait adds to the latest
  * forward's share (forwards between the two make it approximate). A
- * shipped forward's includes its ship's
- * (the mean of the ships kept and not yet taken: the shim cannot tell a
- * ship made on the loader's thread, off the step's path, from one made
- * just before the forward). A retry's call (the gate's, policy.h) starts
- * the average again. */
+ * shipped forward's includes its ship's where the ship was made on the
+ * forwards' thread (the mean of the ships kept and not yet taken); one
+ * made on another (a loader's) is off their path. A retry's call (the
+ * gate's, policy.h) starts the average again. */
 static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
                        double seconds) {
   if (!r->grouped) return;
   double cost = fmax(0, seconds - r->encode_s - r->arrival_s);
   if (r->kind == DPSHIM__VIT_SHIP && r->shipped > 0) {
-    c->ship_cost += cost;
+    c->ship_cost += r->ahead ? 0 : cost;
     c->ships++;
   }
   if (r->kind == DPSHIM__VIT_WAIT) /* an async forward's return */

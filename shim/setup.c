@@ -190,7 +190,7 @@ static int open_core(dpshim__state_t *st) {
 void dpshim__on_init(void) {
   dpshim__state_t *st = &dpshim__state;
   char msg[256] = "";
-  st->init_thread = pthread_self();
+  st->init_thread = st->forward_thread = pthread_self();
   st->mpi_up = 1;
   if (PMPI_Comm_dup(MPI_COMM_WORLD, &st->world) != MPI_SUCCESS) {
     st->world = MPI_COMM_NULL;

@@ -46,6 +46,9 @@ typedef struct dpshim__state {
   dpshim__vit_t *vit;
   dpshim__comm_t vit_seam;
   int vit_on, said_vit_thread, said_ship_thread;
+  /* the thread of the latest forward (MPI_Init's until then): a ship made
+   * on another is off the forwards' path */
+  pthread_t forward_thread;
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
   int nsync;
   int said_not_initialised;

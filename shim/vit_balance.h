@@ -57,6 +57,8 @@ typedef struct dpshim__vit_report {
    * ahead: 1 it took its ship's plan (and inputs), -1 some rank's call
    * differed from its ship (planned again). */
   int shipped;
+  int ahead; /* a ship made on another thread than the forwards' (set by
+              * the caller of dpshim__vit_ship) */
   const char *skip_reason; /* a forward not applied: why */
   int out_of_step;         /* the balance went off at this call */
   char message[256];       /* the agreed error, or "" */

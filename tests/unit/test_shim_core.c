@@ -368,7 +368,8 @@ Test(shim_core, vit_fit_learns_the_encoder_cost) {
 /* Each rank ships two forwards (3 ms each beyond the wait for the others)
  * and then makes them (1 ms each beyond the encoder and the wait): what a
  * meeting costs is learnt as 4 ms, the ship's part of each forward's; a
- * forward shipped for nothing (its ship not kept) adds nothing. */
+ * ship not kept adds nothing, nor does one made on another thread than
+ * the forwards' (ahead: off their path). */
 static void ships_then_forwards(dpshim__comm_t *world, dpshim__comm_t *dp,
                                 dpshim__comm_t *peers, int rank, void *arg) {
   run_t *x = arg;
@@ -386,7 +387,8 @@ static void ships_then_forwards(dpshim__comm_t *world, dpshim__comm_t *dp,
   x->meet_cost[rank][0] = c.meet[0].s;
   ship.shipped = 0; /* kept for no forward: nothing to learn from */
   dpshim__core_vit_call(&c, &ship, 8e-3);
-  fwd.shipped = 0;
+  ship.shipped = ship.ahead = 1;
+  dpshim__core_vit_call(&c, &ship, 8e-3);
   dpshim__core_vit_call(&c, &fwd, 4e-3);
   x->meet_cost[rank][1] = c.meet[0].s;
   dpshim__core_close(&c);

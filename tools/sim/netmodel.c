@@ -129,11 +129,12 @@ static double shim_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
-/* The ViT balance's time in one step: all its encoder calls together,
- * less a (their part off the path, or off what the shim measures). */
-static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s,
-                          sim_vit_hidden_t a) {
+/* The ViT balance's time on the step's path: all its encoder calls
+ * together, less what was shipped ahead or returned behind them. */
+static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   if (s->vit_calls == 0) return 0;
+  sim_vit_hidden_t a =
+      sim_vit_hidden_sum(&s->vit_shipped, &s->vit_returned, 1);
   double k = s->vit_calls;
   int32_t P = g.P;
   double coll = k * allgather(n, g, (s->vit_gather_bytes - a.gather_bytes) /
@@ -168,7 +169,7 @@ sim_vit_hidden_t sim_vit_hidden_sum(const sim_vit_hidden_t *a,
 
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s) {
-  return vit_seconds(n, span_of(c, ranks), s, s->vit_returned);
+  return vit_seconds(n, span_of(c, ranks), s);
 }
 
 double sim_vit_round_seconds(const sim_net_t *n, const sim_config_t *c,
@@ -181,8 +182,7 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
   int32_t world = ranks * c->tp; /* reftrain all-reduces over the world */
   span_t g = span_of(c, ranks);
   sim_price_t p;
-  p.vit_shim_s = vit_seconds(
-      n, g, s, sim_vit_hidden_sum(&s->vit_shipped, &s->vit_returned, 1));
+  p.vit_shim_s = vit_seconds(n, g, s);
   p.shim_s = shim_seconds(n, g, s) + p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */

@@ -180,10 +180,10 @@ typedef struct sim_step {
   double vit_inter_xfer_bytes, vit_inter_peers, vit_inter_moved_bytes;
   /* --vit-ship: the part of the ViT tallies above made at the ship, on the
    * loader's thread ahead of the step (the images' sizes gathered, the
-   * plan, the inputs' exchange): in what the gate learns (the shim cannot
-   * tell where a ship ran), not on the step's path. --vit-async: the
-   * embeddings' return, overlapped with the LLM's compute (MPI progressing
-   * on its own): neither on the path nor in what the shim measures. */
+   * plan, the inputs' exchange); --vit-async: the embeddings' return,
+   * overlapped with the LLM's compute (MPI progressing on its own). Both
+   * off the step's path and off what the gate learns (the shim leaves a
+   * ship made on another thread than the forwards' out of it). */
   sim_vit_hidden_t vit_shipped, vit_returned;
   /* VLM packs, without noise: the slowest rank's compute where the
    * LLM-level plans leave the samples, and the least any encoder balance
@@ -453,9 +453,8 @@ double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
 /* a + sign * b, field by field. */
 sim_vit_hidden_t sim_vit_hidden_sum(const sim_vit_hidden_t *a,
                                     const sim_vit_hidden_t *b, double sign);
-/* Seconds of the ViT balance's calls tallied in s (their vit_* fields) as
- * the shim measures them: what was shipped ahead included, the overlapped
- * return not (the step's price leaves both out). */
+/* Seconds of the ViT balance's calls tallied in s (their vit_* fields) on
+ * the step's path: what the gate learns of a meeting. */
 double sim_vit_seconds(const sim_net_t *n, const sim_config_t *c,
                        int32_t ranks, const sim_step_t *s);
 /* Seconds of one ViT-level encoder call that moves nothing: its gather of

@@ -680,6 +680,8 @@ static void learn_meet(ctx_t *x, const sim_step_t *before,
   d.vit_inter_xfer_bytes =
       after->vit_inter_xfer_bytes - before->vit_inter_xfer_bytes;
   d.vit_inter_peers = after->vit_inter_peers - before->vit_inter_peers;
+  d.vit_shipped =
+      sim_vit_hidden_sum(&after->vit_shipped, &before->vit_shipped, -1);
   d.vit_returned =
       sim_vit_hidden_sum(&after->vit_returned, &before->vit_returned, -1);
   double s = sim_vit_seconds(&x->c->price_net, x->c, x->P, &d);
