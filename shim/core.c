@@ -781,8 +781,10 @@ static void learn_meet(dpshim__core_t *c, const dpshim__vit_report_t *r,
     c->ship_cost += r->ahead ? 0 : cost;
     c->ships++;
   }
-  if (r->kind == DPSHIM__VIT_WAIT) /* an async forward's return */
+  if (r->kind == DPSHIM__VIT_WAIT) { /* an async forward's return */
+    if (c->stats.vit_gated > 0) c->stats.vit_met_took += cost;
     dpshim__policy_learn_more(&c->meet[0], cost);
+  }
   int k = r->kind == DPSHIM__VIT_FORWARD ? 0
           : r->kind == DPSHIM__VIT_BACKWARD ? 1 : -1;
   if (k < 0) return;

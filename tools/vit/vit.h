@@ -94,6 +94,7 @@ VIT_EXTERN int64_t vit_embed_rows(vit_t *vit, const vit_input_t *in);
  * moving the inputs (dpshim_encoder_ship()). The call's rows must stay as
  * they are until its vit_forward(). */
 VIT_EXTERN int vit_ship(vit_t *vit, const vit_input_t *in);
+
 /* Writes vit_embed_rows(in) x embed_dim floats to embeddings, in the
  * images' order, and *saved for the backward. 0, or -1 with the reason in
  * vit_error() (nothing written, *saved NULL) when in is malformed: grid
