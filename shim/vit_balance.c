@@ -26,7 +26,7 @@ typedef struct header {
   uint64_t key;   /* the forward's (forwards are numbered alike everywhere) */
   uint64_t shape; /* a hash of the call's buffers' row sizes */
   int64_t room;   /* gathered images its arrays hold without allocating */
-  int32_t ship;   /* a forward: 0 none shipped, 1 the call shipped, 2 not */
+  int32_t ship;   /* a forward: 1 when its call is the one this rank shipped */
 } header_t;
 
 /* What this rank keeps of a forward until its backward. */
@@ -623,8 +623,8 @@ static int forward_buffers(dpshim__vit_t *v, const route_t *rt,
  * req and left running when req is not NULL. */
 static int exchange(dpshim__vit_t *v, const route_t *rt, int parts,
                     const int32_t *field, int to_encoder,
-                    const unsigned char *const *send, unsigned char *const *recv,
-                    dpshim__comm_request_t *req) {
+                    const unsigned char *const *send,
+                    unsigned char *const *recv, dpshim__comm_request_t *req) {
   size_t *sendc = v->counts, *recvc = v->counts + MAX_IN * v->size;
   for (int32_t k = 0; k < parts; k++)
     route_counts(rt, field[k], to_encoder, sendc + k * v->size,
@@ -972,7 +972,7 @@ static int ship_matches(const dpshim__vit_t *v, const shipped_t *s,
 
 static int every_ship_matches(const dpshim__vit_t *v) {
   for (int32_t r = 0; r < v->size; r++)
-    if (v->headers[r].ship != 1) return 0;
+    if (!v->headers[r].ship) return 0;
   return 1;
 }
 
@@ -1023,7 +1023,7 @@ static int forward_shipped(dpshim__vit_t *v, const dpshim_encoder_t *enc,
   return encode_and_return(v, enc, &rt, call, p, &s->b, q, rep, real);
 }
 
-/* ---- the forward's meeting ------------------------------------------------ */
+/* ---- the forward's meeting ----------------------------------------------- */
 
 /* The group part of a forward (s: the one shipped for it, or NULL; freed
  * here). Returns 1 when images moved and the real encoder ran here
@@ -1034,7 +1034,7 @@ static int forward_met(dpshim__vit_t *v, const dpshim_encoder_t *enc,
                        shipped_t *s, pending_t **q, dpshim__vit_report_t *rep,
                        int *real) {
   header_t h = call_header(DPSHIM__VIT_FORWARD, key, status, call);
-  if (s) h.ship = status == 0 && ship_matches(v, s, call, h.shape) ? 1 : 2;
+  h.ship = s && status == 0 && ship_matches(v, s, call, h.shape);
   if (!gather_headers(v, &h, msg, rep) || !same_shape(v, rep) ||
       !group_ready(v, rep))
     return 0;
