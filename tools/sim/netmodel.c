@@ -45,6 +45,13 @@
  * applied three alltoallvs (inputs, embeddings, their gradients) and their
  * copies, priced the same way.
  *
+ * With --ahead K the LLM level's work of each hand-off (gather, solve,
+ * exchange, copies: the above, priced one hand-off at a time) runs on a
+ * thread beside the compute of the K micro-batches before it on each rank
+ * (simulate.c's sim_ahead_t): rank r's part past that compute,
+ * max(0, work - compute), delays rank r; the step waits for the rank whose
+ * compute and delays add up to most (see on_path_seconds()).
+ *
  * CPU work (solver, copies) runs on every rank at once: with `cores` shared
  * by all ranks (an oversubscribed test machine) it takes P/cores times
  * longer; `serial_s` x P per collective stands for the scheduling of P
@@ -149,6 +156,58 @@ static double vit_seconds(const sim_net_t *n, span_t g, const sim_step_t *s) {
   return coll + n->serial_s * P * collectives + cpu_factor(n, P) * cpu;
 }
 
+/* One hand-off's LLM-level work alone: shim_seconds() of a step holding it
+ * (linear, so a step's hand-offs priced one by one add up to its own). */
+static double handoff_seconds(const sim_net_t *n, span_t g,
+                              const sim_handoff_t *h) {
+  sim_step_t s = {.handoffs = 1, .applied = h->applied,
+                  .gather_bytes = h->gather_bytes, .xfer_bytes = h->xfer_bytes,
+                  .peers = h->peers, .copy_bytes = h->copy_bytes,
+                  .solve_s = h->solve_s,
+                  .inter_xfer_bytes = h->inter_xfer_bytes,
+                  .inter_peers = h->inter_peers};
+  return shim_seconds(n, g, &s);
+}
+
+/* --ahead, "+vit": the met encoder calls synchronise the ranks, so a rank's
+ * delay does not stay its own; each hand-off is charged its excess on the
+ * rank with the least compute beside it, which bounds it from above. */
+static double worst_rank_excess(const sim_ahead_t *a, int32_t P,
+                                const double *work, int32_t handoffs) {
+  double sum = 0;
+  for (int32_t m = 0; m < handoffs; m++) {
+    const double *o = a->overlap + (size_t)m * (size_t)P;
+    double least = o[0];
+    for (int32_t r = 1; r < P; r++) least = fmin(least, o[r]);
+    sum += fmax(0, work[m] - least);
+  }
+  return sum;
+}
+
+/* --ahead: the LLM level's work on the step's path. Hand-off m's work past
+ * the compute it runs beside on rank r delays rank r (nothing inside the
+ * step synchronises the ranks), and the step waits for the slowest rank:
+ * max over r of its compute and delays, less the slowest compute. So a
+ * rank with slack absorbs its excess, and only the ranks near the slowest
+ * one's compute count. */
+static double on_path_seconds(const sim_net_t *n, span_t g,
+                              const sim_step_t *s) {
+  const sim_ahead_t *a = s->ahead;
+  double work[SIM_MAX_MICRO];
+  int32_t k = s->handoffs < SIM_MAX_MICRO ? s->handoffs : SIM_MAX_MICRO;
+  for (int32_t m = 0; m < k; m++)
+    work[m] = handoff_seconds(n, g, &a->handoff[m]);
+  if (!a->compute) return worst_rank_excess(a, g.P, work, k);
+  double most = 0;
+  for (int32_t r = 0; r < g.P; r++) {
+    double t = a->compute[r];
+    for (int32_t m = 0; m < k; m++)
+      t += fmax(0, work[m] - a->overlap[(size_t)m * (size_t)g.P + (size_t)r]);
+    most = fmax(most, t);
+  }
+  return fmax(0, most - s->compute_max_s);
+}
+
 double sim_apply_seconds(const sim_net_t *n, int32_t ranks, double io,
                          double copy, double partners) {
   return io / n->bandwidth + partners * n->latency_s + n->serial_s * ranks +
@@ -183,13 +242,19 @@ sim_price_t sim_price_step(const sim_net_t *n, const sim_config_t *c,
   span_t g = span_of(c, ranks);
   sim_price_t p;
   p.vit_shim_s = vit_seconds(n, g, s);
-  p.shim_s = shim_seconds(n, g, s) + p.vit_shim_s;
+  double llm = shim_seconds(n, g, s);
+  p.shim_s = llm + p.vit_shim_s;
+  /* The ViT balance's part keeps its own model of what is off the path
+   * (vit_shipped, vit_returned). */
+  p.shim_on_path_s =
+      (s->ahead && s->handoffs > 0 ? on_path_seconds(n, g, s) : llm) +
+      p.vit_shim_s;
   /* The real all-reduce of reftrain's small buffer, then the model's own
    * gradient sync, which reftrain sleeps after it. */
   p.allreduce_s = allreduce(n, g, c->tp, (double)c->grad_bytes) +
                   n->serial_s * world +
                   c->time_scale * emu_grad_seconds(&c->model, ranks, c->tp);
-  p.step_s = s->compute_max_s + p.shim_s + p.allreduce_s;
+  p.step_s = s->compute_max_s + p.shim_on_path_s + p.allreduce_s;
   return p;
 }
 
@@ -216,6 +281,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
     tokens += s->tokens;
     res.step_s += p.step_s;
     res.shim_s += p.shim_s;
+    res.shim_on_path_s += p.shim_on_path_s;
     res.allreduce_s += p.allreduce_s;
     res.compute_max_s += s->compute_max_s;
     res.solve_s += s->solve_s;
@@ -238,6 +304,7 @@ sim_result_t sim_price_run(const sim_net_t *n, const sim_config_t *c,
   res.vit_ceiling = vit_floor > 0 ? held / vit_floor - 1 : 0;
   res.step_s /= k;
   res.shim_s /= k;
+  res.shim_on_path_s /= k;
   res.allreduce_s /= k;
   res.compute_max_s /= k;
   res.solve_s /= k;

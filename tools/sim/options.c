@@ -18,7 +18,7 @@ enum {
   OPT_CALIBRATE, OPT_MODEL, OPT_LAYOUT, OPT_PACK_TOKENS, OPT_MIX, OPT_TEXT_COST,
   OPT_VIT_BALANCE, OPT_VIT_CAP_RATIO, OPT_VIT_THRESHOLD, OPT_SLOW_MEETING, OPT_VIT_SHIP, OPT_VIT_ASYNC, OPT_RANKS_PER_HOST,
   OPT_INTER_LATENCY, OPT_INTER_GBS, OPT_NO_TOPOLOGY, OPT_INTER_HOST_COST,
-  OPT_HELP
+  OPT_AHEAD, OPT_HELP
 };
 
 static const struct option longopts[] = {
@@ -58,6 +58,7 @@ static const struct option longopts[] = {
     {"cap-ratio", required_argument, NULL, OPT_CAP_RATIO},
     {"threshold", required_argument, NULL, OPT_THRESHOLD},
     {"solve-reps", required_argument, NULL, OPT_SOLVE_REPS},
+    {"ahead", required_argument, NULL, OPT_AHEAD},
     {"png", required_argument, NULL, OPT_PNG},
     {"json", required_argument, NULL, OPT_JSON},
     {"calibrate", required_argument, NULL, OPT_CALIBRATE},
@@ -124,7 +125,16 @@ static void usage(void) {
 "                        off what the gate learns; the copies at the wait\n"
 "                        stay [off]\n",
       stdout);
-  /* In two: one string would exceed what C11 compilers must take. */
+  /* In parts: one string would exceed what C11 compilers must take. */
+  fputs(
+"  --ahead K             balance K micro-batches ahead: each hand-off's\n"
+"                        LLM-level work (gather, solve, exchange, copies)\n"
+"                        on a thread beside the compute of the K\n"
+"                        micro-batches before it on each rank; only what\n"
+"                        outlasts that compute is on the step's path\n"
+"                        (shim_on_path_ms; shim_ms is all of it). The ViT\n"
+"                        balance's part as before [0: inline]\n",
+      stdout);
   fputs(
 "network and CPU model:\n"
 "  --latency-us X        per message step [5]\n"
@@ -310,7 +320,8 @@ static int apply_workload(int code, const char *opt, const char *arg,
                             "an integer in [1, 1024] or 'model'");
     return 1;
   case OPT_MICRO:
-    c->micro = (int32_t)need_int(opt, arg, 1, 64, "an integer in [1, 64]");
+    c->micro = (int32_t)need_int(opt, arg, 1, SIM_MAX_MICRO,
+                                 "an integer in [1, 64]");
     return 1;
   }
   return 0;
@@ -332,6 +343,10 @@ static int apply_model(int code, const char *opt, const char *arg,
   case OPT_SOLVE_REPS:
     o->cfg.solve_reps = (int)need_int(opt, arg, 1, SIM_MAX_SOLVE_REPS,
                                       "an integer in [1, 99]");
+    return 1;
+  case OPT_AHEAD:
+    o->cfg.ahead = (int32_t)need_int(opt, arg, 0, SIM_MAX_AHEAD,
+                                     "an integer in [0, 64] (0: inline)");
     return 1;
   case OPT_LATENCY:
     n->latency_s = 1e-6 * need_double(opt, arg, 0, 1e6, "microseconds >= 0");
@@ -506,6 +521,12 @@ static void resolve(sim_options_t *o) {
   if (o->mix) vlmload_config_mix(&c->vlm, o->mix); /* a name checked above */
   if (o->vit_balance) add_vit_algos(o);
   resolve_hosts(o);
+  /* The demo's runs balance inline: there is no ahead to compare with. */
+  if (o->calibrate && c->ahead) {
+    fprintf(stderr, SIM_PROG ": --ahead expects a sweep (with --calibrate, "
+            "the demo's runs balance inline)\n");
+    exit(2);
+  }
 }
 
 static void defaults(sim_options_t *o) {

@@ -55,6 +55,8 @@
 #define SIM_VIT_HEADER_BYTES 48
 #define SIM_VIT_META_BYTES 72
 #define SIM_MAX_SOLVE_REPS 99
+#define SIM_MAX_MICRO 64 /* --micro-batches */
+#define SIM_MAX_AHEAD 64 /* --ahead */
 
 /* The network and CPU model; see netmodel.c. */
 typedef struct sim_net {
@@ -108,6 +110,10 @@ typedef struct sim_config {
   int32_t ranks_per_host;
   int topology;
   double inter_host_cost; /* --inter-host-cost; 0: the solver's default */
+  /* --ahead K: the shim balances K micro-batches ahead, each hand-off's
+   * work on a thread beside the compute of the K micro-batches before it
+   * (sim_ahead_t); 0: inline, on the step's path. */
+  int32_t ahead;
 } sim_config_t;
 
 /* The hosts the DP ranks span: 1 without --ranks-per-host. */
@@ -141,6 +147,29 @@ typedef struct sim_vit_hidden {
   double gather_bytes, xfer_bytes, peers, copy_bytes, solve_s;
   double inter_xfer_bytes, inter_peers, exchanges;
 } sim_vit_hidden_t;
+
+/* --ahead: one hand-off's LLM-level tallies (sim_step_t's fields of the same
+ * names), priced alone to set against the compute that hides it. */
+typedef struct sim_handoff {
+  double gather_bytes, xfer_bytes, peers, copy_bytes, solve_s;
+  double inter_xfer_bytes, inter_peers;
+  int32_t applied;
+} sim_handoff_t;
+
+/* --ahead K >= 1: what the step's hand-offs overlap, for the part of the
+ * shim's LLM-level work on the step's path (netmodel.c). A rank's excess
+ * over the compute beside it delays that rank alone. */
+typedef struct sim_ahead {
+  sim_handoff_t *handoff; /* [handoffs] the step's hand-offs in order */
+  /* [handoffs * ranks] rank r's compute that hand-off m's work runs beside,
+   * at m * ranks + r: its K micro-batches before m, across steps (fewer
+   * before the run's K-th hand-off) */
+  double *overlap;
+  /* [ranks] each rank's compute over the step (compute_max_s their max);
+   * NULL for "+vit", whose met encoder calls synchronise the ranks: there
+   * each hand-off's excess is charged as on its worst rank (a bound). */
+  double *compute;
+} sim_ahead_t;
 
 typedef struct sim_step {
   double compute_max_s; /* the slowest rank's compute, after the plans */
@@ -190,6 +219,7 @@ typedef struct sim_step {
    * could bring it to (encoder work divisible at will, exchanges free):
    * no rank below its own LLM part, nor below the mean. */
   double held_max_s, vit_floor_s;
+  sim_ahead_t *ahead; /* --ahead >= 1 and the shim: owned; else NULL */
 } sim_step_t;
 
 typedef struct sim_run {
@@ -207,6 +237,7 @@ typedef struct sim_result {
   sim_algo_t algo;
   double tgs;           /* tokens per GPU per second */
   double step_s, compute_max_s, shim_s, allreduce_s, solve_s;
+  double shim_on_path_s; /* of shim_s, what the step waits for (--ahead) */
   double bytes_moved;   /* per step */
   double imb_before, imb_after;
   int64_t handoffs, applied, skipped[SIM_NSKIPS]; /* over all steps */
@@ -333,6 +364,7 @@ int sim_vlm_draw_slot(const sim_config_t *c, int32_t slot, int32_t slots,
  * runs[a] gets the steps of algos[a]. -1 with err. */
 int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
                  int nalgos, sim_run_t *runs, char *err, size_t errlen);
+/* Frees the steps and their sim_ahead_t. */
 void sim_run_free(sim_run_t *r);
 
 /* ---- vitbalance.c -------------------------------------------------------- */
@@ -432,8 +464,12 @@ int32_t sim_cross_peers(const sim_cross_t *x);
 /* ---- netmodel.c ---------------------------------------------------------- */
 
 typedef struct sim_price {
-  double step_s;      /* compute + shim + gradient all-reduce */
+  double step_s;      /* compute + shim on path + gradient all-reduce */
   double shim_s;      /* the shim's collectives, solver and copies */
+  /* of shim_s, the part on the step's path: all of it inline; with
+   * --ahead, the ViT balance's and the LLM level's excess over the compute
+   * its hand-offs run beside */
+  double shim_on_path_s;
   double vit_shim_s;  /* of which the ViT balance's */
   double allreduce_s;
 } sim_price_t;

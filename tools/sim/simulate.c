@@ -29,7 +29,12 @@
  * forward, two thirds backward: both take the max of the same per-rank
  * seconds, so their sum is one max). The exchanges are priced apart
  * (netmodel.c). Not modelled: the LLM forward and backward are one phase
- * (no pipeline schedule), and no exchange overlaps compute. */
+ * (no pipeline schedule), and no exchange overlaps compute, but with
+ * --ahead K: then each hand-off's LLM-level work runs beside the compute of
+ * the K micro-batches before it on every rank (each rank's own, after the
+ * plans; before the first measured step the warm-up's as drawn), and the
+ * step keeps each hand-off's tallies and that compute (sim_ahead_t) for
+ * netmodel.c to price what outlasts it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +82,9 @@ typedef struct ctx {
   size_t slot;      /* the shim's meta slot: it only grows, per run */
   int32_t *host;    /* [P] each rank's host for the solver; NULL: one host */
   sim_cross_t cross; /* one hand-off's exchange across hosts */
+  /* --ahead K: each rank's compute (s) in the run's latest K micro-batches,
+   * hand-off g's at (g % K) * P; this step's per micro-batch [P * micro] */
+  double *recent, *now;
 } ctx_t;
 
 /* ---- setup ----------------------------------------------------------------- */
@@ -138,7 +146,11 @@ static int ctx_init(ctx_t *x, const sim_config_t *c, int32_t P, char *err,
   x->last_src = calloc(p, sizeof *x->last_src);
   x->room = calloc(2 * p, sizeof *x->room);
   x->metas = calloc(p, sizeof *x->metas);
-  if (x->samples && x->holder && x->held && x->drawn && x->held_vit &&
+  size_t k = (size_t)c->ahead;
+  x->recent = k ? calloc(k * p, sizeof *x->recent) : NULL;
+  x->now = k ? calloc(pm, sizeof *x->now) : NULL;
+  if ((!k || (x->recent && x->now)) &&
+      x->samples && x->holder && x->held && x->drawn && x->held_vit &&
       x->drawn_vit && x->encoded && x->totals && x->seen_vit &&
       x->enc_load && x->load_now && x->met && x->history && x->before &&
       x->sent && x->received && x->kept && x->cost && x->partners_out && x->partners_in &&
@@ -180,6 +192,8 @@ static void ctx_free(ctx_t *x) {
   free(x->room);
   free(x->metas);
   free(x->host);
+  free(x->recent);
+  free(x->now);
   sim_cross_free(&x->cross);
 }
 
@@ -780,10 +794,107 @@ static void vit_ceiling(const ctx_t *x, sim_step_t *st) {
   st->vit_floor_s = fmax(llm_most, sum / x->P);
 }
 
+/* ---- balancing ahead (--ahead K) ------------------------------------------- */
+
+static void ahead_free(sim_ahead_t *a) {
+  if (!a) return;
+  free(a->handoff);
+  free(a->overlap);
+  free(a->compute);
+  free(a);
+}
+
+/* A step's sim_ahead_t; without the compute for "+vit" (see sim.h). NULL
+ * when out of memory. */
+static sim_ahead_t *ahead_new(const ctx_t *x, int vit) {
+  size_t p = (size_t)x->P, m = (size_t)x->c->micro;
+  sim_ahead_t *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->handoff = calloc(m, sizeof *a->handoff);
+  a->overlap = calloc(m * p, sizeof *a->overlap);
+  a->compute = vit ? NULL : calloc(p, sizeof *a->compute);
+  if (a->handoff && a->overlap && (vit || a->compute)) return a;
+  ahead_free(a);
+  return NULL;
+}
+
+/* Hand-off m's LLM-level tallies: what it added to the step's. */
+static void ahead_tally(sim_step_t *st, const sim_step_t *before, int32_t m) {
+  st->ahead->handoff[m] = (sim_handoff_t){
+      .gather_bytes = st->gather_bytes - before->gather_bytes,
+      .xfer_bytes = st->xfer_bytes - before->xfer_bytes,
+      .peers = st->peers - before->peers,
+      .copy_bytes = st->copy_bytes - before->copy_bytes,
+      .solve_s = st->solve_s - before->solve_s,
+      .inter_xfer_bytes = st->inter_xfer_bytes - before->inter_xfer_bytes,
+      .inter_peers = st->inter_peers - before->inter_peers,
+      .applied = st->applied - before->applied};
+}
+
+/* Each rank's compute in micro-batch m of step s, from secs[P] (unscaled),
+ * into out[P]: the time slot_seconds() makes of it. */
+static void micro_seconds(const ctx_t *x, const double *secs, int64_t s,
+                          int32_t m, double *out) {
+  for (int32_t d = 0; d < x->P; d++)
+    out[d] = slot_seconds(x, secs, d, s, m, 1);
+}
+
+/* Before a run's first measured step: the compute of the K hand-offs
+ * before it, the warm-up's, as drawn (the shim does not balance there). A
+ * hand-off before the run's first has none: the run's first hand-offs
+ * have less beside them. */
+static void ahead_start(ctx_t *x) {
+  int64_t K = x->c->ahead, micro = x->c->micro;
+  int64_t h0 = x->c->warmup_last * micro;
+  for (int64_t g = h0 - K < 0 ? 0 : h0 - K; g < h0; g++) {
+    int32_t m = (int32_t)(g % micro);
+    draw_handoff(x, g, m);
+    micro_seconds(x, x->drawn + (size_t)m * (size_t)x->P, g / micro, m,
+                  x->recent + (size_t)(g % K) * (size_t)x->P);
+  }
+}
+
+/* Rank d's compute in the K micro-batches before hand-off h = s * micro +
+ * m: this step's from x->now, earlier ones' from x->recent. */
+static double overlapped(const ctx_t *x, int64_t s, int32_t m, int32_t d) {
+  int64_t K = x->c->ahead, h0 = s * x->c->micro, h = h0 + m;
+  double o = 0;
+  for (int64_t g = h - 1; g >= 0 && g >= h - K; g--)
+    o += g >= h0 ? x->now[(size_t)(g - h0) * (size_t)x->P + (size_t)d]
+                 : x->recent[(size_t)(g % K) * (size_t)x->P + (size_t)d];
+  return o;
+}
+
+/* At the end of step s, secs[P * micro] each rank's unscaled seconds per
+ * micro-batch as it runs them: what each hand-off's work ran beside, and
+ * each rank's compute over the step (the same as compute_max()'s); then
+ * this step's micro-batches become the latest. */
+static void ahead_step(ctx_t *x, const double *secs, int64_t s,
+                       sim_step_t *st) {
+  size_t P = (size_t)x->P;
+  int32_t micro = x->c->micro;
+  for (int32_t m = 0; m < micro; m++)
+    micro_seconds(x, secs + (size_t)m * P, s, m, x->now + (size_t)m * P);
+  for (int32_t m = 0; m < micro; m++)
+    for (int32_t d = 0; d < x->P; d++)
+      st->ahead->overlap[(size_t)m * P + (size_t)d] = overlapped(x, s, m, d);
+  for (int32_t d = 0; st->ahead->compute && d < x->P; d++)
+    st->ahead->compute[d] = slot_seconds(x, secs, d, s, 0, micro);
+  for (int32_t m = 0; m < micro; m++) {
+    int64_t g = s * micro + m;
+    memcpy(x->recent + (size_t)(g % x->c->ahead) * P, x->now + (size_t)m * P,
+           P * sizeof *x->now);
+  }
+}
+
 static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
                          char *err, size_t errlen) {
   const sim_config_t *c = x->c;
   memset(st, 0, sizeof *st);
+  if (c->ahead > 0 && a.shim && !(st->ahead = ahead_new(x, a.vit))) {
+    snprintf(err, errlen, "out of memory for --ahead at %d ranks", (int)x->P);
+    return -1;
+  }
   memset(x->history, 0, (size_t)x->P * sizeof *x->history);
   for (int32_t m = 0; m < c->micro; m++) {
     int64_t h = s * c->micro + m;
@@ -796,8 +907,10 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
   memcpy(x->held_vit, x->drawn_vit, bytes);
   for (int32_t m = 0; a.shim && m < c->micro; m++) {
     int64_t h = s * c->micro + m;
+    sim_step_t pre = *st;
     int applied = balance_handoff(x, a, h, m, st, err, errlen);
     if (applied < 0) return -1;
+    if (st->ahead) ahead_tally(st, &pre, m);
     if (!x->met[m]) continue;
     sim_step_t before = *st;
     if (encoder_call(x, a, h, m, applied, st, err, errlen) < 0) return -1;
@@ -807,10 +920,12 @@ static int simulate_step(ctx_t *x, sim_algo_t a, int64_t s, sim_step_t *st,
   vit_ceiling(x, st);
   if (a.vit) {
     gated_compute(x, s, st);
+    if (st->ahead) ahead_step(x, x->totals, s, st); /* each rank's own */
     return 0;
   }
   st->compute_max_s = compute_max(x, x->held, s, &st->imb_after);
   vit_phase(x, x->held_vit, s, st);
+  if (st->ahead) ahead_step(x, x->held, s, st);
   return 0;
 }
 
@@ -840,6 +955,7 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
       snprintf(err, errlen, "out of memory for the steps");
       rc = -1;
     }
+    if (rc == 0 && c->ahead > 0) ahead_start(&x);
     for (int64_t k = 0; rc == 0 && k < c->steps; k++)
       rc = simulate_step(&x, algos[a], c->warmup_last + k, &runs[a].step[k],
                          err, errlen);
@@ -849,6 +965,8 @@ int sim_simulate(const sim_config_t *c, int32_t ranks, const sim_algo_t *algos,
 }
 
 void sim_run_free(sim_run_t *r) {
+  for (int64_t k = 0; r->step && k < r->nsteps; k++)
+    ahead_free(r->step[k].ahead);
   free(r->step);
   r->step = NULL;
 }
