@@ -78,3 +78,11 @@ DPSHIM_EXTERN int dpshim_step_end(void) {
     dpshim__core_step_end(&st->core);
   return 0;
 }
+
+DPSHIM_EXTERN int dpshim_batch_taken(double waited_s) {
+  dpshim__state_t *st = &dpshim__state;
+  if (st->active && !st->finalized &&
+      pthread_equal(pthread_self(), st->init_thread))
+    dpshim__core_taken(&st->core, waited_s);
+  return 0;
+}

@@ -21,7 +21,7 @@
 
 /* Numbers each rank may pass along with its header, gathered for free
  * (the step log's: a step and its times). */
-#define DPSHIM__NOTES 6
+#define DPSHIM__NOTES 7
 
 /* `auto` while the model cannot price a plan (not yet fitted): the
  * original's default ratio. */

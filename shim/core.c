@@ -145,11 +145,10 @@ int dpshim__core_open(dpshim__core_t *c, const dpshim__core_setup_t *s) {
 
 /* ---- steps ------------------------------------------------------------------------- */
 
-/* A model fitted from hand-off steps keeps learning: every rank's step
- * index is its hand-off count's, so the refits' schedule is the same on
- * every rank (marks and a loader thread excepted: no refit there). */
+/* A model fitted from hand-off steps keeps learning. Set only at agreed
+ * points, so the same on every rank. */
 static int refitting(const dpshim__core_t *c) {
-  return c->mode == DPSHIM__STEP_HANDOFF && c->fitted && !c->marked &&
+  return c->mode == DPSHIM__STEP_HANDOFF && c->fitted &&
          c->fit_method != DPSHIM_FIT_RANKS && !c->cfg.have_coefs;
 }
 
@@ -157,11 +156,16 @@ static int refitting(const dpshim__core_t *c) {
  * one that brings as many as the warm-up fitted: a balanced step's ranks
  * are predicted alike, and a refit on one or two of them swung between
  * feature sets (reftrain at DP 32: plans 7 %, 28 %, 19 % above the mean
- * rank, where the warm-up's fit kept them within 10 %). */
-static int refit_due(const dpshim__core_t *c, int64_t step) {
+ * rank, where the warm-up's fit kept them within 10 %). A model that can
+ * change no plan (c->stuck) is refitted every LATER_POINTS steps after.
+ * `step` must be the same on every rank at this hand-off: a main-thread
+ * hand-off's step where steps follow the hand-off count (not marks), a
+ * hand-off ahead's by its place in the sequence. */
+static int refit_due(const dpshim__core_t *c, int64_t step, int main) {
   int64_t after = step - c->cfg.warmup_last - 1;
   int64_t first = c->cfg.nwarmup - 1 > 1 ? c->cfg.nwarmup - 1 : 1;
-  return refitting(c) && after >= first && after <= LATER_POINTS;
+  if (!refitting(c) || (main && c->marked) || after < first) return 0;
+  return after <= LATER_POINTS || (c->stuck && after % LATER_POINTS == 0);
 }
 
 /* Warm-up steps but the first (a cold start, dropped), numbered from 0;
@@ -196,6 +200,7 @@ static void record_point(const dpshim__core_t *c, const dpshim__step_t *s,
   double encoder = llm_apart(c, s);
   points[slot] = (dpshim__point_t){
       .valid = !s->bad && s->count > 0 && s->compute - encoder > 0,
+      .index = (double)s->index,
       .sum_len2 = s->sum_len2,
       .sum_len = s->sum_len,
       .count = s->count,
@@ -254,8 +259,8 @@ static void end_step(dpshim__core_t *c, dpshim__step_t *s, double now,
   if (phase && c->settled && s->index > c->cfg.warmup_last)
     check_prediction(c, s);
   record_point(c, s, c->points, step_time);
-  double times[DPSHIM__LOG_TIMES] = {s->compute, wait, s->shim, s->arrival,
-                                     s->vit_time};
+  double times[DPSHIM__LOG_TIMES] = {s->compute, wait,        s->shim,
+                                     s->arrival, s->vit_time, s->ahead};
   dpshim__steplog_step(&c->log, s->index, times, &s->last, &s->vit);
   next_step(s);
   atomic_store(&c->open_hint, 0);
@@ -290,24 +295,40 @@ static void count_step(dpshim__core_t *c, double t0) {
 /* The batch as balanced: its lengths from its offsets; its images from the
  * balancer where samples moved (the adapter's vision array describes the
  * samples it handed off, not those received). */
-static void add_features(dpshim__step_t *s, const dpshim_batch_t *batch,
-                         const dpshim__balance_report_t *rep) {
+static dpshim__ahead_load_t loads_of(const dpshim_batch_t *batch,
+                                     const dpshim__balance_report_t *rep,
+                                     int rc) {
+  dpshim__ahead_load_t l = {.bad = rc != 0};
+  if (rc != 0) return l;
   for (int32_t i = 0; i < batch->nsamples; i++) {
     double len = batch->cu_seqlens[i + 1] - batch->cu_seqlens[i];
-    s->sum_len2 += len * len;
-    s->sum_len += len;
-    s->count += 1;
+    l.sum_len2 += len * len;
+    l.sum_len += len;
+    l.count += 1;
   }
-  if (!batch->vision) return;
+  if (!batch->vision) return l;
   if (rep->applied) {
-    s->sum_patches_sq += (double)rep->held_vision.patches_sq;
-    s->sum_patches += (double)rep->held_vision.patches;
-    return;
+    l.sum_patches_sq = (double)rep->held_vision.patches_sq;
+    l.sum_patches = (double)rep->held_vision.patches;
+    return l;
   }
   for (int32_t i = 0; i < batch->nsamples; i++) {
-    s->sum_patches_sq += (double)batch->vision[i].patches_sq;
-    s->sum_patches += (double)batch->vision[i].patches;
+    l.sum_patches_sq += (double)batch->vision[i].patches_sq;
+    l.sum_patches += (double)batch->vision[i].patches;
   }
+  return l;
+}
+
+/* A batch the step consumed: its loads, and the shim's time balancing it
+ * ahead (0 inline, where it is the step's own shim time). */
+static void add_loads(dpshim__step_t *s, const dpshim__ahead_load_t *l) {
+  s->bad |= l->bad;
+  s->sum_len2 += l->sum_len2;
+  s->sum_len += l->sum_len;
+  s->count += l->count;
+  s->sum_patches_sq += l->sum_patches_sq;
+  s->sum_patches += l->sum_patches;
+  s->ahead += l->shim;
 }
 
 /* Under c->lock: the step's clock around a hand-off. */
@@ -316,11 +337,9 @@ static void step_enter(dpshim__step_t *s, double t0) {
   else s->first_entry = t0;
 }
 
-static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
-                       const dpshim__balance_report_t *rep, int rc, double t0,
-                       double t1, double arrival) {
-  if (rc == 0) add_features(s, batch, rep);
-  else s->bad = 1;
+static void step_leave(dpshim__step_t *s, const dpshim__ahead_load_t *l,
+                       double t0, double t1, double arrival) {
+  add_loads(s, l);
   s->open = 1;
   s->handoffs++;
   s->last_return = t1;
@@ -328,10 +347,66 @@ static void step_leave(dpshim__step_t *s, const dpshim_batch_t *batch,
   s->arrival += arrival;
 }
 
-/* A loader thread's hand-off: it counts in a hand-off step (timed by the
- * loader's pace, which follows the trainer's once its queue is full; no
- * fit is made from it), and the main thread's step begins. */
-static void loader_handoff(dpshim__core_t *c, double t1) {
+/* ---- batches balanced ahead ------------------------------------------------------ */
+
+/* The step a hand-off ahead is for, by its place in the sequence: the key
+ * of its micro-batch history, the same on every rank. */
+static int64_t ahead_step(const dpshim__core_t *c) {
+  return c->ahead.pushed / c->cfg.micro_batches + 1;
+}
+
+/* Under c->lock: a batch balanced ahead joins the queue; past the ring's
+ * room the oldest is forgotten, and the step that takes its place in the
+ * queue makes no point. */
+static void ahead_push(dpshim__core_t *c, const dpshim__ahead_load_t *l) {
+  if (c->ahead.pushed - c->ahead.popped == DPSHIM__AHEAD_RING) {
+    c->ahead.popped++;
+    c->ahead.ring[c->ahead.popped % DPSHIM__AHEAD_RING].bad = 1;
+  }
+  c->ahead.ring[c->ahead.pushed++ % DPSHIM__AHEAD_RING] = *l;
+}
+
+/* Under c->lock: the oldest batch balanced ahead, consumed (bad where none
+ * is queued: more consumed than balanced ahead). */
+static dpshim__ahead_load_t ahead_pop(dpshim__core_t *c) {
+  if (c->ahead.popped == c->ahead.pushed)
+    return (dpshim__ahead_load_t){.bad = 1};
+  return c->ahead.ring[c->ahead.popped++ % DPSHIM__AHEAD_RING];
+}
+
+/* Batches balanced ahead that no take consumes: a loader thread of the
+ * trainer's own, consumed at the gradient sync. */
+static int consumed_at_syncs(const dpshim__core_t *c) {
+  return c->ahead.pushed > 0 && c->ahead.takes == 0;
+}
+
+/* Under c->lock, at the sync's end: the step consumed M batches balanced
+ * ahead (fewer queued: M is not the trainer's, said once). */
+static void consume_at_sync(dpshim__core_t *c, dpshim__step_t *s) {
+  int64_t queued = c->ahead.pushed - c->ahead.popped;
+  if (queued < c->cfg.micro_batches && !c->said_count) {
+    c->said_count = 1;
+    if (c->world->rank == 0)
+      dpshim__core_say(c, "a step consumed %lld batches balanced ahead, but "
+                       "%s=%d: set it to the hand-offs of one step",
+                       (long long)queued, DPSHIM_ENV_MICRO_BATCHES,
+                       (int)c->cfg.micro_batches);
+  }
+  for (int32_t k = 0; k < c->cfg.micro_batches; k++) {
+    dpshim__ahead_load_t l = ahead_pop(c);
+    add_loads(s, &l);
+  }
+}
+
+/* Under c->lock: a hand-off ahead. Where takes consume it they count the
+ * steps; else (a loader thread of the trainer's own) it counts in a
+ * hand-off step (timed by the loader's pace, which follows the trainer's
+ * once its queue is full; no fit is made from it), and the main thread's
+ * step begins. */
+static void ahead_handoff(dpshim__core_t *c, const dpshim__ahead_load_t *l,
+                          double t1) {
+  ahead_push(c, l);
+  if (c->ahead.takes) return;
   dpshim__step_t *s = counted_step(c);
   if (s && !c->marked && s->handoffs >= c->cfg.micro_batches)
     end_step(c, s, t1, 0);
@@ -449,13 +524,16 @@ static void check_sync_seen(dpshim__core_t *c, int all_synced) {
 }
 
 /* Until settled and the step mode decided: what this hand-off is, agreed
- * over the world from every rank's step counters and thread. *warm:
- * measure only. */
+ * over the world from every rank's step counters and how its batches are
+ * consumed. *warm: measure only. Hand-offs ahead that no take consumes
+ * are paired with their steps at the syncs; in hand-off steps nothing
+ * pairs them, so once the mode's window has passed there is no fit. */
 static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
                        double *arrival) {
   pthread_mutex_lock(&c->lock);
   int64_t counted = c->stats.handoffs / c->cfg.micro_batches + 1;
-  int64_t v[5] = {step, -step, !main, -(int64_t)(c->syncs > 0),
+  int64_t v[5] = {step, -step, !main && c->ahead.takes == 0,
+                  -(int64_t)(c->syncs > 0),
                   c->shadow.index > counted ? c->shadow.index : counted};
   pthread_mutex_unlock(&c->lock);
   double t = c->clock();
@@ -470,7 +548,7 @@ static int agree_phase(dpshim__core_t *c, int64_t step, int main, int *warm,
   }
   *warm = c->mode == DPSHIM__STEP_AUTO;
   if (c->settled) return 0;
-  if (v[2]) { /* some loader thread hands off ahead of the steps */
+  if (v[2] && c->mode == DPSHIM__STEP_HANDOFF && v[4] > decision_window(c)) {
     dpshim__report_no_fit(c);
     settle(c);
   } else if (c->mode == DPSHIM__STEP_AUTO) {
@@ -615,8 +693,10 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     step_enter(&c->step, t0);
     if (c->mode == DPSHIM__STEP_AUTO) step_enter(&c->shadow, t0);
   }
-  int64_t step = c->step.index;
-  int refit = main && c->step.handoffs == 0 && refit_due(c, step);
+  int64_t step = c->step.index, ahead = ahead_step(c);
+  int refit = main ? c->step.handoffs == 0 && refit_due(c, step, 1)
+                   : c->ahead.pushed % c->cfg.micro_batches == 0 &&
+                         refit_due(c, ahead, 0);
   int pass = main && backing_off(c);
   int noted = !pass && dpshim__steplog_note(&c->log, note);
   int32_t queued = (int32_t)c->log.qlen;
@@ -639,7 +719,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   } else {
     /* The LLM-level balance off (the ViT's alone): gather and agree, as
      * in warm-up, so that steps, the fit and the log still go by. */
-    dpshim__handoff_t ho = {main ? step : -1, !warm && c->cfg.enabled,
+    dpshim__handoff_t ho = {main ? step : ahead, !warm && c->cfg.enabled,
                             noted ? note : NULL, c->peers, invalid,
                             main, c->meet[0].s + c->meet[1].s, wire,
                             vit_moved, queued};
@@ -649,6 +729,7 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
   double t1 = c->clock();
   pthread_mutex_lock(&c->lock);
   count_handoff(c, rc, warm || !c->cfg.enabled, &rep);
+  dpshim__ahead_load_t load = loads_of(batch, &rep, rc);
   if (main) {
     c->stats.backed_off += pass;
     if (!pass) learn_backoff(c, rc, &rep);
@@ -662,15 +743,17 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
       c->stats.vit_met_saving += rep.vit_saving_s;
       c->stats.vit_met_cost += rep.vit_meet_s;
     }
-    step_leave(&c->step, batch, &rep, rc, t0, t1, arrival);
+    step_leave(&c->step, &load, t0, t1, arrival);
     if (c->mode == DPSHIM__STEP_AUTO)
-      step_leave(&c->shadow, batch, &rep, rc, t0, t1, arrival);
+      step_leave(&c->shadow, &load, t0, t1, arrival);
+    c->stats.shim_time += t1 - t0 - arrival;
+    c->stats.arrival_time += arrival;
   } else {
-    loader_handoff(c, t1);
+    load.shim = t1 - t0;
+    ahead_handoff(c, &load, t1);
+    c->stats.ahead_time += t1 - t0;
   }
   atomic_store(&c->open_hint, 1);
-  c->stats.shim_time += t1 - t0 - arrival;
-  c->stats.arrival_time += arrival;
   dpshim__steplog_receive(&c->log, rep.notes);
   pthread_mutex_unlock(&c->lock);
   dpshim__report_handoff(c, rc, &rep);
@@ -718,7 +801,15 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
   dpshim__step_t *s = &c->step;
   if (s->syncing) {
     c->syncs++;
+    int at_syncs = consumed_at_syncs(c);
+    if (at_syncs) consume_at_sync(c, s);
     end_step(c, s, now, now - s->sync_entry);
+    /* The loader's next hand-off may come any time: the step is the
+     * trainer's from here. */
+    if (at_syncs) {
+      s->open = 1;
+      s->first_entry = s->last_return = now;
+    }
   }
   pthread_mutex_unlock(&c->lock);
 }
@@ -730,6 +821,34 @@ static void forget_counted_steps(dpshim__core_t *c, dpshim__step_t *s) {
   s->index = 1;
   if (s == &c->shadow) c->shadow_steps -= wrong;
   else c->stats.steps[c->fitted || c->cfg.have_coefs] -= wrong;
+}
+
+/* Under c->lock, at the first take: hand-offs ahead counted in hand-off
+ * steps before it were not the trainer's steps; the takes count them. */
+static void start_taking(dpshim__core_t *c) {
+  dpshim__step_t *s = counted_step(c);
+  if (!s || !s->handoffs) return;
+  forget_counted_steps(c, s);
+  s->index = 0;
+  next_step(s);
+}
+
+void dpshim__core_taken(dpshim__core_t *c, double waited) {
+  double t1 = c->clock(), t0 = t1 - (waited > 0 ? waited : 0);
+  pthread_mutex_lock(&c->lock);
+  if (c->ahead.takes++ == 0) start_taking(c);
+  c->main_handoffs++;
+  count_step(c, t0);
+  dpshim__ahead_load_t load = ahead_pop(c);
+  step_enter(&c->step, t0);
+  step_leave(&c->step, &load, t0, t1, 0);
+  if (c->mode == DPSHIM__STEP_AUTO) {
+    step_enter(&c->shadow, t0);
+    step_leave(&c->shadow, &load, t0, t1, 0);
+  }
+  c->stats.shim_time += t1 - t0;
+  atomic_store(&c->open_hint, 1);
+  pthread_mutex_unlock(&c->lock);
 }
 
 void dpshim__core_step_end(dpshim__core_t *c) {

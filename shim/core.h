@@ -19,7 +19,17 @@
  * of each rank's step counters and thread, so that every rank takes the
  * same decision even when a loader thread runs ahead of the steps:
  * warm-up (measure, move nothing), fit (warmup.h), or no fit at all (a
- * loader thread's hand-offs do not follow the steps).
+ * loader thread's hand-offs in hand-off steps, where nothing says which
+ * step consumed which batch).
+ *
+ * Balancing ahead: a loader thread's hand-off is balanced before the step
+ * that consumes it. Its loads are kept by its place in the sequence
+ * (hand-off i is micro-batch i mod M of step i div M + 1, M =
+ * DPSHIM_MICRO_BATCHES), which keys its micro-batch history, and are
+ * queued until the trainer consumes the batch: at each take
+ * (dpshim_batch_taken, which then also counts the steps), else M at each
+ * gradient sync. A step's point is so made of the batches it consumed,
+ * whenever they were balanced.
  */
 #ifndef DPSHIM_SHIM_CORE_H
 #define DPSHIM_SHIM_CORE_H
@@ -40,6 +50,8 @@
 /* One warm-up step of one rank, sent as doubles. */
 typedef struct dpshim__point {
   double valid; /* 1: every hand-off of the step was measured */
+  double index; /* the step's: ranks' points are fitted together where
+                 * their indices agree (a ring slot may lag on a rank) */
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   double compute; /* first hand-off entry -> sync entry (hand-off steps:
                    * the step's end), less hand-offs and, with the ViT
@@ -59,6 +71,7 @@ typedef struct dpshim__step {
   int bad;       /* a warm-up hand-off failed: no point */
   double first_entry, last_return, sync_entry;
   double compute, shim, arrival;
+  double ahead; /* the shim's time balancing the step's batches ahead */
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   dpshim__handoff_note_t last; /* the latest hand-off, for the step log */
   dpshim__vit_note_t vit;       /* the step's encoder calls */
@@ -77,7 +90,10 @@ typedef struct dpshim__stats {
   double bytes_moved, bytes_total, bytes_inter_host;
   /* [0]: steps before the cost model is final, [1]: after */
   double steps[2], wait[2], step_time[2];
-  double shim_time, arrival_time;
+  /* On the trainer's path: inline hand-offs, and the waits for batches
+   * balanced ahead; beside it: the hand-offs balanced ahead, the waits
+   * for the other ranks included */
+  double shim_time, arrival_time, ahead_time;
   dpshim__vit_note_t vit; /* encoder calls (forwards), as a step's */
   /* this rank's: in the encoder, in the balance, waiting in it for the
    * other ranks */
@@ -105,6 +121,17 @@ typedef struct dpshim__stats {
   double predicted_error, predicted_steps;
 } dpshim__stats_t;
 
+/* A batch balanced ahead, until the step that consumes it takes it. */
+typedef struct dpshim__ahead_load {
+  int bad; /* its hand-off failed */
+  double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
+  double shim; /* the hand-off's seconds, the wait for the ranks included */
+} dpshim__ahead_load_t;
+
+/* Batches balanced ahead and not yet consumed: beyond this, the oldest
+ * are forgotten (their steps then make no point). */
+#define DPSHIM__AHEAD_RING 64
+
 typedef struct dpshim__core {
   dpshim__config_t cfg;
   dpshim__comm_t *world, *dp, *peers;
@@ -117,6 +144,9 @@ typedef struct dpshim__core {
   dpshim__balancer_t *balancer;
   int settled; /* the cost model is final; changes only at agreed points */
   int fitted;
+  /* The fitted model can change no plan (nothing above linear in it)
+   * while the step times vary: hand-off steps refit it (agreed) */
+  int stuck;
   dpshim_cost_model_t model;
   dpshim_fit_result_t fit;
   /* The same points fitted without the vision terms, for the report: set
@@ -157,6 +187,12 @@ typedef struct dpshim__core {
   int64_t main_handoffs; /* this rank's main-thread hand-offs */
   int64_t handoffs_at_sync; /* main_handoffs at the last sync's begin */
   int marked;            /* dpshim_step_end() came: steps follow marks */
+  /* Hand-offs balanced ahead (not on the trainer's thread): pushed, and
+   * consumed, in order; takes: dpshim_batch_taken() calls seen. */
+  struct {
+    dpshim__ahead_load_t ring[DPSHIM__AHEAD_RING];
+    int64_t pushed, popped, takes;
+  } ahead;
   /* `auto`'s back-off (core.c): main-thread hand-offs up to the `until`th
    * pass by without gathering; `streak` plans priced out in a row, the
    * next window `window` hand-offs. The same on every rank: from agreed
@@ -214,6 +250,12 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
  * without a begin, do nothing. Starts no collective. */
 void dpshim__core_sync_begin(dpshim__core_t *c);
 void dpshim__core_sync_end(dpshim__core_t *c);
+
+/* The trainer took a batch balanced ahead (dpshim_batch_taken), on the
+ * main thread, after waiting `waited` seconds for it: a hand-off on the
+ * trainer's path for the steps, with the loads of the oldest batch
+ * balanced ahead. Starts no collective. */
+void dpshim__core_taken(dpshim__core_t *c, double waited);
 
 /* The trainer marked its step's end (dpshim_step_end), on the main
  * thread: in hand-off steps the step ends here, not at the next hand-off.

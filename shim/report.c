@@ -176,13 +176,20 @@ void dpshim__report_fit(const dpshim__core_t *c, int rc) {
                      c->fit_method == DPSHIM_FIT_RANKS ? "per-rank times"
                                                        : "step times",
                      model, error);
+  if (rc == 0 && c->stuck && (c->refits == 0 || c->cfg.verbose))
+    dpshim__core_say(c, "the fitted cost has no term above linear, so it "
+                     "changes no plan of equal packs, though the step times "
+                     "varied: refitting from more steps");
 }
 
 void dpshim__report_no_fit(const dpshim__core_t *c) {
   if (c->world->rank == 0)
-    dpshim__core_say(c, "batches are handed off from a loader thread, which "
-                     "may run ahead of the steps: no warm-up fit; the cost "
-                     "stays linear unless %s=a,b,c is set", DPSHIM_ENV_COEFS);
+    dpshim__core_say(c, "batches are handed off from a loader thread and "
+                     "steps are counted from the hand-offs, so nothing says "
+                     "which step consumed which batch: no warm-up fit; the "
+                     "cost stays linear unless the trainer calls "
+                     "dpshim_batch_taken() at each batch or %s=a,b,c is set",
+                     DPSHIM_ENV_COEFS);
 }
 
 /* ---- the summary at close ---------------------------------------------------- */
@@ -197,7 +204,7 @@ enum {
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
   S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
   S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_VIT_RETRIED,
-  S_STAGED, S_VIT_SHIPPED, S_VIT_SHIPPED_AGAIN, S_COUNT
+  S_STAGED, S_VIT_SHIPPED, S_VIT_SHIPPED_AGAIN, S_AHEAD, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -222,7 +229,8 @@ static int collect(dpshim__core_t *c, double *v) {
       group * s->vit_met_saving, group * s->vit_met_cost, s->vit_met_took,
       s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes,
       group * (double)s->vit_retried, (double)s->staged,
-      group * (double)s->vit.shipped, group * (double)s->vit.shipped_again};
+      group * (double)s->vit.shipped, group * (double)s->vit.shipped_again,
+      s->ahead_time};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -421,11 +429,15 @@ void dpshim__report_summary(dpshim__core_t *c) {
                      "the collective): %.1f%% of step time before the fit, "
                      "%.1f%% after", share(v[S_WAIT], v[S_TIME]),
                      share(v[S_WAIT_FIT], v[S_TIME_FIT]));
-  /* Shares of wall time, not step time: a loader thread's hand-offs run
+  /* Shares of wall time, not step time: hand-offs balanced ahead run
    * beside the steps. */
-  dpshim__core_say(c, "  shim time %.2f%% of wall time, plus %.2f%% waiting "
-                   "at the hand-off for the other ranks",
+  dpshim__core_say(c, "  shim time on the trainer's path %.2f%% of wall time, "
+                   "plus %.2f%% waiting at the hand-off for the other ranks",
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
+  if (v[S_AHEAD] > 0)
+    dpshim__core_say(c, "  balancing ahead, beside the compute: %.2f%% of "
+                     "wall time (the waits for the other ranks included)",
+                     share(v[S_AHEAD], v[S_WALL]));
   say_apply(c, v);
   say_fit(c);
   if (v[S_PRED_STEPS] > 0)

@@ -10,7 +10,8 @@
 #define TIMES DPSHIM__LOG_TIMES
 
 static const char *const time_keys[TIMES] = {
-    "compute_ms", "wait_ms", "shim_ms", "arrival_ms", "encoder_ms"};
+    "compute_ms", "wait_ms",    "shim_ms",
+    "arrival_ms", "encoder_ms", "ahead_ms"};
 
 int dpshim__steplog_open(dpshim__steplog_t *g, const char *path, int writer,
                          int group, int ranks, void (*say)(const char *)) {

@@ -20,8 +20,10 @@
 
 #define DPSHIM__LOG_QUEUE 16 /* finished steps a rank holds before sending */
 #define DPSHIM__LOG_RING 32  /* steps DP rank 0 waits on at once */
-/* Each rank's times of a step: compute, wait, shim, arrival, encoder. */
-#define DPSHIM__LOG_TIMES 5
+/* Each rank's times of a step: compute, wait, shim (on the trainer's
+ * path), arrival, encoder, ahead (the shim balancing its batches ahead,
+ * beside the compute). */
+#define DPSHIM__LOG_TIMES 6
 
 /* What a step's line says about its hand-offs (the latest one's plan). */
 typedef struct dpshim__handoff_note {

@@ -28,6 +28,11 @@
 /* A fit from hand-off steps is refitted where it no longer predicts the
  * balanced steps within this (still_predicts). */
 #define REFIT_ERROR 0.05
+/* A model with nothing above linear in it changes no plan of packs of
+ * equal tokens; where the step times it was fitted on still varied by
+ * more than this (slowest against fastest step), they came from the loads
+ * and more steps may show how (can_change_nothing). */
+#define STUCK_SPREAD 0.04
 
 static int steps_fit_wins(double steps_rms, double ranks_rms, double spread) {
   return steps_rms < STEPS_FIT_MARGIN * ranks_rms && spread < FLAT_SPREAD;
@@ -52,6 +57,7 @@ static double time_spread(const dpshim_fit_input_t *in) {
 typedef struct fit_outcome {
   int64_t rc, vision, vit_rc, method; /* method: the fit taken */
   int64_t kept; /* a refit not taken: the model still predicts */
+  int64_t stuck; /* the model taken can change no plan (core.h) */
   dpshim_fit_result_t fit, fit_text; /* fit_text: when vision */
   dpshim_fit_result_t vit;           /* the encoder's, when vit_rc == 0 */
   double error_mean[2], error_max[2]; /* see core.h's step_error_* */
@@ -172,6 +178,20 @@ static int still_predicts(const dpshim_fit_input_t *in, int64_t from,
   return e.error_rms[0] < REFIT_ERROR;
 }
 
+/* Whether `m`, fitted on these steps, can change no plan while the steps'
+ * times varied: no term above linear, the slowest step STUCK_SPREAD above
+ * the fastest. */
+static int can_change_nothing(const dpshim_fit_input_t *in,
+                              dpshim_cost_model_t m) {
+  if (m.a > 0 || m.d > 0 || in->iters < 2) return 0;
+  double lo = INFINITY, hi = 0;
+  for (int64_t t = 0; t < in->iters; t++) {
+    lo = fmin(lo, in->iter_time[t]);
+    hi = fmax(hi, in->iter_time[t]);
+  }
+  return hi > 0 && (hi - lo) / hi > STUCK_SPREAD;
+}
+
 /* Rank 0: every rank's points -> one fit over the steps every rank
  * measured. */
 static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
@@ -187,9 +207,12 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
   if (pts && iter_time) {
     for (int32_t it = 0; it < slots; it++) {
       int all_valid = 1;
-      for (int32_t r = 0; r < ranks; r++)
-        all_valid &= all[(size_t)r * (size_t)slots + (size_t)it].valid == 1;
-      if (!all_valid) continue; /* a rank missed this step */
+      double index = all[it].index;
+      for (int32_t r = 0; r < ranks; r++) {
+        const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
+        all_valid &= p->valid == 1 && p->index == index;
+      }
+      if (!all_valid) continue; /* a rank missed this step, or is behind */
       warm += it < c->cfg.nwarmup;
       for (int32_t r = 0; r < ranks; r++) {
         const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
@@ -207,7 +230,8 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
     dpshim_fit_input_t in = {iters, ranks, pts, iter_time, DPSHIM_FIT_RANKS,
                              c->cfg.vit && !dpshim__core_vit_gate(c)};
     rc = fit_chosen(c, in, out);
-    out->kept = rc == 0 && c->settled && c->fitted &&
+    out->stuck = rc == 0 && can_change_nothing(&in, out->fit.model);
+    out->kept = rc == 0 && c->settled && c->fitted && !c->stuck &&
                 still_predicts(&in, warm, c->fit.model);
   }
   free(pts);
@@ -251,6 +275,7 @@ static void take(dpshim__core_t *c, const fit_outcome_t *out) {
     memcpy(c->step_error_mean, out->error_mean, sizeof out->error_mean);
     memcpy(c->step_error_max, out->error_max, sizeof out->error_max);
     c->fitted = out->rc == 0;
+    c->stuck = c->fitted && out->stuck;
     if (c->fitted) c->model = dpshim__policy_model_from_fit(out->fit.model);
   }
   if (c->cfg.vit && !c->cfg.have_vit_coefs && out->vit_rc >= 0) {

@@ -91,6 +91,18 @@ DPSHIM_EXTERN int dpshim_balance_fail(const char *why);
  * (also when balancing is off or MPI is not initialised). */
 DPSHIM_EXTERN int dpshim_step_end(void);
 
+/* Balancing ahead: a loader thread (DPSHIM_LOADER_THREAD=1) balances the
+ * next batches with dpshim_balance_batch() while the trainer computes; the
+ * trainer's thread (MPI_Init's) calls this each time it takes one of them,
+ * with the seconds it waited for it (0 when it was ready). One call per
+ * hand-off made on the loader thread, in the same order. The shim then
+ * counts steps at the takes, gives each step the loads of the batches it
+ * took, and reports the waits as its time on the step's path. A loader
+ * thread that never calls it is consumed at the gradient sync instead,
+ * DPSHIM_MICRO_BATCHES batches a step. Starts no collective; returns 0
+ * (also when balancing is off or MPI is not initialised). */
+DPSHIM_EXTERN int dpshim_batch_taken(double waited_s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,13 +95,24 @@ typedef struct rank_batch {
   dpshim_batch_t b;
 } rank_batch_t;
 
-/* Call `call` of DP index `d`: lengths uneven across ranks, so plans apply. */
-static void draw(rank_batch_t *rb, int d, int call) {
-  int n = 4 + (d * 7 + call) % 5;
+/* Sample i of a pack of four and 800 tokens: 200 +- s, s turning over
+ * the ranks, and 200 +- t, t growing with the call up to the 7th. */
+static int32_t equal_pack_len(uint64_t id, int i) {
+  int call = (int)(id >> 32), d = (int)(id >> 16 & 0xffff);
+  int32_t s = i < 2 ? 50 * ((d + call) % 4) : 20 * (call < 7 ? call : 7);
+  return 200 + (i % 2 ? -s : s);
+}
+
+/* Call `call` of DP index `d`: lengths uneven across ranks, so plans
+ * apply; or (equal) packs of the same tokens and samples everywhere. */
+static void draw(rank_batch_t *rb, int d, int call, int equal) {
+  int n = equal ? 4 : 4 + (d * 7 + call) % 5;
   rb->cu[0] = 0;
   for (int i = 0; i < n; i++) {
     uint64_t id = (uint64_t)call << 32 | (uint64_t)d << 16 | (uint64_t)i;
-    int32_t len = 20 + (int32_t)((id * 2654435761u) % 90) + (d == 0 ? 300 : 0);
+    int32_t len = equal ? equal_pack_len(id, i)
+                        : 20 + (int32_t)((id * 2654435761u) % 90) +
+                              (d == 0 ? 300 : 0);
     rb->ids[i] = id;
     for (int32_t t = 0; t < len; t++)
       rb->tokens[rb->cu[i] + t] = (int32_t)(id % 1000003) + t;
@@ -143,6 +154,11 @@ typedef enum {
 typedef struct run {
   int P, ngroups, calls;
   int main_thread;        /* hand-offs from the main thread */
+  int ahead;              /* > 0: hand-offs this many batches ahead of the
+                           * one the rank consumes (as a loader thread) */
+  int takes;              /* ahead: each batch taken (dpshim_batch_taken) */
+  double jitter;          /* compute * (1 +- jitter), drawn per rank-call */
+  int equal_packs;        /* every pack of 4 samples and 800 tokens */
   int micro_rank;         /* syncs after every other hand-off (-1: none) */
   sync_kind_t sync;
   int micro;              /* hand-offs a step (SYNC_SEEN: 1) */
@@ -150,6 +166,9 @@ typedef struct run {
   double cost_us;         /* > 0: compute of cost_us * sum len^2 / 1e4 us */
   int late_call;          /* > 0: from this call on, the compute also */
   double late_len;        /* costs as much per token as a sample this long */
+  int linear_until;       /* before this call, the compute is per token
+                           * only (late_len a token; set late_call 1), */
+  double trend;           /* and falls by this share of itself a call */
   int virtual_time;       /* compute advances virtual_now(), no sleep */
   pthread_barrier_t barrier; /* the hidden sync */
   double arrived[MAXP];      /* each rank's virtual time at the barrier */
@@ -166,7 +185,8 @@ typedef struct run {
   int fitted[MAXP], vit_fitted[MAXP];
   dpshim_cost_model_t model[MAXP], vit_model[MAXP];
   int64_t applied[MAXP], handoffs[MAXP], backed_off[MAXP];
-  int mode[MAXP], from_steps[MAXP], noop[MAXP];
+  int mode[MAXP], from_steps[MAXP], noop[MAXP], stuck[MAXP];
+  double fit_error[MAXP]; /* the fit's mean relative error */
   double meet_cost[MAXP][2]; /* ships_then_forwards: the learnt meeting */
   mock_stats_t stats;
 } run_t;
@@ -208,8 +228,11 @@ static void compute(const run_t *x, const dpshim_batch_t *b, int rank,
                                    ? x->late_len : 0;
   for (int i = 0; i < b->nsamples; i++) {
     double len = b->cu_seqlens[i + 1] - b->cu_seqlens[i];
-    len2 += len * len + per_token * len;
+    len2 += (call < x->linear_until ? 0 : len * len) + per_token * len;
   }
+  if (call < x->linear_until) len2 *= 1 - x->trend * call;
+  uint32_t h = (uint32_t)(rank * 7919 + call * 104729) * 2654435761u;
+  len2 *= 1 + x->jitter * ((double)(h >> 8) / (double)(1u << 24) * 2 - 1);
   if (x->virtual_time) virtual_seconds += x->cost_us * len2 / 1e10;
   else usleep((unsigned)(x->cost_us * len2 / 1e4));
 }
@@ -235,18 +258,26 @@ static void hidden_sync(run_t *x, dpshim__core_t *c, int rank, int call) {
   }
 }
 
-static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
-  rank_batch_t rb;
-  draw(&rb, rank / x->ngroups, call);
-  dpshim_batch_t *b = &rb.b;
+/* Batch `call` drawn into rb and handed off; NULL where the fault makes
+ * it so. */
+static dpshim_batch_t *hand_off(run_t *x, dpshim__core_t *c, rank_batch_t *rb,
+                                int rank, int call, int main) {
+  draw(rb, rank / x->ngroups, call, x->equal_packs);
+  dpshim_batch_t *b = &rb->b;
   if (x->fault && rank == x->fault_rank && call == x->fault_call) {
     if (x->fault == FAULT_NULL) b = NULL;
-    else rb.f[0].name = "renamed";
+    else rb->f[0].name = "renamed";
   }
-  x->before[rank][call] = id_sum(&rb);
-  x->rc[rank][call] = dpshim__core_handoff(c, b, x->main_thread, NULL, 0);
-  x->after[rank][call] = id_sum(&rb);
-  x->bad[rank] |= !intact(&rb);
+  x->before[rank][call] = id_sum(rb);
+  x->rc[rank][call] = dpshim__core_handoff(c, b, main, NULL, 0);
+  x->after[rank][call] = id_sum(rb);
+  x->bad[rank] |= !intact(rb);
+  return b;
+}
+
+/* The trainer's work on batch `call`, then its sync where one falls. */
+static void consume(run_t *x, dpshim__core_t *c, const dpshim_batch_t *b,
+                    int rank, int call) {
   compute(x, b, rank, call);
   if (x->vit) encoder_calls(c, rank, call);
   if (x->sync != SYNC_SEEN) {
@@ -256,12 +287,33 @@ static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
   /* micro_rank takes two micro-batches a step: its step counter falls
    * behind the others', as a rank's does whose loader runs ahead. */
   if (rank == x->micro_rank && call % 2) return;
+  if (call % x->micro) return;
   int seen = rank != x->hidden_rank;
   if (seen) dpshim__core_sync_begin(c);
   /* The sync's wait for the slowest rank, where the test times compute
    * (micro_rank's syncs are not timed: its count differs). */
   if (x->cost_us > 0) meet(x, rank);
   if (seen) dpshim__core_sync_end(c);
+}
+
+static void one_step(run_t *x, dpshim__core_t *c, int rank, int call) {
+  rank_batch_t rb;
+  consume(x, c, hand_off(x, c, &rb, rank, call, x->main_thread), rank, call);
+}
+
+/* A loader x->ahead batches ahead: batch call + ahead is balanced before
+ * the rank consumes batch call (taken where x->takes). */
+static void run_ahead(run_t *x, dpshim__core_t *c, int rank) {
+  rank_batch_t *ring = calloc((size_t)x->ahead + 1, sizeof *ring);
+  dpshim_batch_t *b[MAX_CALLS + 1] = {0};
+  for (int call = 1, handed = 0; call <= x->calls; call++) {
+    for (; handed < x->calls && handed < call + x->ahead; handed++)
+      b[handed + 1] = hand_off(x, c, &ring[(handed + 1) % (x->ahead + 1)],
+                               rank, handed + 1, 0);
+    if (x->takes) dpshim__core_taken(c, 0);
+    consume(x, c, b[call], rank, call);
+  }
+  free(ring);
 }
 
 static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
@@ -273,8 +325,12 @@ static void rank_main(dpshim__comm_t *world, dpshim__comm_t *dp,
                             x->virtual_time ? virtual_now : now, capture};
   virtual_seconds = 0;
   if (dpshim__core_open(&c, &s) < 0) return;
-  for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
+  if (x->ahead > 0) run_ahead(x, &c, rank);
+  else
+    for (int call = 1; call <= x->calls; call++) one_step(x, &c, rank, call);
   x->fitted[rank] = c.fitted;
+  x->stuck[rank] = c.stuck;
+  x->fit_error[rank] = c.fit.mean_rel_error;
   x->model[rank] = c.model;
   x->vit_fitted[rank] = c.vit_fitted;
   dpshim__core_vit_model(&c, &x->vit_model[rank]);
@@ -430,23 +486,6 @@ static void temp_path(char *path) {
   cr_assert_geq(fd, 0);
   close(fd);
   unlink(path);
-}
-
-/* A loader thread's hand-offs: no fit (nothing to fit on), balanced from
- * the first, and the main thread's steps still logged. */
-Test(shim_core, loader_thread_handoffs_settle_without_fit) {
-  char path[] = "/tmp/dpshim-core-thread-XXXXXX";
-  temp_path(path);
-  run_t *x = run_new(4, 1, 10);
-  x->main_thread = 0;
-  x->log = path;
-  run_go(x);
-  for (int r = 0; r < x->P; r++) cr_assert(!x->fitted[r]);
-  cr_assert_gt(x->applied[0], 0, "a loader thread's hand-offs are balanced");
-  cr_assert_eq(said_with("loader thread", "no warm-up fit"), 1);
-  cr_assert_eq(count_lines(path), x->calls);
-  unlink(path);
-  free(x);
 }
 
 /* ---- errors: agreed, printed once per group, naming the world rank ------------------ */
@@ -825,5 +864,156 @@ Test(shim_core, plans_that_pay_never_back_off) {
   cr_assert_gt(x->applied[0], 0);
   cr_assert_eq(x->backed_off[0], 0);
   cr_assert_eq(said_with("passed by without gathering", NULL), 0);
+  free(x);
+}
+
+/* ---- balancing ahead --------------------------------------------------------------- */
+
+static void set_env(int k, const char *name, const char *value) {
+  extra_env[k][0] = name, extra_env[k][1] = value;
+}
+
+/* Each rank's batches after balancing, for `calls` hand-offs of M a step
+ * (syncs seen), under a given model and ratio: inline or `ahead` batches
+ * ahead (taken where `takes`). */
+static run_t *fixed_model_run(int M, int ahead, int takes) {
+  static char micro[8];
+  run_t *x = run_new(4, 1, 18);
+  x->micro = M;
+  x->ahead = ahead;
+  x->takes = takes;
+  snprintf(micro, sizeof micro, "%d", M);
+  set_env(0, "DPSHIM_COEFS", "1,0,0");
+  set_env(1, "DPSHIM_TRIGGER_THRESHOLD", "0");
+  set_env(2, "DPSHIM_STEP", "sync");
+  set_env(3, "DPSHIM_MICRO_BATCHES", micro);
+  run_go(x);
+  return x;
+}
+
+/* A hand-off's micro-batch history is its step's by its place in the
+ * sequence, however far ahead it is balanced: with a loader 1 and 2
+ * batches ahead, consumed at the syncs or taken, every plan is the inline
+ * plan (without the history, later micro-batches' plans differ). */
+Test(shim_core, handoffs_ahead_plan_as_inline) {
+  for (int M = 1; M <= 3; M++) {
+    run_t *inline_run = fixed_model_run(M, 0, 0);
+    cr_assert_gt(inline_run->applied[0], inline_run->calls / 2);
+    for (int ahead = 1; ahead <= 2; ahead++)
+      for (int takes = 0; takes <= 1; takes++) {
+        run_t *x = fixed_model_run(M, ahead, takes);
+        for (int r = 0; r < x->P; r++)
+          for (int k = 1; k <= x->calls; k++)
+            cr_assert_eq(x->after[r][k], inline_run->after[r][k],
+                         "M %d, %d ahead%s: rank %d's batch %d", M, ahead,
+                         takes ? ", taken" : "", r, k);
+        free(x);
+      }
+    free(inline_run);
+  }
+}
+
+/* The warm-up fit of a run with compute that follows len^2 (+-4 %): the
+ * mean relative error of its fit. */
+static double fit_error_of(sync_kind_t sync, int M, int ahead, int takes) {
+  static char micro[8];
+  nsaid = 0;
+  run_t *x = run_new(4, 1, 20);
+  x->sync = sync;
+  x->micro = M;
+  x->ahead = ahead;
+  x->takes = takes;
+  x->jitter = 0.04;
+  timed(x);
+  snprintf(micro, sizeof micro, "%d", M);
+  set_env(0, "DPSHIM_WARMUP_ITERS", "2-7");
+  set_env(1, "DPSHIM_MICRO_BATCHES", micro);
+  run_go(x);
+  for (int r = 0; r < x->P; r++)
+    cr_assert(x->fitted[r], "%d ahead: rank %d did not fit", ahead, r);
+  cr_assert_gt(x->applied[0], 0, "%d ahead: nothing applied", ahead);
+  double error = x->fit_error[0];
+  free(x);
+  return error;
+}
+
+/* A fit made while balancing ahead is made on the steps' own batches:
+ * consumed at the syncs (a loader thread of the trainer's) or taken (the
+ * steps then from the takes too, where the sync is hidden), within 1.5x
+ * the inline fit's error. */
+Test(shim_core, a_fit_ahead_is_as_good_as_inline) {
+  for (int M = 1; M <= 2; M++) {
+    double seen = fit_error_of(SYNC_SEEN, M, 0, 0);
+    double hidden = fit_error_of(SYNC_HIDDEN, M, 0, 0);
+    cr_assert_gt(seen, 0, "the jitter leaves no error to compare");
+    for (int ahead = 1; ahead <= 2; ahead++) {
+      double at_syncs = fit_error_of(SYNC_SEEN, M, ahead, 0);
+      double taken = fit_error_of(SYNC_SEEN, M, ahead, 1);
+      double steps = fit_error_of(SYNC_HIDDEN, M, ahead, 1);
+      cr_assert_leq(at_syncs, 1.5 * seen, "M %d, %d ahead: %g vs %g", M,
+                    ahead, at_syncs, seen);
+      cr_assert_leq(taken, 1.5 * seen, "M %d, %d ahead, taken: %g vs %g", M,
+                    ahead, taken, seen);
+      cr_assert_leq(steps, 1.5 * hidden, "M %d, %d ahead, hand-off steps: "
+                    "%g vs %g", M, ahead, steps, hidden);
+    }
+  }
+}
+
+/* A loader thread of the trainer's own in hand-off steps: nothing says
+ * which step consumed which batch, so no fit, said once; still balanced. */
+Test(shim_core, loader_thread_handoffs_in_handoff_steps_settle_without_fit) {
+  run_t *x = run_new(4, 1, 12);
+  x->main_thread = 0;
+  x->sync = SYNC_HIDDEN;
+  run_go(x);
+  for (int r = 0; r < x->P; r++) cr_assert(!x->fitted[r]);
+  cr_assert_gt(x->applied[0], 0, "a loader thread's hand-offs are balanced");
+  cr_assert_eq(said_with("loader thread", "no warm-up fit"), 1);
+  free(x);
+}
+
+/* The same loader with its syncs seen: its batches are consumed at the
+ * syncs, so it fits as inline and balances after; every step logged. */
+Test(shim_core, loader_thread_handoffs_fit_at_the_syncs) {
+  char path[] = "/tmp/dpshim-core-thread-XXXXXX";
+  temp_path(path);
+  run_t *x = run_new(4, 1, 12);
+  x->main_thread = 0;
+  x->log = path;
+  timed(x);
+  run_go(x);
+  all_ranks(x, DPSHIM__STEP_SYNC, 0);
+  cr_assert_gt(x->applied[0], 0);
+  cr_assert_eq(said_with("no warm-up fit", NULL), 0);
+  cr_assert_eq(count_lines(path), x->calls);
+  unlink(path);
+  free(x);
+}
+
+/* Packs of equal tokens and samples, the compute per token only in the
+ * warm-up and falling while the slowest rank's len^2 grows (something
+ * else slowed the first steps): the step-time fit has no term above
+ * linear, under which no plan changes anything. The step times varied,
+ * so it refits from more steps, finds what len^2 costs from the warm-up's
+ * end on and applies plans; the linear model alone predicted those steps
+ * within its refit bound and was kept. */
+Test(shim_core, a_fit_that_changes_no_plan_is_refitted) {
+  run_t *x = run_new(4, 1, 30);
+  x->sync = SYNC_HIDDEN;
+  x->equal_packs = 1;
+  x->trend = 0.02;
+  timed(x);
+  x->late_call = 1;
+  x->late_len = 3000;
+  x->linear_until = 7;
+  set_env(0, "DPSHIM_WARMUP_ITERS", "2-6");
+  set_env(1, "DPSHIM_TRIGGER_THRESHOLD", "0");
+  run_go(x);
+  cr_assert_eq(said_with("no term above linear", "refitting"), 1);
+  all_ranks(x, DPSHIM__STEP_HANDOFF, 1);
+  cr_assert_gt(x->model[0].a, 0, "the refit found no len^2 cost");
+  cr_assert_eq(x->stuck[0], 0);
+  cr_assert_gt(x->applied[0], 0, "nothing applied after the refit");
   free(x);
 }
