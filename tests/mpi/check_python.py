@@ -21,14 +21,23 @@
                   imported at start-up, and the hook starts MPI for a
                   process without it: a world of one rank, said); the
                   system's sitecustomize runs;
+  py_ahead.py     (beside py_hook.py; one process, no MPI) dpshim.ahead's
+                  thread with the library stood in for: order, one take a
+                  hand-off, errors where they were raised, the end, a
+                  dropped iterator, two iterators by turns, the gate (what
+                  passes untouched, decided on the trainer's thread),
+                  BalancedLoader's ahead=, DPSHIM_AHEAD's values;
   train.py        the PyTorch trainer, which knows nothing of dpshim, at 4
                   ranks through dpshim-run: --sync gloo (DDP) with 1 and 2
                   micro-batches a step (2 derived by dpshim-run from
-                  --global-batch-size/--micro-batch-size), --sync mpi with
-                  2: each sample exactly once a step and the samples of the
-                  run without the shim, every step's loss that run's within
-                  1e-9 relative, plans applied after the warm-up, and the
-                  fit (with gloo: from the step times).
+                  --global-batch-size/--micro-batch-size), each balanced
+                  ahead (the default) and inline (DPSHIM_AHEAD=0), and
+                  --sync mpi with 2, ahead: each sample exactly once a step
+                  and the samples of the run without the shim, every step's
+                  loss that run's within 1e-9 relative, plans applied after
+                  the warm-up, and the fit (with gloo: from the step times);
+                  ahead, every hand-off made on the hook's thread (its
+                  line at exit says so), inline none.
 Skipped (77) without Debian's python3-torch and python3-mpi4py.
 
     check_python.py --run DPSHIM_RUN --shim LIBDPSHIM --python DIR
@@ -62,7 +71,9 @@ STEPS, PACK = 13, 1024  # train.py: 4 steps balanced after the warm-up
 def launch(args, flags, cmd, ranks, env=None, timeout=300):
     """cmd under mpirun at `ranks`, through dpshim-run with `flags` (None:
     plain mpirun, no preload); returns (rc, stdout, stderr)."""
-    mpi = MPIRUN + ["-x", "PYTHONPATH", "-np", str(ranks), PY] + cmd
+    mpi = MPIRUN + ["-x", "PYTHONPATH"] + [
+        a for k in sorted(env or {}) for a in ("-x", k)] + [
+            "-np", str(ranks), PY] + cmd
     full = dict(env or {}, PYTHONPATH=args.python)
     if flags is None:
         return run(mpi, env=full, timeout=timeout)
@@ -231,15 +242,29 @@ def hook_inert(args):
               "%s), %r" % (what, rc, res, system, err[-300:]))
 
 
+def ahead_unit(args):
+    """py_ahead.py: dpshim.ahead's thread on its own."""
+    script = os.path.join(os.path.dirname(os.path.abspath(args.hook)),
+                          "py_ahead.py")
+    rc, out, err = run([PY, script], env={"PYTHONPATH": args.python},
+                       timeout=120)
+    res = (json_lines(out) or [None])[0]
+    if not check(rc == 0 and isinstance(res, dict) and len(res) == 7,
+                 "py_ahead: rc %d, %r %r" % (rc, out[-300:], err[-500:])):
+        return
+    for case, failures in res.items():
+        check(not failures, "py_ahead %s: %s" % (case, failures))
+
+
 # ---- train.py ---------------------------------------------------------------
 
-def train(args, flags, sync, micro, tmp, name):
+def train(args, flags, sync, micro, tmp, name, env=None):
     """train.py at 4 ranks: (rank 0's JSON lines, ids by step, stderr)."""
     ids = os.path.join(tmp, name + ".ids")
     rc, out, err = launch(
         args, flags, [args.train, "--steps", str(STEPS), "--pack", str(PACK),
                       "--sync", sync, "--micro-batches", str(micro),
-                      "--ids-out", ids], 4, timeout=150)
+                      "--ids-out", ids], 4, env=env, timeout=150)
     lines = json_lines(out)
     check(rc == 0 and len(lines) == STEPS + 1, "train.py %s: rc %d, %r"
           % (name, rc, err[-500:]))
@@ -274,21 +299,72 @@ def balanced_run(name, res, fit_line):
           "%s: libdpshim.so not in the trainer" % name)
 
 
+AHEAD_LINE = re.compile(r"dpshim: python: (\d+) hand-offs balanced ahead on "
+                        r"a loader thread \(DPSHIM_AHEAD=(\d+)\), (\d+) "
+                        r"inline")
+
+
+def has_taken(shim):
+    """Whether this libdpshim.so exports dpshim_batch_taken(), which
+    balancing ahead needs (an older one: every batch inline, said once)."""
+    import ctypes
+    try:
+        return hasattr(ctypes.CDLL(shim), "dpshim_batch_taken")
+    except OSError:
+        return False
+
+
+def ahead_run(name, res, micro, ahead, taken=True):
+    """Ahead: every hand-off made on the hook's thread (rank 0's line at
+    exit), and the shim's summary gives its time balancing ahead. Inline:
+    no thread, neither line. Ahead with a
+    shim without dpshim_batch_taken(): inline, said once."""
+    found = AHEAD_LINE.findall(res[2])
+    # The shim's own word: its time balancing beside the compute.
+    beside = any(l.startswith("dpshim:   balancing ahead, beside the "
+                              "compute") for l in summary(res[2])["lines"])
+    check(beside == bool(ahead and taken), "%s: the shim's summary %s "
+          "balancing ahead: %s" % (name, "lacks" if ahead and taken else
+                                   "has", summary(res[2])["lines"]))
+    if ahead and not taken:
+        check(not found and res[2].count("has no dpshim_batch_taken()") == 1,
+              "%s: a shim without dpshim_batch_taken(), yet not inline with "
+              "one line saying so: %s" % (name, summary(res[2])["lines"]))
+    elif ahead:
+        want = [(str(STEPS * micro), str(ahead), "0")]
+        check(found == want, "%s: expected the line 'dpshim: python: %s "
+              "hand-offs balanced ahead ...(DPSHIM_AHEAD=%s), %s inline', "
+              "got %s: %s" % ((name,) + want[0] + (found,
+                                                   summary(res[2])["lines"])))
+    else:
+        check(not found and "dpshim: python:" not in res[2],
+              "%s: balanced ahead, though DPSHIM_AHEAD=0: %s" % (
+                  name, summary(res[2])["lines"]))
+
+
 def training(args):
     step_fit = "dpshim:   fit from step times"
+    two = SHIM + ["--global-batch-size", "8", "--micro-batch-size", "1"]
+    inline = {"DPSHIM_AHEAD": "0"}
+    taken = has_taken(args.shim)
+    if not taken:
+        print("NOTE: %s has no dpshim_batch_taken(): the runs 'ahead' are "
+              "checked to stay inline" % args.shim)
     with tempfile.TemporaryDirectory() as tmp:
         ref = {m: train(args, None, "gloo", m, tmp, "gloo x%d" % m)
                for m in (1, 2)}
         runs = [
-            ("gloo x1 with the shim", SHIM, "gloo", 1, step_fit),
-            ("gloo x2 with the shim", SHIM + ["--global-batch-size", "8",
-                                              "--micro-batch-size", "1"],
-             "gloo", 2, step_fit),
-            ("mpi x2 with the shim", SHIM, "mpi", 2, "dpshim:   fit from")]
-        for name, flags, sync, micro, fit_line in runs:
-            res = train(args, flags, sync, micro, tmp, name)
+            ("gloo x1 ahead", SHIM, "gloo", 1, step_fit, None),
+            ("gloo x2 ahead", two, "gloo", 2, step_fit, None),
+            ("gloo x1 inline", SHIM, "gloo", 1, step_fit, inline),
+            ("gloo x2 inline", two, "gloo", 2, step_fit, inline),
+            ("mpi x2 ahead", SHIM, "mpi", 2, "dpshim:   fit from", None)]
+        for name, flags, sync, micro, fit_line, env in runs:
+            res = train(args, flags, sync, micro, tmp, name, env)
             same_training("train.py " + name, ref[micro], res)
             balanced_run("train.py " + name, res, fit_line)
+            ahead_run("train.py " + name, res, micro, 0 if env else 1,
+                      taken)
 
 
 def main():
@@ -303,6 +379,7 @@ def main():
         print("SKIP: %s lacks torch or mpi4py (apt-get install python3-torch "
               "python3-mpi4py)" % PY)
         return 77
+    ahead_unit(args)
     handoffs(args)
     hook_inert(args)
     hook_hooked(args)

@@ -30,9 +30,19 @@ hook (dpshim.autowrap) balances every packed batch a torch DataLoader
 yields. exclude(loader) keeps one DataLoader out of it (one that not every
 rank iterates). step_end() marks a step's end where the gradient sync is
 not an MPI call (PyTorch DDP over Gloo or NCCL).
+
+The hook and BalancedLoader balance ahead (dpshim.ahead): a thread of the
+iterator's own fetches the next batch and balances it while the trainer
+computes the current one (DPSHIM_AHEAD=K batches, default 1; 0: inline),
+and the trainer's next() tells the shim when it takes each
+(dpshim_batch_taken()). That thread's hand-offs need DPSHIM_LOADER_THREAD=1
+at MPI_Init (the hook sets it); balance() called by the trainer itself
+waits for the hand-offs those threads were allowed before it, so every
+rank's hand-offs keep one order.
 """
 import ctypes
 
+from . import ahead as _ahead
 from .loader import BalancedLoader  # noqa: F401 (re-exported)
 
 __all__ = ["Batch", "Field", "Error", "balance", "fail", "available",
@@ -101,8 +111,21 @@ def _step_end_entry():
     return fn
 
 
+def _taken_entry():
+    """dpshim_batch_taken where the preloaded library has it (balancing
+    ahead needs it; an older one does not), else None."""
+    try:
+        fn = ctypes.CDLL(None).dpshim_batch_taken
+    except AttributeError:
+        return None
+    fn.argtypes = [ctypes.c_double]
+    fn.restype = ctypes.c_int
+    return fn
+
+
 _LIB = _library()
 _STEP_END = _step_end_entry() if _LIB else None
+_TAKEN = _taken_entry() if _LIB else None
 
 
 def available():
@@ -229,8 +252,10 @@ def balance(batch):
     except (TypeError, ValueError) as e:
         # This rank still takes part, so that no rank waits for it: the
         # hand-off fails on every rank, this one's reason named.
+        _ahead.handing_off()
         _LIB[1](str(e).encode())
         raise
+    _ahead.handing_off()
     rc = _LIB[0](ctypes.byref(c))
     del keep
     if rc < 0:
@@ -244,6 +269,7 @@ def fail(why):
     still takes part, and the hand-off fails on every rank with `why`."""
     if _LIB is None:
         return 0
+    _ahead.handing_off()
     rc = _LIB[1](why.encode())
     if rc < 0:
         raise Error(rc, _LIB[2](rc).decode(errors="replace"))
@@ -253,10 +279,11 @@ def fail(why):
 def step_end():
     """Marks the end of this rank's training step (after the optimizer's
     step), for a trainer whose gradient sync is not an MPI call: the shim's
-    steps then follow the marks instead of DPSHIM_MICRO_BATCHES hand-offs.
-    Every rank marks each step once, on the thread that called MPI_Init;
-    no collective. Returns 0, also doing nothing when libdpshim.so is not
-    preloaded (or is too old to know step marks)."""
+    steps then follow the marks instead of DPSHIM_MICRO_BATCHES hand-offs
+    (or takes, where batches are balanced ahead: a step holds the batches
+    the trainer took in it). Every rank marks each step once, on the thread
+    that called MPI_Init; no collective. Returns 0, also doing nothing when
+    libdpshim.so is not preloaded (or is too old to know step marks)."""
     if _STEP_END is None:
         return 0
     rc = _STEP_END()

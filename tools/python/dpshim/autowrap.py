@@ -20,9 +20,26 @@ What the trainer must keep to:
     or DPSHIM_PY_WRAP=0 for the whole process, or the ranks hang.
   - The shim balances over MPI: a trainer that never starts it (DDP over
     NCCL or Gloo) has it started by mpi4py, through the shim, at its first
-    packed batch; without mpi4py its batches pass unbalanced, said once.
-  - Batches are balanced in the thread that iterates the loader: MPI_Init's
-    thread, unless DPSHIM_LOADER_THREAD=1.
+    packed batch, on the trainer's thread; without mpi4py its batches pass
+    unbalanced, said once.
+  - Batches are balanced ahead, on a thread of each iterator's own
+    (dpshim.ahead): DPSHIM_AHEAD=K batches (default 1) while the trainer
+    computes the current one; DPSHIM_AHEAD=0 balances each in the
+    trainer's next(). An iterator's first packed batch is fetched by the
+    trainer's next(), which starts MPI there if need be (so the trainer's
+    thread is MPI_Init's) and decides, then starts the thread with it; from
+    then on only the thread calls next() on the DataLoader's own iterator,
+    and a loader whose batches are never packed gets no thread. The thread
+    needs DPSHIM_LOADER_THREAD=1 at MPI_Init, which install() sets at
+    start-up when it is unset (so MPI is asked for MPI_THREAD_MULTIPLE); a
+    trainer that started MPI without it, a DPSHIM_LOADER_THREAD=0, or a
+    libdpshim.so without dpshim_batch_taken() keep every batch inline,
+    said once. The trainer iterates on the thread that started MPI, and
+    keeps each batch as long as it likes (every one is a fresh copy).
+    Whether a batch passes untouched (exclude(), a BalancedLoader made) is
+    settled when the trainer lets it be fetched: from K batches on.
+    Batches fetched ahead and never taken (a loop left early) are balanced
+    all the same, on every rank alike.
   - A process that makes a dpshim.BalancedLoader balances for itself: the
     hook stands aside in it from then on, so no batch is balanced twice. A
     trainer that calls dpshim.balance() on a DataLoader's batches itself
@@ -60,6 +77,8 @@ import importlib.util
 import os
 import sys
 import weakref
+
+from . import ahead
 
 TARGET = "torch.utils.data"
 
@@ -172,16 +191,20 @@ def _start_mpi():
     return _mpi_initialised()
 
 
-def balance_batch(batch):
+def balance_batch(batch, ahead_thread=False):
     """`batch` balanced when it is a packed one (a dict holding the cu
-    key), else as it came. Every rank calls it for every batch alike."""
+    key), else as it came. Every rank calls it for every batch alike.
+    ahead_thread: on a prefetch thread, which never starts MPI (it is up
+    before one starts) and whose permission said already whether the hook
+    stands down (dpshim.ahead's gate)."""
     from . import fail
     from .loader import balanced
     s = _settings
-    if (s is None or _stood_down or not isinstance(batch, dict) or
-            s.cu_key not in batch):
+    if (s is None or (_stood_down and not ahead_thread) or
+            not isinstance(batch, dict) or s.cu_key not in batch):
         return batch
-    if not s.mpi_up and not _mpi_initialised() and not _start_mpi():
+    if not s.mpi_up and not _mpi_initialised() and (ahead_thread or
+                                                    not _start_mpi()):
         if not s.said_mpi:
             s.said_mpi = True
             say("a packed batch came while MPI is not initialised, and "
@@ -214,28 +237,62 @@ def _failed(fail, why, batch):
 
 # ---- the DataLoader ---------------------------------------------------------
 
-class _Balancing:
+def _passes(loader_ref):
+    """Whether the loader's batches pass as they come (excluded, or the
+    hook stood down): asked on the trainer's thread, for a batch to be
+    fetched ahead, so that every rank's thread hands off the same
+    batches."""
+    loader = loader_ref()
+    return _stood_down or (loader is not None and loader in _excluded)
+
+
+def _ready(loader_ref, batch):
+    """On the trainer's thread: whether `batch` would be handed off (a
+    packed one, the loader not passing), with MPI up: started here where
+    the trainer has not, so that MPI_Init's thread is the trainer's."""
+    s = _settings
+    if (s is None or _passes(loader_ref) or not isinstance(batch, dict) or
+            s.cu_key not in batch):
+        return False
+    if not s.mpi_up and not _mpi_initialised() and not _start_mpi():
+        return False  # balance_batch() says so
+    s.mpi_up = True
+    return True
+
+
+def _balance_one(loader_ref, batch):
+    """One batch of the loader `loader_ref` refers to, on the trainer's
+    thread: as it came where the loader is excluded, else through
+    balance_batch()."""
+    loader = loader_ref()
+    if loader is not None and loader in _excluded:
+        return batch
+    return balance_batch(batch)
+
+
+class _Balancing(ahead.Iterator):
     """The iterator a wrapped DataLoader gives: its own, each batch through
-    balance_batch(); everything else is the wrapped iterator's."""
+    balance_batch(), inline or ahead on a thread (dpshim.ahead);
+    everything else is the wrapped iterator's."""
 
     def __init__(self, it, loader):
-        self._it, self._loader = it, weakref.ref(loader)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = next(self._it)
-        loader = self._loader()
-        if loader is not None and loader in _excluded:
-            return batch
-        return balance_batch(batch)
+        # A weak reference: a prefetch thread must not keep the loader,
+        # nor this iterator, alive.
+        ref = weakref.ref(loader)
+        super().__init__(it, functools.partial(_balance_one, ref),
+                         ahead.depth(), thread_work=functools.partial(
+                             balance_batch, ahead_thread=True),
+                         gate=functools.partial(_passes, ref),
+                         ready=functools.partial(_ready, ref))
 
     def __len__(self):
         return len(self._it)
 
     def __getattr__(self, name):
-        return getattr(self._it, name)
+        it = self.__dict__.get("_it")
+        if it is None:
+            raise AttributeError(name)
+        return getattr(it, name)
 
 
 def _patch(data):
@@ -247,7 +304,7 @@ def _patch(data):
 
     @functools.wraps(original)
     def __iter__(self):
-        it = original(self)
+        it = ahead.fresh(lambda: original(self))
         if _stood_down or self in _excluded:
             return it
         return _Balancing(it, self)
@@ -307,6 +364,9 @@ def install():
     if _settings is not None:
         return
     _settings = _Settings(os.environ)
+    # Before the trainer can start MPI: a loader thread's hand-offs need
+    # DPSHIM_LOADER_THREAD=1 at MPI_Init.
+    ahead.prepare(ahead.depth())
     data = sys.modules.get(TARGET)
     if data is not None:
         _patch_or_say(data)

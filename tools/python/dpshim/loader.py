@@ -13,6 +13,17 @@ samples), balanced, and yielded as views of the balanced samples: the same
 keys, the same types. Every DP rank must iterate in
 step: each batch is a collective hand-off.
 
+Ahead: BalancedLoader(..., ahead=K) balances K batches ahead on a thread
+of the iterator's own while the trainer computes (dpshim.ahead); ahead=None,
+the default, takes DPSHIM_AHEAD (1 unless set), and 0 balances each batch
+inline in next(). The first batch is fetched in next() and handed to the
+thread with the loader's iterator; the thread needs
+DPSHIM_LOADER_THREAD=1 at MPI_Init, which a BalancedLoader made before
+MPI_Init sets (dpshim-run's hook sets it at start-up); without it, or with
+a libdpshim.so without dpshim_batch_taken(), every batch stays inline,
+said once. An error of a batch's balance ends the iteration there, as
+inline; one of the inner loader reaches the trainer at its batch.
+
 dpshim-run's start-up hook (dpshim.autowrap) does the same for every torch
 DataLoader without this line. A process that makes a BalancedLoader
 balances for itself: the hook then stands aside in that process, so that
@@ -131,18 +142,32 @@ def balanced(batch, cu_key, token_keys, sample_keys, room=ROOM):
 
 
 class BalancedLoader:
+    """`loader`'s packed batches, balanced (see the module's docstring).
+    ahead: how many batches are balanced ahead on a thread (None: the
+    environment's DPSHIM_AHEAD, 1 by default; 0: inline, in next())."""
+
     def __init__(self, loader, token_keys, sample_keys=(), cu_key="cu_seqlens",
-                 room=ROOM):
+                 room=ROOM, ahead=None):
+        from . import ahead as _ahead
         from . import autowrap
+        self.ahead = _ahead.checked(ahead)
         autowrap.stand_down()  # this process balances for itself
         self.loader, self.cu_key = loader, cu_key
         self.token_keys, self.sample_keys = tuple(token_keys), tuple(sample_keys)
         self.room = room
+        _ahead.prepare(self.ahead)  # made before MPI_Init: ask for a thread
 
     def __len__(self):
         return len(self.loader)
 
     def __iter__(self):
+        if self.ahead == 0:
+            return self._inline()
+        from . import ahead as _ahead
+        return _ahead.Iterator(_ahead.fresh(lambda: iter(self.loader)),
+                               self.balance, self.ahead, end_on_error=True)
+
+    def _inline(self):
         for batch in self.loader:
             yield self.balance(batch)
 
