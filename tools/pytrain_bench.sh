@@ -5,7 +5,8 @@
 # batch inline ("inline", DPSHIM_AHEAD=0) and ahead on the hook's thread
 # ("ahead", the default DPSHIM_AHEAD=1), the three alternated: steps/s and
 # the share of time in the gradient all-reduce (train.py's wait_share), the
-# median of the runs of each, and their ratios to none. Prints the table and
+# median of the runs of each, and their ratios to none; the shim's time on
+# the trainer's path and beside it (its summary). Prints the table and
 # writes it, headed by the command, the commit, the host, its cores and the
 # date, to --out (default tools/pytrain/results.md). Asserts nothing; the
 # machine is noisy, so the runs alternate.
@@ -94,6 +95,15 @@ def applied(path):
     m = re.search(r"hand-offs balanced: (\d+) applied", open(path).read())
     return int(m.group(1)) if m else None
 
+def on_path(path):
+    """The shim's time on the trainer's path and its time balancing ahead
+    beside the compute, shares of wall time (its summary), or None."""
+    text = open(path).read()
+    m = re.search(r"shim time (?:on the trainer's path )?([0-9.]+)%", text)
+    a = re.search(r"balancing ahead, beside the compute: ([0-9.]+)%", text)
+    return (float(m.group(1)) if m else None,
+            float(a.group(1)) if a else 0.0)
+
 def ahead(path):
     """(hand-offs ahead, seconds the trainer waited for them) from the
     hook's line at exit; (0, 0) without one."""
@@ -111,9 +121,10 @@ print("pytrain --sync gloo (DDP over Gloo), %s ranks, %s steps, %s "
       "micro-batch(es) a step; medians of %d alternating runs each"
       % (ranks, steps, micro, runs))
 print()
-print("| | steps/s | / none | gradient all-reduce | plans applied per run "
-      "| hand-offs ahead, trainer's wait for them (s) per run |")
-print("|---|---:|---:|---:|---|---|")
+print("| | steps/s | / none | gradient all-reduce | shim on the trainer's "
+      "path, beside it (% of wall) | plans applied per run | hand-offs "
+      "ahead, trainer's wait for them (s) per run |")
+print("|---|---:|---:|---:|---:|---|---|")
 names = {"none": "none (no shim)", "inline": "inline (DPSHIM_AHEAD=0)",
          "ahead": "ahead (DPSHIM_AHEAD=1, default)"}
 for v in variants:
@@ -122,9 +133,13 @@ for v in variants:
     went = ("-" if v == "none" else ", ".join(
         "%d, %.3f" % ahead("%s/%s.%d.err" % (tmp, v, k))
         for k in range(runs)))
-    print("| %s | %.3f | x%.3f | %.1f %% | %s | %s |" % (
+    shares = [on_path("%s/%s.%d.err" % (tmp, v, k)) for k in range(runs)]
+    path = ("-" if v == "none" or None in (x for x, _ in shares) else
+            "%.2f, %.2f" % (statistics.median(x for x, _ in shares),
+                            statistics.median(y for _, y in shares)))
+    print("| %s | %.3f | x%.3f | %.1f %% | %s | %s | %s |" % (
         names[v], med[v][0], med[v][0] / med["none"][0], 100 * med[v][1],
-        plans, went))
+        path, plans, went))
 print()
 print("steps/s per run: " + "; ".join(
     "%s %s" % (v, " ".join("%.3f" % r["steps_per_s"] for r in res[v]))
