@@ -30,7 +30,7 @@ static void say_not_initialised(void) {
  * Every rank's loader behaves alike, so every rank stops at the same
  * hand-off. */
 static int may_communicate(dpshim__state_t *st, int main) {
-  if (main || st->cfg.loader_thread) return 1;
+  if (main || st->cfg.loader_thread || dpshim__on_ahead_thread()) return 1;
   st->active = 0;
   char cause[320];
   snprintf(cause, sizeof cause,

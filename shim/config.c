@@ -113,6 +113,15 @@ static int parse_bool(const char *v, int *out) {
   return -1;
 }
 
+#define AHEAD_MAX 8 /* batches balanced ahead: buffers the adapter keeps */
+
+static int parse_ahead(const char *v, dpshim__config_t *c) {
+  long x;
+  if (parse_int(v, 0, AHEAD_MAX, &x, NULL) < 0) return -1;
+  c->ahead = (int32_t)x;
+  return 0;
+}
+
 static int parse_size(const char *v, int32_t *out) {
   long x;
   if (parse_int(v, 1, 1 << 20, &x, NULL) < 0) return -1;
@@ -411,6 +420,10 @@ INT_FIELD(pp, parse_size)
 INT_FIELD(cp, parse_size)
 INT_FIELD(micro_batches, parse_size)
 
+static void format_ahead(const dpshim__config_t *c, text_t *t) {
+  put(t, "%ld", (long)c->ahead);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 typedef struct row {
@@ -471,6 +484,8 @@ static const row_t rows[] = {
     {SWITCH(DPSHIM_ENV_VERIFY, NULL), parse_verify, format_verify},
     {SWITCH(DPSHIM_ENV_LOADER_THREAD, NULL), parse_loader_thread,
      format_loader_thread},
+    {VALUE(DPSHIM_ENV_AHEAD, "1", "an integer in 0..8 (0: inline)", NULL),
+     parse_ahead, format_ahead},
     {SWITCH(DPSHIM_ENV_VIT, "--use-vit-dp-balance"), parse_vit, format_vit},
     {VALUE(DPSHIM_ENV_VIT_THRESHOLD, "auto",
            "a number >= 0 (the ViT plan's imbalance ratio) or 'auto' "
@@ -593,6 +608,7 @@ uint64_t dpshim__config_hash(const dpshim__config_t *c) {
   h = mix_int(h, c->verbose != 0);
   h = mix_int(h, c->verify != 0);
   h = mix_int(h, c->loader_thread != 0);
+  h = mix_int(h, c->ahead);
   h = mix_int(h, c->topology != 0);
   h = mix_double(h, c->inter_host_cost);
   h = dpshim__fnv(h, c->warmup, sizeof c->warmup);

@@ -49,6 +49,9 @@ typedef struct dpshim__config {
   int verbose;
   int verify;
   int loader_thread; /* the loader hands off from its own thread */
+  /* Batches the shim's own thread balances ahead of the trainer, for
+   * adapters whose loader allows it (<dpshim/ahead.h>); 0: inline */
+  int32_t ahead;
   int topology;      /* plans prefer moves within a host */
   double inter_host_cost; /* a byte across hosts, in bytes within one */
   /* warmup[s] is 1 when step s (1-based) is a warm-up step; the first one

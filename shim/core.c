@@ -319,9 +319,14 @@ static dpshim__ahead_load_t loads_of(const dpshim_batch_t *batch,
   return l;
 }
 
-/* A batch the step consumed: its loads, and the shim's time balancing it
- * ahead (0 inline, where it is the step's own shim time). */
+/* A batch the step consumed: its loads, the shim's time balancing it
+ * ahead (0 inline, where it is the step's own shim time), and what its
+ * hand-off decided (inline: already the step's). */
 static void add_loads(dpshim__step_t *s, const dpshim__ahead_load_t *l) {
+  if (l->decision) {
+    s->last.decision = l->decision;
+    s->last.reason = l->reason;
+  }
   s->bad |= l->bad;
   s->sum_len2 += l->sum_len2;
   s->sum_len += l->sum_len;
@@ -750,8 +755,11 @@ int dpshim__core_handoff(dpshim__core_t *c, dpshim_batch_t *batch, int main,
     c->stats.arrival_time += arrival;
   } else {
     load.shim = t1 - t0;
+    load.decision = c->step.last.decision;
+    load.reason = c->step.last.reason;
     ahead_handoff(c, &load, t1);
-    c->stats.ahead_time += t1 - t0;
+    c->stats.ahead_time += t1 - t0 - arrival;
+    c->stats.ahead_arrival += arrival;
   }
   atomic_store(&c->open_hint, 1);
   dpshim__steplog_receive(&c->log, rep.notes);
@@ -809,6 +817,7 @@ void dpshim__core_sync_end(dpshim__core_t *c) {
     if (at_syncs) {
       s->open = 1;
       s->first_entry = s->last_return = now;
+      atomic_store(&c->open_hint, 1);
     }
   }
   pthread_mutex_unlock(&c->lock);

@@ -91,9 +91,9 @@ typedef struct dpshim__stats {
   /* [0]: steps before the cost model is final, [1]: after */
   double steps[2], wait[2], step_time[2];
   /* On the trainer's path: inline hand-offs, and the waits for batches
-   * balanced ahead; beside it: the hand-offs balanced ahead, the waits
-   * for the other ranks included */
-  double shim_time, arrival_time, ahead_time;
+   * balanced ahead; beside it: the hand-offs balanced ahead, and their
+   * waits for the other ranks */
+  double shim_time, arrival_time, ahead_time, ahead_arrival;
   dpshim__vit_note_t vit; /* encoder calls (forwards), as a step's */
   /* this rank's: in the encoder, in the balance, waiting in it for the
    * other ranks */
@@ -124,6 +124,7 @@ typedef struct dpshim__stats {
 /* A batch balanced ahead, until the step that consumes it takes it. */
 typedef struct dpshim__ahead_load {
   int bad; /* its hand-off failed */
+  const char *decision, *reason; /* for the log line of the step taking it */
   double sum_len2, sum_len, count, sum_patches_sq, sum_patches;
   double shim; /* the hand-off's seconds, the wait for the ranks included */
 } dpshim__ahead_load_t;

@@ -1,20 +1,24 @@
 /* MPI_Init, MPI_Init_thread, MPI_Query_thread, MPI_Finalize: where the
  * shim starts and ends.
  *
- * The trainer keeps the thread level it asked for. Only when the user says
- * the loader hands off from its own thread (DPSHIM_LOADER_THREAD=1) does
- * the shim ask MPI for MPI_THREAD_MULTIPLE; even then the trainer is told
- * the level MPI gives for what it asked, not the higher one. */
+ * The trainer keeps the thread level it asked for. Only where hand-offs
+ * may come from another thread (the loader's, DPSHIM_LOADER_THREAD=1, or
+ * the shim's own, DPSHIM_AHEAD > 0) does the shim ask MPI for
+ * MPI_THREAD_MULTIPLE; even then the trainer is told the level MPI gives
+ * for what it asked, not the higher one. */
 #include <stdlib.h>
 
 #include "shim.h"
 
-/* Before MPI_Init nothing may be printed: a quiet look at the settings. */
+/* Before MPI_Init nothing may be printed: a quiet look at the settings.
+ * Hand-offs from a thread other than MPI_Init's, the trainer's loader's or
+ * the shim's own (balancing ahead, which the ViT balance keeps inline),
+ * need MPI_THREAD_MULTIPLE. */
 static int wants_multiple(void) {
   dpshim__config_t cfg;
   char msg[8];
   return dpshim__config_parse(getenv, &cfg, msg, sizeof msg) == 0 &&
-         cfg.enabled && cfg.loader_thread;
+         cfg.enabled && (cfg.loader_thread || (cfg.ahead > 0 && !cfg.vit));
 }
 
 /* Some MPIs implement one init through the other: only the outer call

@@ -204,7 +204,7 @@ enum {
   S_HANDOFFS, S_PRED_ERR, S_PRED_STEPS, S_VIT_GATED, S_VIT_APART,
   S_BACKED_OFF, S_VIT_MET_SAVING, S_VIT_MET_COST, S_VIT_MET_TOOK,
   S_EXCHANGE, S_REPACK, S_REPACK_BYTES, S_SHIFT_BYTES, S_VIT_RETRIED,
-  S_STAGED, S_VIT_SHIPPED, S_VIT_SHIPPED_AGAIN, S_AHEAD, S_COUNT
+  S_STAGED, S_VIT_SHIPPED, S_VIT_SHIPPED_AGAIN, S_AHEAD, S_AHEAD_ARRIVAL, S_COUNT
 };
 
 /* Every rank's numbers, summed on world rank 0; 0 or the seam's error. */
@@ -230,7 +230,7 @@ static int collect(dpshim__core_t *c, double *v) {
       s->exchange_time, s->repack_time, s->repack_bytes, s->shift_bytes,
       group * (double)s->vit_retried, (double)s->staged,
       group * (double)s->vit.shipped, group * (double)s->vit.shipped_again,
-      s->ahead_time};
+      s->ahead_time, s->ahead_arrival};
   int root = c->world->rank == 0;
   double *all = root ? calloc((size_t)c->world->size, sizeof mine) : NULL;
   int64_t failed = root && !all;
@@ -436,8 +436,9 @@ void dpshim__report_summary(dpshim__core_t *c) {
                    share(v[S_SHIM], v[S_WALL]), share(v[S_ARRIVAL], v[S_WALL]));
   if (v[S_AHEAD] > 0)
     dpshim__core_say(c, "  balancing ahead, beside the compute: %.2f%% of "
-                     "wall time (the waits for the other ranks included)",
-                     share(v[S_AHEAD], v[S_WALL]));
+                     "wall time, plus %.2f%% waiting there for the other "
+                     "ranks", share(v[S_AHEAD], v[S_WALL]),
+                     share(v[S_AHEAD_ARRIVAL], v[S_WALL]));
   say_apply(c, v);
   say_fit(c);
   if (v[S_PRED_STEPS] > 0)

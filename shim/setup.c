@@ -234,6 +234,7 @@ void dpshim__on_finalize(void) {
     dpshim__vit_attach(st->vit, NULL);
     pthread_mutex_unlock(&st->encoder_lock);
   }
+  dpshim__ahead_stop();
   if (st->core_open) { /* also after a loader thread turned it off */
     st->active = st->core_open = 0;
     dpshim__core_close(&st->core);

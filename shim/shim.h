@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <pthread.h>
 
+#include "ahead.h"
 #include "clock.h"
 #include "comm.h"
 #include "config.h"
@@ -52,6 +53,10 @@ typedef struct dpshim__state {
   MPI_Request sync[DPSHIM__MAX_SYNC_REQUESTS]; /* non-blocking syncs */
   int nsync;
   int said_not_initialised;
+  /* Balancing ahead (<dpshim/ahead.h>): the shim's own thread, made at
+   * the first call that can use it; whether it cannot (said once) */
+  dpshim__ahead_t *ahead;
+  int ahead_off;
 } dpshim__state_t;
 
 extern dpshim__state_t dpshim__state;
@@ -75,6 +80,14 @@ void dpshim__vit_point(dpshim__vit_kind_t kind);
 void dpshim__vit_gate(int apart);
 /* This rank's encoder forwards in flight whose images moved. */
 int32_t dpshim__vit_moved(void);
+
+/* ---- api_ahead.c ---------------------------------------------------------------- */
+
+/* Whether the calling thread is the shim's own balancing thread. */
+int dpshim__on_ahead_thread(void);
+/* Before the core closes: what was asked ahead is fetched, the thread
+ * joined. */
+void dpshim__ahead_stop(void);
 
 /* ---- setup.c ------------------------------------------------------------------ */
 

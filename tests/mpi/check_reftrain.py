@@ -468,7 +468,7 @@ def check_summary_shares(what, err):
 
 def scenario_summary_shares(args):
     env = dict(SHIM_ENV, DPSHIM_VERBOSE="0")
-    threaded = dict(env, DPSHIM_LOADER_THREAD="1", DPSHIM_COEFS=THREAD_COEFS)
+    threaded = dict(env, DPSHIM_LOADER_THREAD="1")
     for what, run_env, extra in (
             ("summary", env, []),
             ("summary, prefetch 2", threaded,
@@ -616,9 +616,11 @@ def scenario_backoff(args):
     """auto with plans that never pay (a cost model of picoseconds): after
     two priced out, hand-offs pass by without gathering, alike on every
     rank and in both DP groups under TP 2 (a one-sided pass would hang);
-    every sample still consumed once per step, one log line per step."""
+    every sample still consumed once per step, one log line per step.
+    Inline hand-offs: the back-off spares the step's path a gather, and
+    hand-offs balanced ahead are off it."""
     steps = 16
-    env = dict(SHIM_ENV, DPSHIM_COEFS="1e-9,0,0")
+    env = dict(SHIM_ENV, DPSHIM_COEFS="1e-9,0,0", DPSHIM_AHEAD="0")
     with tempfile.TemporaryDirectory() as tmp:
         plain_ids, ids, log = tmp + "/plain.ids", tmp + "/on.ids", tmp + "/log"
         plain = plain_run(args, ids=plain_ids, steps=steps)

@@ -155,7 +155,7 @@ Test(shim_config, reads_every_variable_through_get) {
       DPSHIM_ENV_LOADER_THREAD, DPSHIM_ENV_VIT, DPSHIM_ENV_VIT_THRESHOLD,
       DPSHIM_ENV_VIT_COEFS, DPSHIM_ENV_VIT_MAX_PATCH_RATIO,
       DPSHIM_ENV_TOPOLOGY, DPSHIM_ENV_INTER_HOST_COST, DPSHIM_ENV_STEP,
-      DPSHIM_ENV_MICRO_BATCHES};
+      DPSHIM_ENV_MICRO_BATCHES, DPSHIM_ENV_AHEAD};
   int32_t n = (int32_t)(sizeof names / sizeof *names);
   cr_assert_eq(dpshim__config_nvars(), n, "env.h and the table differ");
   for (int32_t k = 0; k < n; k++) {
@@ -444,6 +444,8 @@ Test(shim_config, bad_names) {
   expect_bad(DPSHIM_ENV_STEP, "loss");
   expect_bad(DPSHIM_ENV_STEP, "handoff,sync");
   expect_bad(DPSHIM_ENV_MICRO_BATCHES, "0");
+  expect_bad(DPSHIM_ENV_AHEAD, "9");
+  expect_bad(DPSHIM_ENV_AHEAD, "-1");
   expect_bad(DPSHIM_ENV_MICRO_BATCHES, "2.5");
   expect_bad(DPSHIM_ENV_ENABLE, "maybe");
   expect_bad(DPSHIM_ENV_VERBOSE, "2");
@@ -804,6 +806,7 @@ static const struct {
     {DPSHIM_ENV_STEP, "handoff"},
     {DPSHIM_ENV_STEP, "SYNC"},
     {DPSHIM_ENV_MICRO_BATCHES, "16"},
+    {DPSHIM_ENV_AHEAD, "3"},
     {DPSHIM_ENV_FIT, "ranks"},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)

@@ -902,6 +902,10 @@ Test(shim_core, handoffs_ahead_plan_as_inline) {
     for (int ahead = 1; ahead <= 2; ahead++)
       for (int takes = 0; takes <= 1; takes++) {
         run_t *x = fixed_model_run(M, ahead, takes);
+        char steps[64]; /* every step counted, the last ones included */
+        snprintf(steps, sizeof steps, "summary: %d steps", x->calls / M);
+        cr_assert_eq(said_with(steps, NULL), 1, "M %d, %d ahead%s", M, ahead,
+                     takes ? ", taken" : "");
         for (int r = 0; r < x->P; r++)
           for (int k = 1; k <= x->calls; k++)
             cr_assert_eq(x->after[r][k], inline_run->after[r][k],

@@ -1,16 +1,47 @@
 /* libdpshim_packload.so, the reference loader's adapter: packload_next()
  * interposed on the public adapter API (<dpshim/adapter.h>,
- * <dpshim/batch.h>), like any third-party adapter; preloaded beside
- * libdpshim.so (dpshim-run --adapter packload).
+ * <dpshim/batch.h>, <dpshim/ahead.h>), like any third-party adapter;
+ * preloaded beside libdpshim.so (dpshim-run --adapter packload).
+ *
+ * packload may be called ahead from another thread, so the shim balances
+ * the next packs on a thread of its own (DPSHIM_AHEAD); packload reuses its
+ * buffers at every call, so a pack fetched ahead is copied into a buffer of
+ * the adapter's, kept until the trainer's next call.
  *
  * This works because the trainer calls packload_next() in libpackload.so
  * across a shared-object boundary; a call inside one object cannot be
  * interposed by LD_PRELOAD. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dpshim/adapter.h"
+#include "dpshim/ahead.h"
 #include "dpshim/batch.h"
 #include "packload.h"
 
 static dpshim_next_t real_next = DPSHIM_NEXT_INIT("packload_next");
+static dpshim_next_t real_close = DPSHIM_NEXT_INIT("packload_close");
+
+static dpshim_next_t real_produced = DPSHIM_NEXT_INIT("packload_produced");
+
+/* A pack fetched ahead, with the loader's counts right after it: the
+ * trainer asks them as of the pack it took (packload_produced). */
+typedef struct slot {
+  packload_batch_t batch;
+  int64_t samples, tokens;
+} slot_t;
+
+/* By slot: allocated at their first use, as large as the loader's own
+ * buffers, kept for the process. */
+static slot_t *slots[DPSHIM_AHEAD_SLOTS];
+
+/* Each loader's latest pack taken from a slot (the trainer's thread). */
+#define LOADERS 8
+static struct {
+  const packload_t *loader;
+  const slot_t *slot;
+} taken[LOADERS];
 
 /* The pack as fields: three token-aligned, one per sample. */
 static void balance_pack(packload_batch_t *p) {
@@ -30,10 +61,111 @@ static void balance_pack(packload_batch_t *p) {
   p->nsamples = batch.nsamples;
 }
 
-PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
+/* A slot shaped as p, its arrays as large as p's capacities (a token
+ * array p lacks stays NULL). */
+static slot_t *new_slot(const packload_batch_t *p) {
+  slot_t *slot = calloc(1, sizeof *slot);
+  if (!slot) return NULL;
+  packload_batch_t *s = &slot->batch;
+  size_t samples = (size_t)p->capacity_samples;
+  size_t tokens = (size_t)p->capacity_tokens;
+  *s = *p;
+  s->cu_seqlens = malloc((samples + 1) * sizeof *s->cu_seqlens);
+  s->sample_ids = malloc(samples * sizeof *s->sample_ids);
+  s->tokens = p->tokens ? malloc(tokens * sizeof *s->tokens) : NULL;
+  s->labels = p->labels ? malloc(tokens * sizeof *s->labels) : NULL;
+  s->loss_weights =
+      p->loss_weights ? malloc(tokens * sizeof *s->loss_weights) : NULL;
+  if (s->cu_seqlens && s->sample_ids && (s->tokens || !p->tokens) &&
+      (s->labels || !p->labels) && (s->loss_weights || !p->loss_weights))
+    return slot;
+  free(s->cu_seqlens);
+  free(s->sample_ids);
+  free(s->tokens);
+  free(s->labels);
+  free(s->loss_weights);
+  free(slot);
+  return NULL;
+}
+
+/* p's pack into slot k; NULL, said, where the slot cannot be had (the
+ * loader's buffers would be rewritten under the trainer). */
+static packload_batch_t *into_slot(int k, const packload_t *loader,
+                                   packload_batch_t *p) {
+  if (!slots[k]) slots[k] = new_slot(p);
+  if (!slots[k]) {
+    fprintf(stderr, "dpshim_packload: out of memory for a pack fetched "
+            "ahead; the loader stops here\n");
+    return NULL;
+  }
+  void (*produced)(const packload_t *, int64_t *, int64_t *);
+  DPSHIM_NEXT(real_produced, produced);
+  if (produced) produced(loader, &slots[k]->samples, &slots[k]->tokens);
+  packload_batch_t *s = &slots[k]->batch;
+  size_t n = (size_t)p->nsamples, t = (size_t)p->cu_seqlens[p->nsamples];
+  s->nsamples = p->nsamples;
+  memcpy(s->cu_seqlens, p->cu_seqlens, (n + 1) * sizeof *s->cu_seqlens);
+  memcpy(s->sample_ids, p->sample_ids, n * sizeof *s->sample_ids);
+  if (s->tokens) memcpy(s->tokens, p->tokens, t * sizeof *s->tokens);
+  if (s->labels) memcpy(s->labels, p->labels, t * sizeof *s->labels);
+  if (s->loss_weights)
+    memcpy(s->loss_weights, p->loss_weights, t * sizeof *s->loss_weights);
+  return s;
+}
+
+static void *fetch(void *loader, int slot) {
   packload_batch_t *(*next)(packload_t *);
   DPSHIM_NEXT(real_next, next);
   packload_batch_t *p = next ? next(loader) : NULL;
+  if (!p) return NULL;
+  if (slot >= 0) p = into_slot(slot, loader, p);
   if (p) balance_pack(p);
   return p;
+}
+
+/* The slot holding batch b, or NULL (b is in the loader's buffers). */
+static const slot_t *slot_of(const packload_batch_t *b) {
+  for (int k = 0; b && k < DPSHIM_AHEAD_SLOTS; k++)
+    if (slots[k] && b == &slots[k]->batch) return slots[k];
+  return NULL;
+}
+
+/* The entry of `loader` in taken[], a free one where it has none yet. */
+static int taken_of(const packload_t *loader) {
+  int free_one = -1;
+  for (int i = 0; i < LOADERS; i++) {
+    if (taken[i].loader == loader) return i;
+    if (!taken[i].loader && free_one < 0) free_one = i;
+  }
+  return free_one;
+}
+
+PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
+  packload_batch_t *b = dpshim_ahead_next(fetch, loader);
+  int i = taken_of(loader);
+  if (i >= 0) taken[i].loader = loader, taken[i].slot = slot_of(b);
+  return b;
+}
+
+/* The loader's counts as of the pack the trainer took last: those after
+ * the packs fetched ahead would count samples not yet delivered. */
+PACKLOAD_EXTERN void packload_produced(const packload_t *loader,
+                                       int64_t *samples, int64_t *tokens) {
+  int i = taken_of(loader);
+  const slot_t *s = i >= 0 && taken[i].loader == loader ? taken[i].slot
+                                                         : NULL;
+  void (*produced)(const packload_t *, int64_t *, int64_t *);
+  DPSHIM_NEXT(real_produced, produced);
+  if (!s && produced) produced(loader, samples, tokens);
+  if (s && samples) *samples = s->samples;
+  if (s && tokens) *tokens = s->tokens;
+}
+
+PACKLOAD_EXTERN void packload_close(packload_t *loader) {
+  void (*close)(packload_t *);
+  dpshim_ahead_close(fetch, loader);
+  int i = taken_of(loader);
+  if (i >= 0 && taken[i].loader == loader) taken[i].loader = NULL;
+  DPSHIM_NEXT(real_close, close);
+  if (close) close(loader);
 }

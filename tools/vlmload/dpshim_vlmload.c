@@ -1,13 +1,26 @@
 /* libdpshim_vlmload.so, the reference VLM loader's adapter: vlmload_next()
- * interposed on the public API (<dpshim/adapter.h>, <dpshim/vlm.h>), like
- * any third-party adapter; preloaded beside libdpshim.so (dpshim-run
- * --adapter vlmload). Each layout is described by its pointers, as a user
- * with such batches would. */
+ * interposed on the public API (<dpshim/adapter.h>, <dpshim/vlm.h>,
+ * <dpshim/ahead.h>), like any third-party adapter; preloaded beside
+ * libdpshim.so (dpshim-run --adapter vlmload). Each layout is described by
+ * its pointers, as a user with such batches would.
+ *
+ * vlmload may be called ahead from another thread, so the shim balances
+ * the next packs on a thread of its own (DPSHIM_AHEAD); a pack fetched
+ * ahead is copied out of the loader's buffers (which its next call may
+ * rewrite) into a buffer of the adapter's, kept until the trainer's next
+ * call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dpshim/adapter.h"
+#include "dpshim/ahead.h"
 #include "dpshim/vlm.h"
 #include "vlmload.h"
 
 static dpshim_next_t real_next = DPSHIM_NEXT_INIT("vlmload_next");
+static dpshim_next_t real_close = DPSHIM_NEXT_INIT("vlmload_close");
+static dpshim_next_t real_produced = DPSHIM_NEXT_INIT("vlmload_produced");
 
 static void balance_internvl(vlm_batch_t *p) {
   vlm_internvl_t *v = &p->internvl;
@@ -52,11 +65,165 @@ static void balance_qwen(vlm_batch_t *p) {
   q->videos.count = b.videos.count;
 }
 
-VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
+/* ---- packs fetched ahead ------------------------------------------------ */
+
+/* A pack fetched ahead, with the loader's count right after it: the
+ * trainer asks it as of the pack it took (vlmload_produced). */
+typedef struct slot {
+  vlm_batch_t batch;
+  int64_t produced;
+} slot_t;
+
+/* By slot: allocated at their first use, as large as the loader's own
+ * buffers, kept for the process. */
+static slot_t *slots[DPSHIM_AHEAD_SLOTS];
+
+/* Each loader's latest pack taken from a slot (the trainer's thread). */
+#define LOADERS 8
+static struct {
+  const vlmload_t *loader;
+  const slot_t *slot;
+} taken[LOADERS];
+
+/* n items of `size` from `from` into `to` (allocated with room for `cap`
+ * at the first copy); 0, or -1 out of memory. */
+static int copy_array(void *to_p, const void *from, size_t n, size_t cap,
+                      size_t size) {
+  void **to = to_p;
+  if (!from) return 0;
+  if (!*to) *to = malloc(cap * size + 1);
+  if (!*to) return -1;
+  memcpy(*to, from, n * size);
+  return 0;
+}
+
+static int64_t media_rows(const vlm_qwen_media_t *m) {
+  int64_t rows = 0;
+  for (int32_t i = 0; i < m->count; i++)
+    rows += (int64_t)m->grid_thw[3 * i] * m->grid_thw[3 * i + 1] *
+            m->grid_thw[3 * i + 2];
+  return rows;
+}
+
+/* The media's rows and grids into `to` (whose pointers are the slot's). */
+static int copy_media(vlm_qwen_media_t *to, const vlm_qwen_media_t *from) {
+  float *rows = to->rows;
+  int32_t *grid = to->grid_thw;
+  *to = *from;
+  to->rows = rows, to->grid_thw = grid;
+  size_t row = VLMLOAD_QWEN_ROW;
+  return copy_array(&to->rows, from->rows, (size_t)media_rows(from) * row,
+                    (size_t)from->capacity_rows * row, sizeof(float)) |
+         copy_array(&to->grid_thw, from->grid_thw, 3 * (size_t)from->count,
+                    3 * (size_t)from->capacity, sizeof(int32_t));
+}
+
+/* Token arrays whole (the Qwen packs are padded past the samples). */
+static int copy_layout(vlm_batch_t *to, const vlm_batch_t *from) {
+  size_t t = (size_t)from->capacity_tokens;
+  if (from->layout == VLMLOAD_INTERNVL) {
+    vlm_internvl_t *a = &to->internvl;
+    const vlm_internvl_t *b = &from->internvl;
+    size_t tile = 3 * (size_t)b->tile_size * (size_t)b->tile_size;
+    size_t n = (size_t)b->ntiles, cap = (size_t)b->capacity_tiles;
+    a->ntiles = b->ntiles, a->capacity_tiles = b->capacity_tiles;
+    a->tile_size = b->tile_size, a->num_image_token = b->num_image_token;
+    return copy_array(&a->tokens, b->tokens, t, t, sizeof(int64_t)) |
+           copy_array(&a->labels, b->labels, t, t, sizeof(int64_t)) |
+           copy_array(&a->position_ids, b->position_ids, t, t,
+                      sizeof(int64_t)) |
+           copy_array(&a->loss_weight, b->loss_weight, t, t, sizeof(float)) |
+           copy_array(&a->imgs, b->imgs, n * tile, cap * tile,
+                      sizeof(float)) |
+           copy_array(&a->image_flags, b->image_flags, n, cap,
+                      sizeof(int64_t));
+  }
+  vlm_qwen_t *a = &to->qwen;
+  const vlm_qwen_t *b = &from->qwen;
+  a->max_lengths = b->max_lengths;
+  return copy_array(&a->tokens, b->tokens, t, t, sizeof(int64_t)) |
+         copy_array(&a->labels, b->labels, t, t, sizeof(int64_t)) |
+         copy_array(&a->attn_mask, b->attn_mask, t, t, sizeof(uint8_t)) |
+         copy_media(&a->images, &b->images) |
+         copy_media(&a->videos, &b->videos);
+}
+
+/* p's pack into slot k; NULL, said, where the slot cannot be had (the
+ * loader's buffers would be rewritten under the trainer). */
+static vlm_batch_t *into_slot(int k, const vlmload_t *loader,
+                              const vlm_batch_t *p) {
+  if (!slots[k]) slots[k] = calloc(1, sizeof *slots[k]);
+  vlm_batch_t *s = slots[k] ? &slots[k]->batch : NULL;
+  size_t n = (size_t)p->nsamples, cap = (size_t)p->capacity_samples;
+  if (s) {
+    s->layout = p->layout, s->nsamples = p->nsamples;
+    s->capacity_samples = p->capacity_samples;
+    s->capacity_tokens = p->capacity_tokens;
+  }
+  if (!s || copy_array(&s->cu_lengths, p->cu_lengths, n + 1, cap + 1,
+                       sizeof(int32_t)) |
+                copy_array(&s->keys, p->keys, n, cap, sizeof(uint64_t)) |
+                copy_layout(s, p)) {
+    fprintf(stderr, "dpshim_vlmload: out of memory for a pack fetched "
+            "ahead; the loader stops here\n");
+    return NULL;
+  }
+  int64_t (*produced)(const vlmload_t *);
+  DPSHIM_NEXT(real_produced, produced);
+  slots[k]->produced = produced ? produced(loader) : 0;
+  return s;
+}
+
+static void *fetch(void *loader, int slot) {
   vlm_batch_t *(*next)(vlmload_t *);
   DPSHIM_NEXT(real_next, next);
   vlm_batch_t *p = next ? next(loader) : NULL;
+  if (p && slot >= 0) p = into_slot(slot, loader, p);
   if (p && p->layout == VLMLOAD_INTERNVL) balance_internvl(p);
   else if (p) balance_qwen(p);
   return p;
+}
+
+/* The slot holding batch b, or NULL (b is in the loader's buffers). */
+static const slot_t *slot_of(const vlm_batch_t *b) {
+  for (int k = 0; b && k < DPSHIM_AHEAD_SLOTS; k++)
+    if (slots[k] && b == &slots[k]->batch) return slots[k];
+  return NULL;
+}
+
+/* The entry of `loader` in taken[], a free one where it has none yet. */
+static int taken_of(const vlmload_t *loader) {
+  int free_one = -1;
+  for (int i = 0; i < LOADERS; i++) {
+    if (taken[i].loader == loader) return i;
+    if (!taken[i].loader && free_one < 0) free_one = i;
+  }
+  return free_one;
+}
+
+VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
+  vlm_batch_t *b = dpshim_ahead_next(fetch, loader);
+  int i = taken_of(loader);
+  if (i >= 0) taken[i].loader = loader, taken[i].slot = slot_of(b);
+  return b;
+}
+
+/* The loader's count as of the pack the trainer took last: the count after
+ * the packs fetched ahead would include samples not yet delivered. */
+VLMLOAD_EXTERN int64_t vlmload_produced(const vlmload_t *loader) {
+  int i = taken_of(loader);
+  if (i >= 0 && taken[i].loader == loader && taken[i].slot)
+    return taken[i].slot->produced;
+  int64_t (*produced)(const vlmload_t *);
+  DPSHIM_NEXT(real_produced, produced);
+  return produced ? produced(loader) : 0;
+}
+
+VLMLOAD_EXTERN void vlmload_close(vlmload_t *loader) {
+  void (*close)(vlmload_t *);
+  dpshim_ahead_close(fetch, loader);
+  int i = taken_of(loader);
+  if (i >= 0 && taken[i].loader == loader) taken[i].loader = NULL;
+  DPSHIM_NEXT(real_close, close);
+  if (close) close(loader);
 }
