@@ -13,19 +13,23 @@
 # --stats-out); the ViT variants their bytes moved per step and the ViT
 # fit's error. With --vit --ship, default+vit+ship adds default+vit with
 # vlmtrain --vit-ship (each micro-batch's encoder calls shipped at its
-# hand-off: dpshim_encoder_ship). Builds nothing:
+# hand-off: dpshim_encoder_ship). The shim's variants balance inline
+# (DPSHIM_AHEAD=0); --ahead adds default@ahead, dpshim's solver balancing
+# each batch ahead on the shim's own thread (DPSHIM_AHEAD=1), and
+# --ahead-only runs none and default@ahead alone. Builds nothing:
 #
 #   ninja -C build tools/vlmtrain/vlmtrain tools/vlmload/libdpshim_vlmload.so \
 #     tools/vit/libdpshim_vit.so
 #   tools/vlm_bench.sh [--build DIR] [--layout L] [--model M] [--ranks N]
 #                      [--tp N] [--steps N] [--time-scale X] [--threshold X]
-#                      [--vit [--ship]] [--mix M] [-- vlmtrain args]
+#                      [--vit [--ship]] [--ahead | --ahead-only] [--mix M]
+#                      [-- vlmtrain args]
 # --threshold sets DPSHIM_TRIGGER_THRESHOLD (the original's 0.2 by default);
 # --mix is vlmtrain's (default, or encoder-heavy).
 set -euo pipefail
 
 build=build layout=qwen2vl model=qwen2-vl-7b ranks=8 tp=1 steps=16
-scale=0.2 threshold=0.2 vit=0 ship=0 mix=default extra=()
+scale=0.2 threshold=0.2 vit=0 ship=0 ahead=0 mix=default extra=()
 while (($#)); do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -39,8 +43,10 @@ while (($#)); do
     --mix) mix=$2; shift 2 ;;
     --vit) vit=1; shift ;;
     --ship) ship=1; shift ;;
+    --ahead) ahead=1; shift ;;
+    --ahead-only) ahead=2; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "vlm_bench.sh: unknown option '$1'; try --help" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +65,7 @@ mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
      -np "$ranks")
 
 # variant, solver ("" without the shim), ViT balance (0/1), vlmtrain
-# arguments of the variant's own
+# arguments of the variant's own; inline unless the variant is @ahead
 run() {
   local env=()
   if [[ -n $2 ]]; then
@@ -67,6 +73,7 @@ run() {
          -x DPSHIM_TP_SIZE="$tp" -x DPSHIM_WARMUP_ITERS=2-6
          -x DPSHIM_TRIGGER_THRESHOLD="$threshold"
          -x DPSHIM_VIT_BALANCE="${3:-0}" -x MALLOC_PERTURB_=0
+         -x DPSHIM_AHEAD="$([[ $1 == *@ahead ]] && echo 1 || echo 0)"
          -x DPSHIM_LOG="$out/$1.jsonl")
   fi
   "${mpi[@]}" "${env[@]}" "$train" "${args[@]}" "${@:4}" \
@@ -75,10 +82,17 @@ run() {
 }
 run none ""
 run measured none
-run seed seed
-run default default
-variants="none seed default"
-if ((vit)); then
+variants="none"
+if ((ahead < 2)); then
+  run seed seed
+  run default default
+  variants="$variants seed default"
+fi
+if ((ahead)); then
+  run default@ahead default
+  variants="$variants default@ahead"
+fi
+if ((vit && ahead < 2)); then
   run seed+vit seed 1
   run default+vit default 1
   variants="$variants seed+vit default+vit"
