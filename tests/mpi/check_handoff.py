@@ -5,7 +5,7 @@ hands its own batches to the preloaded shim and injects one fault per run.
     check_handoff.py GROUP --shim libdpshim.so --prog handoff_cases
 
 GROUP picks the checks below: malformed, fields, sizes, tp2,
-after_finalize, no_handoff, thread_level.
+after_finalize, no_handoff, thread_level, ahead.
 
 Each run: 4 ranks (8 for the TP case), 8 steps, warm-up 2-4, DPSHIM_VERIFY=1,
 no DPSHIM_COEFS. The reference of each run is the same run with --plain and
@@ -25,7 +25,13 @@ no preload (the hand-off a no-op). Checks:
   - after-finalize: a hand-off after MPI_Finalize returns, nothing aborts;
   - no-handoff: DPSHIM_LOG is not created when nothing is handed off;
   - thread-level: MPI_Init_thread's provided (and MPI_Query_thread) under
-    the preload are what MPI gives without it.
+    the preload are what MPI gives without it;
+  - ahead: handoff_cases --ahead (each batch drawn and handed off on the
+    shim's own thread, <dpshim/ahead.h>): none as above, and the summary
+    says the hand-offs were balanced ahead; fields-order at 6 and
+    null-batch at 3 as above (agreed, every batch untouched); ends-early
+    at 5 (rank 1's loader ends: no hang, every call from 5 on fails on
+    every rank, nothing corrupt, one line naming rank 1 and the end).
 Every mpirun has a hard timeout: a hung run is killed (its whole session)
 and reported as "hang". Exit status 0 when every check holds.
 """
@@ -88,8 +94,11 @@ def mpirun(args, ranks, prog_args, env, preload, what):
     return Run(rc, out, err, False)
 
 
+EXTRA = []  # handoff_cases arguments of every run of the group
+
+
 def case_args(case, at=None, bad=None):
-    a = ["--steps", str(STEPS), "--case", case]
+    a = ["--steps", str(STEPS), "--case", case] + EXTRA
     a += ["--at", str(at)] if at else []
     return a + (["--bad-rank", str(bad)] if bad is not None else [])
 
@@ -288,6 +297,27 @@ def faults(cases):
     return run
 
 
+def group_ahead(args):
+    EXTRA.append("--ahead")
+    none_ref = check_none(args)
+    r = shim_run(args, case_args("none"), "ahead, none")
+    check(r.hang or "balancing ahead, beside the compute" in r.err,
+          "ahead: the summary has no 'balancing ahead' line: %r"
+          % r.err[-400:])
+    for case, words, ats in FAULTS:
+        if case in ("fields-order", "null-batch"):
+            check_fault(args, none_ref, case, words, ats[0])
+    what, at = "ahead, rank 1's loader ends at 5", 5
+    ref = reference(args, case_args("ends-early", at, 1), what)
+    r = shim_run(args, case_args("ends-early", at, 1), what)
+    if not completed(r, what):
+        return
+    same_samples(r, ref, what)
+    for call in range(at, STEPS + 1):
+        check_failed_call(r, call, set(range(RANKS)), what)
+    check_message(r.err, 1, [["ended"]], what)
+
+
 def group_no_handoff(args):
     with tempfile.TemporaryDirectory() as tmp:
         check_no_handoff(args, tmp)
@@ -308,6 +338,7 @@ GROUPS = {
     "after_finalize": check_after_finalize,
     "no_handoff": group_no_handoff,       # no empty DPSHIM_LOG
     "thread_level": group_thread_level,   # MPI_Init_thread's provided
+    "ahead": group_ahead,                 # the shim's own thread
 }
 
 

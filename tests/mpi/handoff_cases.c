@@ -30,6 +30,13 @@
  * batch as it was.
  *
  * --case thread-level prints {"required":L,"provided":P,"query":Q} instead.
+ *
+ * --ahead: the hand-off goes through dpshim_ahead_next() (<dpshim/ahead.h>),
+ * as an adapter that allows balancing ahead: batches are drawn and handed
+ * off in fetch(), on the shim's thread, each into a slot of its own, and
+ * the step consumes what the call returns. --case ends-early: the bad
+ * rank's loader ends at call K (fetch() returns NULL from then on); every
+ * call from K on must fail on every rank of its group, batches untouched.
  */
 #include <dlfcn.h>
 #include <mpi.h>
@@ -39,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dpshim/ahead.h"
 #include "dpshim/batch.h"
 #include "hash.h"
 
@@ -52,21 +60,22 @@
 #define HUGE_CAPACITY 2147484000LL /* just past what int32 offsets hold */
 
 typedef int (*balance_fn)(dpshim_batch_t *);
+typedef void *(*ahead_fn)(dpshim_fetch_t, void *);
 
 typedef enum {
   C_NONE, C_NULL_BATCH, C_NULL_CU, C_ABSURD_N, C_FIELDS_ORDER,
-  C_FIELD_RENAMED, C_HUGE_CAPACITY, C_AFTER_FINALIZE, C_NO_HANDOFF,
-  C_THREAD_LEVEL, C_COUNT
+  C_FIELD_RENAMED, C_HUGE_CAPACITY, C_ENDS_EARLY, C_AFTER_FINALIZE,
+  C_NO_HANDOFF, C_THREAD_LEVEL, C_COUNT
 } case_t;
 
 static const char *const case_names[C_COUNT] = {
     "none", "null-batch", "null-cu-seqlens", "absurd-nsamples",
-    "fields-order", "field-renamed", "huge-capacity", "after-finalize",
-    "no-handoff", "thread-level"};
+    "fields-order", "field-renamed", "huge-capacity", "ends-early",
+    "after-finalize", "no-handoff", "thread-level"};
 
 typedef struct opts {
   case_t kase;
-  int bad_rank, at, steps, required, plain;
+  int bad_rank, at, steps, required, plain, ahead;
 } opts_t;
 
 /* One rank's packed batch, as a loader would hold it. */
@@ -83,19 +92,23 @@ typedef struct run {
   opts_t o;
   int rank, size, tp, dp, dp_size;
   balance_fn balance;
+  ahead_fn ahead_next; /* --ahead */
+  int fetched;         /* calls drawn by fetch() */
   uint64_t digest, samples;
   uint64_t broken;  /* samples not intact after a hand-off */
   uint64_t changed; /* differences across a faulty hand-off */
-  int rc[MAX_STEPS];
+  int rc[MAX_STEPS + DPSHIM_AHEAD_MAX + 1]; /* --ahead fetches past */
 } run_t;
 
 static batch_t g_batch;
+static batch_t g_slots[DPSHIM_AHEAD_SLOTS]; /* --ahead */
 
 /* ---- options -------------------------------------------------------------- */
 
 static int usage(void) {
   fprintf(stderr, "usage: handoff_cases [--case NAME] [--bad-rank R] "
-                  "[--at K] [--steps N] [--required L] [--plain]\ncases:");
+                  "[--at K] [--steps N] [--required L] [--plain] "
+                  "[--ahead]\ncases:");
   for (int c = 0; c < C_COUNT; c++) fprintf(stderr, " %s", case_names[c]);
   fprintf(stderr, "\n");
   return 2;
@@ -111,10 +124,11 @@ static int parse_case(const char *s, case_t *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){C_NONE, 1, 3, 8, 0, 0};
+  *o = (opts_t){C_NONE, 1, 3, 8, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--plain") == 0) { o->plain = 1; continue; }
+    if (strcmp(a, "--ahead") == 0) { o->ahead = 1; continue; }
     if (!v) return -1;
     i++;
     if (strcmp(a, "--case") == 0) { if (parse_case(v, &o->kase)) return -1; }
@@ -275,14 +289,17 @@ static void account(run_t *r, const batch_t *b, int call) {
 /* ---- the hand-off ----------------------------------------------------------- */
 
 static int is_fault_case(case_t c) {
-  return c >= C_NULL_BATCH && c <= C_HUGE_CAPACITY;
+  return c >= C_NULL_BATCH && c <= C_ENDS_EARLY;
 }
 
 /* The hand-off that must fail and leave this rank's batch as it was: the
- * faulty call, in the bad rank's DP group (every group for huge-capacity,
- * where every rank is bad). A DP group is the ranks of one tp index. */
+ * faulty call (from it on where a loader ends early), in the bad rank's
+ * DP group (every group for huge-capacity, where every rank is bad). A DP
+ * group is the ranks of one tp index. */
 static int watched_here(const run_t *r, int call) {
-  if (!is_fault_case(r->o.kase) || call != r->o.at) return 0;
+  if (!is_fault_case(r->o.kase) || call > r->o.steps ||
+      (r->o.kase == C_ENDS_EARLY ? call < r->o.at : call != r->o.at))
+    return 0;
   return r->o.kase == C_HUGE_CAPACITY ||
          r->rank % r->tp == r->o.bad_rank % r->tp;
 }
@@ -365,8 +382,25 @@ static void handoff(run_t *r, batch_t *b, int call) {
   b->n = back == saved.nsamples && saved.nsamples != n ? n : back;
   if (watched) r->changed += count_changes(before, nb, after,
                                            hash_all(b, call, after));
-  if (pass) account(r, b, call);
+  if (pass && !r->o.ahead) account(r, b, call);
 }
+
+/* --ahead: the adapter's fetch(), on the shim's thread; the step accounts
+ * for what it consumes (batches fetched past the last step are not). */
+static void *fetch(void *ctx, int slot) {
+  run_t *r = ctx;
+  int call = ++r->fetched;
+  if (r->o.kase == C_ENDS_EARLY && r->rank == r->o.bad_rank &&
+      call >= r->o.at)
+    return NULL;
+  batch_t *b = slot < 0 ? &g_batch : &g_slots[slot];
+  draw(b, r, call);
+  handoff(r, b, call);
+  return b;
+}
+
+/* --plain --ahead: the batch, fetched in the call. */
+static void *plain_ahead(dpshim_fetch_t f, void *ctx) { return f(ctx, -1); }
 
 /* ---- one run ---------------------------------------------------------------- */
 
@@ -385,9 +419,16 @@ static void compute(const batch_t *b) {
 
 static void step(run_t *r, int call) {
   double grad = 1.0;
-  draw(&g_batch, r, call);
-  handoff(r, &g_batch, call);
-  compute(&g_batch);
+  batch_t *b = &g_batch;
+  if (r->o.ahead) {
+    b = r->ahead_next(fetch, r);
+    if (b) account(r, b, call);
+    else r->rc[call - 1] = DPSHIM_EINVAL; /* this rank's loader ended */
+  } else {
+    draw(b, r, call);
+    handoff(r, b, call);
+  }
+  if (b) compute(b);
   MPI_Allreduce(MPI_IN_PLACE, &grad, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
 
@@ -444,7 +485,10 @@ static int setup(run_t *r) {
   r->dp = r->rank / tp;
   r->dp_size = r->size / tp;
   r->balance = find_balance(r->o.plain);
-  if (r->balance) return 0;
+  r->ahead_next = plain_ahead;
+  void *sym = r->o.plain ? NULL : dlsym(RTLD_DEFAULT, "dpshim_ahead_next");
+  if (sym) memcpy(&r->ahead_next, &sym, sizeof sym);
+  if (r->balance && (!r->o.ahead || r->o.plain || sym)) return 0;
   if (r->rank == 0)
     fprintf(stderr, "handoff_cases: dpshim_balance_batch() not found: run "
                     "under LD_PRELOAD=libdpshim.so, or pass --plain\n");
