@@ -406,8 +406,8 @@ static void consume_at_sync(dpshim__core_t *c, dpshim__step_t *s) {
 /* Under c->lock: a hand-off ahead. Where takes consume it they count the
  * steps; else (a loader thread of the trainer's own) it counts in a
  * hand-off step (timed by the loader's pace, which follows the trainer's
- * once its queue is full; no fit is made from it), and the main thread's
- * step begins. */
+ * once its queue is full; no fit is made from those: agree_phase), and
+ * the main thread's step begins (sync steps consume it at the sync). */
 static void ahead_handoff(dpshim__core_t *c, const dpshim__ahead_load_t *l,
                           double t1) {
   ahead_push(c, l);

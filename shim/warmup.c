@@ -31,7 +31,8 @@
 /* A model with nothing above linear in it changes no plan of packs of
  * equal tokens; where the step times it was fitted on still varied by
  * more than this (slowest against fastest step), they came from the loads
- * and more steps may show how (can_change_nothing). */
+ * and more steps may show how (can_change_nothing). Hand-off steps only:
+ * they refit. */
 #define STUCK_SPREAD 0.04
 
 static int steps_fit_wins(double steps_rms, double ranks_rms, double spread) {
@@ -209,7 +210,7 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
       int all_valid = 1;
       double index = all[it].index;
       for (int32_t r = 0; r < ranks; r++) {
-        const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + (size_t)it];
+        const dpshim__point_t *p = &all[(size_t)r * (size_t)slots + it];
         all_valid &= p->valid == 1 && p->index == index;
       }
       if (!all_valid) continue; /* a rank missed this step, or is behind */
@@ -230,7 +231,9 @@ static int fit_points(const dpshim__core_t *c, const dpshim__point_t *all,
     dpshim_fit_input_t in = {iters, ranks, pts, iter_time, DPSHIM_FIT_RANKS,
                              c->cfg.vit && !dpshim__core_vit_gate(c)};
     rc = fit_chosen(c, in, out);
-    out->stuck = rc == 0 && can_change_nothing(&in, out->fit.model);
+    /* Hand-off steps refit (core.c); sync steps keep their fit. */
+    out->stuck = rc == 0 && c->mode == DPSHIM__STEP_HANDOFF &&
+                 can_change_nothing(&in, out->fit.model);
     out->kept = rc == 0 && c->settled && c->fitted && !c->stuck &&
                 still_predicts(&in, warm, c->fit.model);
   }

@@ -17,6 +17,7 @@
 
 #include "dpshim/adapter.h"
 #include "dpshim/ahead.h"
+#include "../ahead_taken.h"
 #include "dpshim/batch.h"
 #include "packload.h"
 
@@ -34,14 +35,10 @@ typedef struct slot {
 
 /* By slot: allocated at their first use, as large as the loader's own
  * buffers, kept for the process. */
-static slot_t *slots[DPSHIM_AHEAD_SLOTS];
+static void *slots[DPSHIM_AHEAD_SLOTS]; /* slot_t */
 
-/* Each loader's latest pack taken from a slot (the trainer's thread). */
-#define LOADERS 8
-static struct {
-  const packload_t *loader;
-  const slot_t *slot;
-} taken[LOADERS];
+/* Each loader's latest pack taken (the trainer's thread). */
+static ahead_taken_t taken[AHEAD_TAKEN_LOADERS];
 
 /* The pack as fields: three token-aligned, one per sample. */
 static void balance_pack(packload_batch_t *p) {
@@ -93,15 +90,16 @@ static slot_t *new_slot(const packload_batch_t *p) {
 static packload_batch_t *into_slot(int k, const packload_t *loader,
                                    packload_batch_t *p) {
   if (!slots[k]) slots[k] = new_slot(p);
-  if (!slots[k]) {
+  slot_t *slot = slots[k];
+  if (!slot) {
     fprintf(stderr, "dpshim_packload: out of memory for a pack fetched "
             "ahead; the loader stops here\n");
     return NULL;
   }
   void (*produced)(const packload_t *, int64_t *, int64_t *);
   DPSHIM_NEXT(real_produced, produced);
-  if (produced) produced(loader, &slots[k]->samples, &slots[k]->tokens);
-  packload_batch_t *s = &slots[k]->batch;
+  if (produced) produced(loader, &slot->samples, &slot->tokens);
+  packload_batch_t *s = &slot->batch;
   size_t n = (size_t)p->nsamples, t = (size_t)p->cu_seqlens[p->nsamples];
   s->nsamples = p->nsamples;
   memcpy(s->cu_seqlens, p->cu_seqlens, (n + 1) * sizeof *s->cu_seqlens);
@@ -123,27 +121,9 @@ static void *fetch(void *loader, int slot) {
   return p;
 }
 
-/* The slot holding batch b, or NULL (b is in the loader's buffers). */
-static const slot_t *slot_of(const packload_batch_t *b) {
-  for (int k = 0; b && k < DPSHIM_AHEAD_SLOTS; k++)
-    if (slots[k] && b == &slots[k]->batch) return slots[k];
-  return NULL;
-}
-
-/* The entry of `loader` in taken[], a free one where it has none yet. */
-static int taken_of(const packload_t *loader) {
-  int free_one = -1;
-  for (int i = 0; i < LOADERS; i++) {
-    if (taken[i].loader == loader) return i;
-    if (!taken[i].loader && free_one < 0) free_one = i;
-  }
-  return free_one;
-}
-
 PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
   packload_batch_t *b = dpshim_ahead_next(fetch, loader);
-  int i = taken_of(loader);
-  if (i >= 0) taken[i].loader = loader, taken[i].slot = slot_of(b);
+  ahead_taken_note(taken, slots, loader, b);
   return b;
 }
 
@@ -151,9 +131,7 @@ PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
  * the packs fetched ahead would count samples not yet delivered. */
 PACKLOAD_EXTERN void packload_produced(const packload_t *loader,
                                        int64_t *samples, int64_t *tokens) {
-  int i = taken_of(loader);
-  const slot_t *s = i >= 0 && taken[i].loader == loader ? taken[i].slot
-                                                         : NULL;
+  const slot_t *s = ahead_taken_slot(taken, loader);
   void (*produced)(const packload_t *, int64_t *, int64_t *);
   DPSHIM_NEXT(real_produced, produced);
   if (!s && produced) produced(loader, samples, tokens);
@@ -164,8 +142,7 @@ PACKLOAD_EXTERN void packload_produced(const packload_t *loader,
 PACKLOAD_EXTERN void packload_close(packload_t *loader) {
   void (*close)(packload_t *);
   dpshim_ahead_close(fetch, loader);
-  int i = taken_of(loader);
-  if (i >= 0 && taken[i].loader == loader) taken[i].loader = NULL;
+  ahead_taken_forget(taken, loader);
   DPSHIM_NEXT(real_close, close);
   if (close) close(loader);
 }

@@ -15,6 +15,7 @@
 
 #include "dpshim/adapter.h"
 #include "dpshim/ahead.h"
+#include "../ahead_taken.h"
 #include "dpshim/vlm.h"
 #include "vlmload.h"
 
@@ -76,14 +77,10 @@ typedef struct slot {
 
 /* By slot: allocated at their first use, as large as the loader's own
  * buffers, kept for the process. */
-static slot_t *slots[DPSHIM_AHEAD_SLOTS];
+static void *slots[DPSHIM_AHEAD_SLOTS]; /* slot_t */
 
-/* Each loader's latest pack taken from a slot (the trainer's thread). */
-#define LOADERS 8
-static struct {
-  const vlmload_t *loader;
-  const slot_t *slot;
-} taken[LOADERS];
+/* Each loader's latest pack taken (the trainer's thread). */
+static ahead_taken_t taken[AHEAD_TAKEN_LOADERS];
 
 /* n items of `size` from `from` into `to` (allocated with room for `cap`
  * at the first copy); 0, or -1 out of memory. */
@@ -152,8 +149,9 @@ static int copy_layout(vlm_batch_t *to, const vlm_batch_t *from) {
  * loader's buffers would be rewritten under the trainer). */
 static vlm_batch_t *into_slot(int k, const vlmload_t *loader,
                               const vlm_batch_t *p) {
-  if (!slots[k]) slots[k] = calloc(1, sizeof *slots[k]);
-  vlm_batch_t *s = slots[k] ? &slots[k]->batch : NULL;
+  if (!slots[k]) slots[k] = calloc(1, sizeof(slot_t));
+  slot_t *slot = slots[k];
+  vlm_batch_t *s = slot ? &slot->batch : NULL;
   size_t n = (size_t)p->nsamples, cap = (size_t)p->capacity_samples;
   if (s) {
     s->layout = p->layout, s->nsamples = p->nsamples;
@@ -170,7 +168,7 @@ static vlm_batch_t *into_slot(int k, const vlmload_t *loader,
   }
   int64_t (*produced)(const vlmload_t *);
   DPSHIM_NEXT(real_produced, produced);
-  slots[k]->produced = produced ? produced(loader) : 0;
+  slot->produced = produced ? produced(loader) : 0;
   return s;
 }
 
@@ -184,36 +182,17 @@ static void *fetch(void *loader, int slot) {
   return p;
 }
 
-/* The slot holding batch b, or NULL (b is in the loader's buffers). */
-static const slot_t *slot_of(const vlm_batch_t *b) {
-  for (int k = 0; b && k < DPSHIM_AHEAD_SLOTS; k++)
-    if (slots[k] && b == &slots[k]->batch) return slots[k];
-  return NULL;
-}
-
-/* The entry of `loader` in taken[], a free one where it has none yet. */
-static int taken_of(const vlmload_t *loader) {
-  int free_one = -1;
-  for (int i = 0; i < LOADERS; i++) {
-    if (taken[i].loader == loader) return i;
-    if (!taken[i].loader && free_one < 0) free_one = i;
-  }
-  return free_one;
-}
-
 VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
   vlm_batch_t *b = dpshim_ahead_next(fetch, loader);
-  int i = taken_of(loader);
-  if (i >= 0) taken[i].loader = loader, taken[i].slot = slot_of(b);
+  ahead_taken_note(taken, slots, loader, b);
   return b;
 }
 
 /* The loader's count as of the pack the trainer took last: the count after
  * the packs fetched ahead would include samples not yet delivered. */
 VLMLOAD_EXTERN int64_t vlmload_produced(const vlmload_t *loader) {
-  int i = taken_of(loader);
-  if (i >= 0 && taken[i].loader == loader && taken[i].slot)
-    return taken[i].slot->produced;
+  const slot_t *s = ahead_taken_slot(taken, loader);
+  if (s) return s->produced;
   int64_t (*produced)(const vlmload_t *);
   DPSHIM_NEXT(real_produced, produced);
   return produced ? produced(loader) : 0;
@@ -222,8 +201,7 @@ VLMLOAD_EXTERN int64_t vlmload_produced(const vlmload_t *loader) {
 VLMLOAD_EXTERN void vlmload_close(vlmload_t *loader) {
   void (*close)(vlmload_t *);
   dpshim_ahead_close(fetch, loader);
-  int i = taken_of(loader);
-  if (i >= 0 && taken[i].loader == loader) taken[i].loader = NULL;
+  ahead_taken_forget(taken, loader);
   DPSHIM_NEXT(real_close, close);
   if (close) close(loader);
 }
