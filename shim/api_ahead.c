@@ -1,6 +1,7 @@
 /* Balancing ahead (<dpshim/ahead.h>): the adapters' calls, the shim's own
  * thread and when it may run. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "env.h"
 #include "shim.h"
@@ -61,6 +62,21 @@ void dpshim__ahead_stop(void) {
   dpshim__state_t *st = &dpshim__state;
   dpshim__ahead_free(st->ahead);
   st->ahead = NULL;
+}
+
+DPSHIM_EXTERN int dpshim_ahead_depth(void) {
+  dpshim__state_t *st = &dpshim__state;
+  if (st->mpi_up || st->finalized)
+    return st->mpi_up && st->active && !st->ahead_off && !st->cfg.vit &&
+                   st->mpi_provided >= MPI_THREAD_MULTIPLE
+               ? (int)st->cfg.ahead
+               : 0;
+  dpshim__config_t cfg; /* before MPI_Init: quietly, as MPI_Init does */
+  char msg[8];
+  if (dpshim__config_parse(getenv, &cfg, msg, sizeof msg) < 0 ||
+      !cfg.enabled || cfg.vit)
+    return 0;
+  return (int)cfg.ahead;
 }
 
 /* Inline: the batch in the loader's buffers, and where there is none the

@@ -1,14 +1,15 @@
 /* The reference adapters' record of which batch the trainer took last
  * from each loader, where batches are balanced ahead (<dpshim/ahead.h>):
- * a batch fetched ahead sits in a slot of the adapter's, with the loader's
+ * a batch fetched ahead is in a slot of the adapter's (its own buffers,
+ * or the loader's where they are held long enough), with the loader's
  * counters as they were right after it, and the trainer asks those
  * counters as of the batch it took, not of the batches fetched since.
  *
- *   static void *slots[DPSHIM_AHEAD_SLOTS];   // each slot's batch first
+ *   static void *held[DPSHIM_AHEAD_SLOTS];    // the batch each slot holds
  *   static ahead_taken_t taken[AHEAD_TAKEN_LOADERS];
  *   b = dpshim_ahead_next(fetch, loader);
- *   ahead_taken_note(taken, slots, loader, b);
- *   const slot_t *s = ahead_taken_slot(taken, loader);  // NULL: inline
+ *   ahead_taken_note(taken, held, loader, b);
+ *   int k = ahead_taken_slot(taken, loader);  // -1: none, or inline
  *
  * Trainer's thread only. Header-only: each adapter is a library of its
  * own, built from dpshim's public API.
@@ -24,7 +25,7 @@
 
 typedef struct ahead_taken {
   const void *loader;
-  const void *slot; /* the slot of the batch taken last; NULL: inline */
+  int slot; /* the slot of the batch taken last; -1: inline */
 } ahead_taken_t;
 
 /* loader's entry, else a free one (added: loader set), else NULL. */
@@ -40,27 +41,26 @@ static inline ahead_taken_t *ahead_taken_entry(ahead_taken_t *t,
   return free_one;
 }
 
-/* Batch b, just taken from loader: the slot it is in (a slot's batch is
- * its first member), or NULL where it is in the loader's buffers. */
-static inline void ahead_taken_note(ahead_taken_t *t, void *const *slots,
+/* Batch b, just taken from loader: the slot holding it (held[k] == b),
+ * or -1 where none does (inline). */
+static inline void ahead_taken_note(ahead_taken_t *t, void *const *held,
                                     const void *loader, const void *b) {
   ahead_taken_t *e = ahead_taken_entry(t, loader, 1);
   if (!e) return;
-  e->slot = NULL;
+  e->slot = -1;
   for (int k = 0; b && k < DPSHIM_AHEAD_SLOTS; k++)
-    if (slots[k] && slots[k] == b) e->slot = slots[k];
+    if (held[k] == b) e->slot = k;
 }
 
-/* The slot of loader's batch taken last, or NULL (none, or inline). */
-static inline const void *ahead_taken_slot(ahead_taken_t *t,
-                                           const void *loader) {
+/* The slot of loader's batch taken last, or -1 (none, or inline). */
+static inline int ahead_taken_slot(ahead_taken_t *t, const void *loader) {
   ahead_taken_t *e = ahead_taken_entry(t, loader, 0);
-  return e ? e->slot : NULL;
+  return e ? e->slot : -1;
 }
 
 static inline void ahead_taken_forget(ahead_taken_t *t, const void *loader) {
   ahead_taken_t *e = ahead_taken_entry(t, loader, 0);
-  if (e) e->loader = e->slot = NULL;
+  if (e) e->loader = NULL, e->slot = -1;
 }
 
 #endif

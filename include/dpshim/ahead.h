@@ -57,6 +57,15 @@ typedef void *(*dpshim_fetch_t)(void *ctx, int slot);
  * inline, see above), or NULL where its loader ended. */
 DPSHIM_EXTERN void *dpshim_ahead_next(dpshim_fetch_t fetch, void *ctx);
 
+/* How many batches the shim may fetch ahead of the trainer's calls: a
+ * batch the trainer holds may see that many further calls of its loader
+ * before the trainer calls again. 0 where the hand-off is inline
+ * (DPSHIM_AHEAD=0, balancing or MPI_THREAD_MULTIPLE missing, the ViT
+ * balance on). Before MPI_Init it is read from the settings alone (what
+ * MPI will provide is not known yet): an adapter may size its loader's
+ * buffers by it when the loader opens, and then need no copies. */
+DPSHIM_EXTERN int dpshim_ahead_depth(void);
+
 /* The loader `ctx` is about to be closed: the batches fetched ahead for it
  * are finished and dropped, so that fetch() is not called for it again.
  * Returns 0. */

@@ -877,7 +877,7 @@ static void set_env(int k, const char *name, const char *value) {
  * (syncs seen), under a given model and ratio: inline or `ahead` batches
  * ahead (taken where `takes`). */
 static run_t *fixed_model_run(int M, int ahead, int takes) {
-  static char micro[8];
+  static char micro[16];
   run_t *x = run_new(4, 1, 18);
   x->micro = M;
   x->ahead = ahead;
@@ -920,7 +920,7 @@ Test(shim_core, handoffs_ahead_plan_as_inline) {
 /* The warm-up fit of a run with compute that follows len^2 (+-4 %): the
  * mean relative error of its fit. */
 static double fit_error_of(sync_kind_t sync, int M, int ahead, int takes) {
-  static char micro[8];
+  static char micro[16];
   nsaid = 0;
   run_t *x = run_new(4, 1, 20);
   x->sync = sync;

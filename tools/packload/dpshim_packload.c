@@ -35,7 +35,7 @@ typedef struct slot {
 
 /* By slot: allocated at their first use, as large as the loader's own
  * buffers, kept for the process. */
-static void *slots[DPSHIM_AHEAD_SLOTS]; /* slot_t */
+static void *slots[DPSHIM_AHEAD_SLOTS]; /* slot_t, its batch first */
 
 /* Each loader's latest pack taken (the trainer's thread). */
 static ahead_taken_t taken[AHEAD_TAKEN_LOADERS];
@@ -131,7 +131,8 @@ PACKLOAD_EXTERN packload_batch_t *packload_next(packload_t *loader) {
  * the packs fetched ahead would count samples not yet delivered. */
 PACKLOAD_EXTERN void packload_produced(const packload_t *loader,
                                        int64_t *samples, int64_t *tokens) {
-  const slot_t *s = ahead_taken_slot(taken, loader);
+  int k = ahead_taken_slot(taken, loader);
+  const slot_t *s = k >= 0 ? slots[k] : NULL;
   void (*produced)(const packload_t *, int64_t *, int64_t *);
   DPSHIM_NEXT(real_produced, produced);
   if (!s && produced) produced(loader, samples, tokens);

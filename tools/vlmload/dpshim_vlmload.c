@@ -5,10 +5,12 @@
  * its pointers, as a user with such batches would.
  *
  * vlmload may be called ahead from another thread, so the shim balances
- * the next packs on a thread of its own (DPSHIM_AHEAD); a pack fetched
- * ahead is copied out of the loader's buffers (which its next call may
- * rewrite) into a buffer of the adapter's, kept until the trainer's next
- * call. */
+ * the next packs on a thread of its own (DPSHIM_AHEAD). A pack fetched
+ * ahead must stay as it is until the trainer's next call: the adapter
+ * opens each loader holding that many packs in buffers of its own
+ * (vlmload's hold, dpshim_ahead_depth() + 1), and only where a loader
+ * holds fewer (opened otherwise, or out of memory for more) copies the
+ * pack into a buffer of the adapter's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 static dpshim_next_t real_next = DPSHIM_NEXT_INIT("vlmload_next");
 static dpshim_next_t real_close = DPSHIM_NEXT_INIT("vlmload_close");
 static dpshim_next_t real_produced = DPSHIM_NEXT_INIT("vlmload_produced");
+static dpshim_next_t real_open = DPSHIM_NEXT_INIT("vlmload_open");
 
 static void balance_internvl(vlm_batch_t *p) {
   vlm_internvl_t *v = &p->internvl;
@@ -71,13 +74,22 @@ static void balance_qwen(vlm_batch_t *p) {
 /* A pack fetched ahead, with the loader's count right after it: the
  * trainer asks it as of the pack it took (vlmload_produced). */
 typedef struct slot {
-  vlm_batch_t batch;
+  vlm_batch_t copy; /* the pack copied, where its loader holds too few */
   int64_t produced;
 } slot_t;
 
-/* By slot: allocated at their first use, as large as the loader's own
- * buffers, kept for the process. */
-static void *slots[DPSHIM_AHEAD_SLOTS]; /* slot_t */
+/* By slot: allocated at their first use (a copy's buffers at the first
+ * copy, as large as the loader's own), kept for the process; and the pack
+ * each slot holds now (its copy, or the loader's own buffers). */
+static slot_t *slots[DPSHIM_AHEAD_SLOTS];
+static void *held[DPSHIM_AHEAD_SLOTS];
+
+/* Each loader's hold, as opened here (trainer's thread; read by the
+ * shim's once the loader is in use). */
+static struct {
+  const vlmload_t *loader;
+  int32_t hold;
+} holds[AHEAD_TAKEN_LOADERS];
 
 /* Each loader's latest pack taken (the trainer's thread). */
 static ahead_taken_t taken[AHEAD_TAKEN_LOADERS];
@@ -145,23 +157,33 @@ static int copy_layout(vlm_batch_t *to, const vlm_batch_t *from) {
          copy_media(&a->videos, &b->videos);
 }
 
-/* p's pack into slot k; NULL, said, where the slot cannot be had (the
+static int32_t hold_of(const vlmload_t *loader) {
+  for (int i = 0; i < AHEAD_TAKEN_LOADERS; i++)
+    if (holds[i].loader == loader) return holds[i].hold;
+  return 1;
+}
+
+/* p's pack into slot k's copy; 0, or -1 out of memory. */
+static int copy_pack(vlm_batch_t *s, const vlm_batch_t *p) {
+  size_t n = (size_t)p->nsamples, cap = (size_t)p->capacity_samples;
+  s->layout = p->layout, s->nsamples = p->nsamples;
+  s->capacity_samples = p->capacity_samples;
+  s->capacity_tokens = p->capacity_tokens;
+  return copy_array(&s->cu_lengths, p->cu_lengths, n + 1, cap + 1,
+                    sizeof(int32_t)) |
+         copy_array(&s->keys, p->keys, n, cap, sizeof(uint64_t)) |
+         copy_layout(s, p);
+}
+
+/* p's pack in slot k: in the loader's buffers where it holds it long
+ * enough, else copied; NULL, said, where the slot cannot be had (the
  * loader's buffers would be rewritten under the trainer). */
 static vlm_batch_t *into_slot(int k, const vlmload_t *loader,
-                              const vlm_batch_t *p) {
+                              vlm_batch_t *p) {
   if (!slots[k]) slots[k] = calloc(1, sizeof(slot_t));
   slot_t *slot = slots[k];
-  vlm_batch_t *s = slot ? &slot->batch : NULL;
-  size_t n = (size_t)p->nsamples, cap = (size_t)p->capacity_samples;
-  if (s) {
-    s->layout = p->layout, s->nsamples = p->nsamples;
-    s->capacity_samples = p->capacity_samples;
-    s->capacity_tokens = p->capacity_tokens;
-  }
-  if (!s || copy_array(&s->cu_lengths, p->cu_lengths, n + 1, cap + 1,
-                       sizeof(int32_t)) |
-                copy_array(&s->keys, p->keys, n, cap, sizeof(uint64_t)) |
-                copy_layout(s, p)) {
+  int copy = hold_of(loader) <= dpshim_ahead_depth();
+  if (!slot || (copy && copy_pack(&slot->copy, p) < 0)) {
     fprintf(stderr, "dpshim_vlmload: out of memory for a pack fetched "
             "ahead; the loader stops here\n");
     return NULL;
@@ -169,7 +191,8 @@ static vlm_batch_t *into_slot(int k, const vlmload_t *loader,
   int64_t (*produced)(const vlmload_t *);
   DPSHIM_NEXT(real_produced, produced);
   slot->produced = produced ? produced(loader) : 0;
-  return s;
+  held[k] = copy ? &slot->copy : p;
+  return held[k];
 }
 
 static void *fetch(void *loader, int slot) {
@@ -184,15 +207,40 @@ static void *fetch(void *loader, int slot) {
 
 VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader) {
   vlm_batch_t *b = dpshim_ahead_next(fetch, loader);
-  ahead_taken_note(taken, slots, loader, b);
+  ahead_taken_note(taken, held, loader, b);
   return b;
+}
+
+/* A loader that holds as many packs as the shim may fetch ahead, and one
+ * more (the trainer's); where that is out of memory, as asked (its packs
+ * fetched ahead are then copied). */
+VLMLOAD_EXTERN vlmload_t *vlmload_open(const vlmload_config_t *cfg,
+                                       char *err, size_t errlen) {
+  vlmload_t *(*open)(const vlmload_config_t *, char *, size_t);
+  DPSHIM_NEXT(real_open, open);
+  if (!open) return NULL;
+  int32_t want = (int32_t)dpshim_ahead_depth() + 1;
+  vlmload_t *l = NULL;
+  if (cfg && want > 1 && cfg->hold < want) {
+    vlmload_config_t more = *cfg;
+    more.hold = want;
+    l = open(&more, NULL, 0);
+  }
+  int32_t hold = l ? want : cfg && cfg->hold > 1 ? cfg->hold : 1;
+  if (!l) l = open(cfg, err, errlen);
+  for (int i = 0; l && i < AHEAD_TAKEN_LOADERS; i++)
+    if (!holds[i].loader || holds[i].loader == l) {
+      holds[i].loader = l, holds[i].hold = hold;
+      break;
+    }
+  return l;
 }
 
 /* The loader's count as of the pack the trainer took last: the count after
  * the packs fetched ahead would include samples not yet delivered. */
 VLMLOAD_EXTERN int64_t vlmload_produced(const vlmload_t *loader) {
-  const slot_t *s = ahead_taken_slot(taken, loader);
-  if (s) return s->produced;
+  int k = ahead_taken_slot(taken, loader);
+  if (k >= 0) return slots[k]->produced;
   int64_t (*produced)(const vlmload_t *);
   DPSHIM_NEXT(real_produced, produced);
   return produced ? produced(loader) : 0;
@@ -202,6 +250,8 @@ VLMLOAD_EXTERN void vlmload_close(vlmload_t *loader) {
   void (*close)(vlmload_t *);
   dpshim_ahead_close(fetch, loader);
   ahead_taken_forget(taken, loader);
+  for (int i = 0; i < AHEAD_TAKEN_LOADERS; i++)
+    if (holds[i].loader == loader) holds[i].loader = NULL;
   DPSHIM_NEXT(real_close, close);
   if (close) close(loader);
 }

@@ -23,21 +23,24 @@
 
 #define MAX_SLOTS (INT32_C(1) << (64 - VLMLOAD_SLOT_SHIFT))
 #define MAX_PREFETCH 8
+#define MAX_HOLD 9
 
 typedef struct sizes { /* what the buffers hold, in rows */
   int64_t tokens, rows, video_rows;
   int32_t samples, grids, video_grids;
 } sizes_t;
 
-/* cfg.prefetch: packs built ahead, into the buffers of loaders of the same
- * configuration (their own packers unused), a ring read in order: up to
- * prefetch packs ready and one handed out. */
+/* cfg.prefetch and cfg.hold: packs built into the buffers of loaders of
+ * the same configuration (their own packers unused), a ring read in
+ * order: up to prefetch packs ready (built by a thread) and hold handed
+ * out and still valid. */
 typedef struct ahead {
-  int32_t n;
-  vlmload_t *stage[MAX_PREFETCH + 1];
-  int64_t built, taken; /* packs built, and handed back: under lock */
-  vlm_batch_t *out;     /* the pack handed out, not yet back */
-  int quit;
+  int32_t n, hold;
+  vlmload_t *stage[MAX_PREFETCH + MAX_HOLD];
+  /* packs built, handed out, and handed back (hold calls after they were
+   * handed out): under lock */
+  int64_t built, handed, taken;
+  int quit, threaded;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -119,20 +122,35 @@ static void *ahead_loop(void *arg) {
   return NULL;
 }
 
-/* The oldest pack built ahead, handed out in its own buffers; the one
- * handed out before goes back to the thread (the caller is done with it:
- * "until the next call"). */
+/* The oldest pack built ahead (without a thread: built here), handed
+ * out in its own buffers; the one handed out `hold` calls before goes
+ * back to the ring (the caller is done with it). */
 static vlm_batch_t *take_ahead(vlmload_t *l) {
   ahead_t *a = l->ahead;
   pthread_mutex_lock(&a->lock);
-  if (a->out) {
+  if (a->handed >= a->hold) {
     a->taken++;
     pthread_cond_broadcast(&a->cond);
   }
-  while (a->built == a->taken) pthread_cond_wait(&a->cond, &a->lock);
-  a->out = &a->stage[a->taken % a->n]->batch;
+  if (!a->threaded) {
+    pack_into(l, &a->stage[a->built % a->n]->batch);
+    a->built++;
+  }
+  while (a->built == a->handed) pthread_cond_wait(&a->cond, &a->lock);
+  vlm_batch_t *out = &a->stage[a->handed++ % a->n]->batch;
   pthread_mutex_unlock(&a->lock);
-  return a->out;
+  return out;
+}
+
+static vlmload_t *open_loader(const vlmload_config_t *cfg, char *err,
+                              size_t errlen);
+static void close_loader(vlmload_t *l);
+
+static void free_ahead(ahead_t *a) {
+  for (int32_t k = 0; k < a->n; k++) close_loader(a->stage[k]);
+  pthread_mutex_destroy(&a->lock);
+  pthread_cond_destroy(&a->cond);
+  free(a);
 }
 
 static void stop_ahead(vlmload_t *l) {
@@ -142,30 +160,32 @@ static void stop_ahead(vlmload_t *l) {
   a->quit = 1;
   pthread_cond_broadcast(&a->cond);
   pthread_mutex_unlock(&a->lock);
-  pthread_join(a->thread, NULL);
-  for (int32_t k = 0; k < a->n; k++) vlmload_close(a->stage[k]);
-  pthread_mutex_destroy(&a->lock);
-  pthread_cond_destroy(&a->cond);
-  free(a);
+  if (a->threaded) pthread_join(a->thread, NULL);
+  free_ahead(a);
   l->ahead = NULL;
 }
 
+/* The ring: prefetch + hold sets of buffers (loaders of their own, opened
+ * inside this library, so not through an interposed vlmload_open), and
+ * the thread where packs are built ahead. */
 static int start_ahead(vlmload_t *l) {
   ahead_t *a = calloc(1, sizeof *a);
   if (!a) return -1;
   vlmload_config_t one = l->cfg;
-  one.prefetch = 0;
-  for (a->n = 0; a->n <= l->cfg.prefetch; a->n++)
-    if (!(a->stage[a->n] = vlmload_open(&one, NULL, 0))) break;
-  int ok = a->n == l->cfg.prefetch + 1;
+  one.prefetch = one.hold = 0;
+  a->hold = l->cfg.hold > 1 ? l->cfg.hold : 1;
+  int32_t n = l->cfg.prefetch + a->hold;
+  for (a->n = 0; a->n < n; a->n++)
+    if (!(a->stage[a->n] = open_loader(&one, NULL, 0))) break;
   pthread_mutex_init(&a->lock, NULL);
   pthread_cond_init(&a->cond, NULL);
   l->ahead = a;
-  if (ok && pthread_create(&a->thread, NULL, ahead_loop, l) == 0) return 0;
-  for (int32_t k = 0; k < a->n; k++) vlmload_close(a->stage[k]);
-  pthread_mutex_destroy(&a->lock);
-  pthread_cond_destroy(&a->cond);
-  free(a);
+  a->threaded = l->cfg.prefetch > 0;
+  if (a->n == n && (!a->threaded ||
+                    pthread_create(&a->thread, NULL, ahead_loop, l) == 0))
+    return 0;
+  a->threaded = 0;
+  free_ahead(a);
   l->ahead = NULL;
   return -1;
 }
@@ -209,6 +229,8 @@ static int check_config(const vlmload_config_t *c, char *err, size_t len) {
     return fail(err, len, "image_headroom must be 0 or in [1, 64]");
   if (c->prefetch < 0 || c->prefetch > MAX_PREFETCH)
     return fail(err, len, "prefetch must be in [0, 8]");
+  if (c->hold < 0 || c->hold > MAX_HOLD)
+    return fail(err, len, "hold must be in [0, 9]");
   return 0;
 }
 
@@ -277,6 +299,11 @@ static int alloc_qwen(vlmload_t *l) {
 
 vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
                         size_t errlen) {
+  return open_loader(cfg, err, errlen);
+}
+
+static vlmload_t *open_loader(const vlmload_config_t *cfg, char *err,
+                              size_t errlen) {
   if (!cfg) {
     fail(err, errlen, "no configuration");
     return NULL;
@@ -299,18 +326,21 @@ vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
   int rc = cfg->layout == VLMLOAD_INTERNVL ? alloc_internvl(l) : alloc_qwen(l);
   if (rc < 0 || !b->cu_lengths || !b->keys) {
     fail(err, errlen, "out of memory for the batch buffers");
-    vlmload_close(l);
+    close_loader(l);
     return NULL;
   }
-  if (cfg->prefetch > 0 && start_ahead(l) < 0) {
-    fail(err, errlen, "cannot start the prefetch thread (out of memory?)");
-    vlmload_close(l);
+  if ((cfg->prefetch > 0 || cfg->hold > 1) && start_ahead(l) < 0) {
+    fail(err, errlen, "cannot start the prefetch thread or hold the packs "
+                      "(out of memory?)");
+    close_loader(l);
     return NULL;
   }
   return l;
 }
 
-void vlmload_close(vlmload_t *l) {
+void vlmload_close(vlmload_t *l) { close_loader(l); }
+
+static void close_loader(vlmload_t *l) {
   if (!l) return;
   stop_ahead(l);
   for (size_t k = 0; k < sizeof l->buf / sizeof l->buf[0]; k++)
@@ -469,8 +499,8 @@ int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
   /* The scratch: a second loader's buffers, one sample's worth. */
   vlmload_config_t one = l->cfg;
   one.headroom = 1.0;
-  one.prefetch = 0;
-  vlmload_t *scratch = vlmload_open(&one, NULL, 0);
+  one.prefetch = one.hold = 0;
+  vlmload_t *scratch = open_loader(&one, NULL, 0);
   if (!scratch) return -1;
   vlm_batch_t *mb = (vlm_batch_t *)b; /* read through out_at's pointers */
   int64_t bad = 0, rows = 0, video_rows = 0;
@@ -494,7 +524,7 @@ int64_t vlmload_check(const vlmload_t *l, const vlm_batch_t *b) {
   counts(b, &have_rows, &have_grids, &have_video_rows, &have_video_grids);
   bad += have_rows != rows || have_grids != grids ||
          have_video_rows != video_rows || have_video_grids != video_grids;
-  vlmload_close(scratch);
+  close_loader(scratch);
   return bad;
 }
 

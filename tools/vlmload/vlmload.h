@@ -131,6 +131,12 @@ typedef struct vlmload_config {
                                 do, each in buffers of its own (prefetch
                                 + 1 sets); 0: each pack built in
                                 vlmload_next. At most 8 */
+  int32_t hold;              /* packs handed out that stay valid: each
+                                until `hold` further calls, in hold sets
+                                of buffers (beside prefetch's); 0 or 1:
+                                until the next call. At most 9 (a
+                                balancer running ahead of the trainer
+                                holds one more than it runs ahead) */
 } vlmload_config_t;
 
 typedef struct vlmload vlmload_t;
@@ -151,8 +157,9 @@ VLMLOAD_EXTERN int vlmload_config_mix(vlmload_config_t *c, const char *mix);
 /* NULL with a one-line reason in err on a bad configuration or no memory. */
 VLMLOAD_EXTERN vlmload_t *vlmload_open(const vlmload_config_t *cfg, char *err,
                                        size_t errlen);
-/* The next pack, in the same buffers each call (with cfg.prefetch, in
- * one of prefetch + 1 sets, in turn): the hand-off symbol. */
+/* The next pack, in the same buffers each call (with cfg.prefetch or
+ * cfg.hold, in one of prefetch + hold sets, in turn): the hand-off
+ * symbol. */
 VLMLOAD_EXTERN vlm_batch_t *vlmload_next(vlmload_t *loader);
 VLMLOAD_EXTERN void vlmload_close(vlmload_t *loader);
 
