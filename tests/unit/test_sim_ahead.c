@@ -16,17 +16,7 @@
 #include <string.h>
 
 #include "../../tools/sim/sim.h"
-
-static sim_options_t parse(int argc, char **argv) {
-  sim_options_t o;
-  optind = 0; /* getopt from scratch: each test parses a new line */
-  sim_parse(argc, argv, &o);
-  return o;
-}
-
-#define PARSE(...)                                                    \
-  parse(sizeof((char *[]){"dpshim-sim", __VA_ARGS__}) / sizeof(char *), \
-        (char *[]){"dpshim-sim", __VA_ARGS__})
+#include "sim_args.h"
 
 /* ---- priced by hand ------------------------------------------------------- */
 

@@ -17,22 +17,11 @@
 #include <string.h>
 
 #include "../../tools/sim/sim.h"
+#include "sim_args.h"
 #include "packload.h"
 
 #define SLOTS 4
 #define HANDOFFS 3
-
-/* The options as dpshim-sim's command line would set them. */
-static sim_options_t parse(int argc, char **argv) {
-  sim_options_t o;
-  optind = 0; /* getopt from scratch: each test parses a new line */
-  sim_parse(argc, argv, &o);
-  return o;
-}
-
-#define PARSE(...)                                                    \
-  parse(sizeof((char *[]){"dpshim-sim", __VA_ARGS__}) / sizeof(char *), \
-        (char *[]){"dpshim-sim", __VA_ARGS__})
 
 static sim_workload_t draw(const sim_config_t *c, int32_t slots,
                            int64_t handoffs) {
